@@ -1,0 +1,117 @@
+"""The ``fxshape`` command line: ``fxshape predict ...``, ``fxshape gpus``."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from tabulate import tabulate
+
+from .gpus import get_gpu, list_gpus, ALIASES
+from .perf import LAYOUTS, predict_matmul
+
+__all__ = ["main", "format_prediction"]
+
+
+def _positive_int(text: str) -> int:
+    try:
+        v = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
+    if v <= 0:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {v}")
+    return v
+
+
+def format_prediction(p) -> str:
+    """A two-column table of one prediction."""
+    align = ", ".join(
+        f"{a.dim}={a.size} ({a.status}" + (f", next aligned {a.next_aligned}" if
+                                            a.status == "misaligned" else "") + ")"
+        for a in p.alignment)
+    rows = [
+        ("GEMM", f"C[{p.batch}, {p.m}, {p.n}] = A[{p.batch}, {p.m}, {p.k}] @ B[{p.batch}, "
+                 f"{p.k}, {p.n}]  (layout {p.layout})"),
+        ("GPU / dtype", f"{p.gpu} / {p.dtype} (dense peak {p.peak_tflops:.1f} TFLOP/s)"),
+        ("predicted time", f"{p.time_s * 1e6:.2f} us"),
+        ("predicted TFLOP/s", f"{p.tflops:.1f}"),
+        ("% of peak", f"{100 * p.efficiency:.1f}%"),
+        ("bound", p.bound),
+        ("tile (tm, tn)", f"{p.tile[0]} x {p.tile[1]}" + (f", split-K {p.split_k}"
+                                                            if p.split_k > 1 else "")),
+        ("tile efficiency", f"{100 * p.tile_efficiency:.1f}%"),
+        ("CTAs / waves", f"{p.ctas} / {p.waves}"),
+        ("wave efficiency", f"{100 * p.wave_efficiency:.1f}%"),
+        ("compute / memory time", f"{p.compute_time_s * 1e6:.2f} / {p.memory_time_s * 1e6:.2f} us"),
+        ("alignment", align),
+    ]
+    return tabulate(rows, tablefmt="simple")
+
+
+def _cmd_predict(args) -> int:
+    p = predict_matmul(args.m, args.n, args.k, batch=args.batch, dtype=args.dtype,
+                       gpu=args.gpu, layout=args.layout)
+    if args.json:
+        print(json.dumps(p.to_dict(), indent=2, sort_keys=True))
+    else:
+        print(format_prediction(p))
+    return 0
+
+
+def _cmd_gpus(args) -> int:
+    rows = []
+    back = {}
+    for alias, name in ALIASES.items():
+        back.setdefault(name, []).append(alias)
+    for name in list_gpus():
+        g = get_gpu(name)
+        pk = g.peaks
+        fmt = lambda v: "-" if v is None else f"{v:g}"  # noqa: E731
+        rows.append((name, ", ".join(sorted(a for a in back.get(name, []) if a != name)),
+                     g.arch, g.sm_count, g.boost_clock_mhz, fmt(pk.fp16), fmt(pk.bf16),
+                     fmt(pk.tf32), fmt(pk.fp8), fmt(pk.fp32), f"{g.memory_bandwidth_gbs:g}",
+                     f"{g.l2_mb:g}"))
+    print(tabulate(rows, headers=("gpu", "aliases", "arch", "SMs", "MHz", "fp16", "bf16",
+                                  "tf32", "fp8", "fp32", "GB/s", "L2 MB")))
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(prog="fxshape", description="GEMM shape efficiency on GPUs.")
+    sub = ap.add_subparsers(dest="command", metavar="COMMAND")
+    sub.required = True
+
+    pp = sub.add_parser("predict", help="predict one GEMM's time and efficiency",
+                        description="Predict C[batch,M,N] = A[batch,M,K] @ B[batch,K,N].")
+    pp.add_argument("--m", type=_positive_int, required=True, help="rows of A and C (tokens)")
+    pp.add_argument("--n", type=_positive_int, required=True, help="columns of B and C")
+    pp.add_argument("--k", type=_positive_int, required=True, help="reduction dimension")
+    pp.add_argument("--batch", type=_positive_int, default=1, help="batched GEMMs (default 1)")
+    pp.add_argument("--gpu", default="h100", help="GPU name or alias (default h100; "
+                                                  "see `fxshape gpus`)")
+    pp.add_argument("--dtype", default="bf16",
+                    help="fp16, bf16, tf32, fp32 (no TF32) or fp8 (default bf16)")
+    pp.add_argument("--layout", default="nn", choices=LAYOUTS,
+                    help="operand layout: nn = torch.mm, nt = F.linear (default nn)")
+    pp.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    pp.set_defaults(func=_cmd_predict)
+
+    pg = sub.add_parser("gpus", help="list the GPU table")
+    pg.set_defaults(func=_cmd_gpus)
+    return ap
+
+
+def main(argv=None) -> int:
+    """Entry point; returns the exit status."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return args.func(args)
+    except ValueError as exc:
+        print(f"fxshape: error: {exc}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

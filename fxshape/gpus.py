@@ -1,0 +1,245 @@
+"""GPU specifications: one frozen record per SKU, looked up by name.
+
+Every number is a datasheet or whitepaper figure; the ``# Source:`` line above each entry
+names the document. Peaks are *dense* (no 2:4 sparsity) tensor-core TFLOP/s at boost clock;
+``fp32`` is the non-tensor (CUDA-core / vector) peak. A ``None`` peak means the GPU has no
+tensor-core path for that dtype, and asking the model for it raises ``ValueError``.
+
+Nothing here imports torch.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from .dtypes import DTYPE_KEYS, canonical_dtype, itemsize
+
+__all__ = ["Peaks", "GPUSpec", "get_gpu", "list_gpus", "ALIASES"]
+
+
+@dataclass(frozen=True)
+class Peaks:
+    """Dense peak throughput per math mode, in TFLOP/s (``None``: no such path)."""
+
+    fp16: float | None
+    bf16: float | None
+    tf32: float | None
+    fp32: float
+    fp8: float | None = None
+
+    def get(self, key: str) -> float | None:
+        return getattr(self, key)
+
+
+@dataclass(frozen=True)
+class GPUSpec:
+    """One GPU as the performance model sees it.
+
+    Attributes:
+        name: canonical lower-case name, e.g. ``"a100-sxm4-80gb"``.
+        vendor: ``"nvidia"`` or ``"amd"``.
+        arch: architecture family; fitted model constants are shared within a family.
+        sm_count: streaming multiprocessors (NVIDIA) or compute units (AMD).
+        boost_clock_mhz: boost clock the peaks are quoted at.
+        peaks: dense peak TFLOP/s per math mode.
+        memory_bandwidth_gbs: DRAM bandwidth in GB/s (10^9 bytes/s).
+        l2_mb: last-level on-die cache the GEMM tiles stream through, in MB.
+        memory_gb: DRAM capacity in GB.
+        align_min_bytes: leading-dimension alignment (bytes) below which the GEMM library
+            falls back to narrow-vector kernels (16 bytes on every tensor-core GPU).
+        align_best_bytes: alignment for full speed (128 bytes from A100 on, a whole
+            cache line per row of a tile).
+        tiles: CTA tile shapes (tm, tn) the vendor GEMM library chooses among.
+        source: where the numbers come from.
+    """
+
+    name: str
+    vendor: str
+    arch: str
+    sm_count: int
+    boost_clock_mhz: int
+    peaks: Peaks
+    memory_bandwidth_gbs: float
+    l2_mb: float
+    memory_gb: float
+    align_min_bytes: int
+    align_best_bytes: int
+    tiles: tuple[tuple[int, int], ...]
+    source: str = field(default="", compare=False)
+
+    def __post_init__(self):
+        if self.sm_count <= 0 or self.boost_clock_mhz <= 0:
+            raise ValueError(f"{self.name}: sm_count and boost_clock_mhz must be positive")
+        if self.memory_bandwidth_gbs <= 0 or self.l2_mb <= 0:
+            raise ValueError(f"{self.name}: bandwidth and L2 size must be positive")
+        if not self.tiles or any(tm <= 0 or tn <= 0 for tm, tn in self.tiles):
+            raise ValueError(f"{self.name}: tiles must be a non-empty list of positive shapes")
+        if self.align_best_bytes < self.align_min_bytes:
+            raise ValueError(f"{self.name}: align_best_bytes < align_min_bytes")
+
+    def peak_tflops(self, dtype) -> float:
+        """Dense peak TFLOP/s for ``dtype``; ValueError if there is no tensor-core path."""
+        key = canonical_dtype(dtype)
+        peak = self.peaks.get(key)
+        if peak is None:
+            have = ", ".join(k for k in DTYPE_KEYS if self.peaks.get(k) is not None)
+            raise ValueError(
+                f"{self.name} has no tensor-core path for {key}; supported dtypes: {have}"
+            )
+        return peak
+
+    def alignment_elements(self, dtype, *, best: bool = False) -> int:
+        """Elements per leading dimension needed for full-speed kernels (e.g. 8 for fp16)."""
+        nbytes = self.align_best_bytes if best else self.align_min_bytes
+        return max(1, nbytes // itemsize(canonical_dtype(dtype)))
+
+    def supported_dtypes(self) -> tuple[str, ...]:
+        return tuple(k for k in DTYPE_KEYS if self.peaks.get(k) is not None)
+
+
+# --- CTA tile menus, per architecture (composition, not copies) --------------------------
+# Skinny tiles for small M (decode): libraries run these as swap-AB / GEMV-like kernels, so a
+# handful of tokens does not pay for a 64- or 128-row tile.
+_SKINNY = ((16, 128), (32, 128))
+# cuBLAS/CUTLASS sm70 HMMA kernels.
+_VOLTA_TILES = ((256, 128), (128, 256), (128, 128), (128, 64), (64, 128), (64, 64)) + _SKINNY
+# cuBLAS sm80: large smem (164 KB) allows 256-wide tiles in both orientations.
+_AMPERE_TILES = ((256, 128), (128, 256), (256, 64), (64, 256), (128, 128), (128, 64),
+                 (64, 128), (64, 64)) + _SKINNY
+# sm86/sm89 (A40, A10, L4, RTX 4090): 100 KB smem, no 256x128 at full pipelining depth.
+_GA10X_TILES = ((128, 256), (256, 128), (128, 128), (128, 64), (64, 128), (64, 64)) + _SKINNY
+# sm90 wgmma kernels (CUTLASS 3 / cuBLAS 12): M per warpgroup 64, N up to 256.
+_HOPPER_TILES = ((128, 256), (256, 128), (128, 128), (64, 256), (128, 64), (64, 128),
+                 (64, 64)) + _SKINNY
+# sm100 tcgen05 kernels: 2-SM 256-wide MMAs in addition to Hopper-like shapes.
+_BLACKWELL_TILES = ((256, 256), (256, 128), (128, 256), (128, 128), (128, 64), (64, 128)) + _SKINNY
+# rocBLAS / hipBLASLt (Tensile) macro tiles on CDNA.
+_CDNA_TILES = ((256, 256), (256, 128), (128, 256), (128, 128), (128, 64), (64, 128),
+               (64, 64)) + _SKINNY
+
+_GPUS: dict[str, GPUSpec] = {}
+
+
+def _add(spec: GPUSpec) -> None:
+    if spec.name in _GPUS:
+        raise ValueError(f"duplicate GPU entry {spec.name}")
+    _GPUS[spec.name] = spec
+
+
+# Source: NVIDIA Tesla V100 datasheet (2018) and Volta architecture whitepaper (WP-08608-001).
+_add(GPUSpec("v100-sxm2", "nvidia", "volta", 80, 1530, Peaks(125.0, None, None, 15.7),
+             900.0, 6.0, 32.0, 16, 16, _VOLTA_TILES,
+             "NVIDIA Tesla V100 datasheet; Volta whitepaper"))
+# Source: NVIDIA Tesla V100 datasheet (PCIe column).
+_add(GPUSpec("v100-pcie", "nvidia", "volta", 80, 1380, Peaks(112.0, None, None, 14.0),
+             900.0, 6.0, 32.0, 16, 16, _VOLTA_TILES, "NVIDIA Tesla V100 datasheet (PCIe)"))
+# Source: NVIDIA Tesla T4 datasheet; Turing architecture whitepaper.
+_add(GPUSpec("t4", "nvidia", "turing", 40, 1590, Peaks(65.0, None, None, 8.1),
+             320.0, 4.0, 16.0, 16, 16, _VOLTA_TILES, "NVIDIA T4 datasheet; Turing whitepaper"))
+# Source: NVIDIA A100 datasheet (2021, SXM4 40GB column); Ampere GA100 whitepaper.
+_add(GPUSpec("a100-sxm4-40gb", "nvidia", "ampere", 108, 1410,
+             Peaks(312.0, 312.0, 156.0, 19.5), 1555.0, 40.0, 40.0, 16, 128, _AMPERE_TILES,
+             "NVIDIA A100 datasheet (SXM4 40GB); GA100 whitepaper"))
+# Source: NVIDIA A100 datasheet (2021, SXM4 80GB column).
+_add(GPUSpec("a100-sxm4-80gb", "nvidia", "ampere", 108, 1410,
+             Peaks(312.0, 312.0, 156.0, 19.5), 2039.0, 40.0, 80.0, 16, 128, _AMPERE_TILES,
+             "NVIDIA A100 datasheet (SXM4 80GB)"))
+# Source: NVIDIA A100 datasheet (2021, PCIe 40GB column).
+_add(GPUSpec("a100-pcie-40gb", "nvidia", "ampere", 108, 1410,
+             Peaks(312.0, 312.0, 156.0, 19.5), 1555.0, 40.0, 40.0, 16, 128, _AMPERE_TILES,
+             "NVIDIA A100 datasheet (PCIe 40GB)"))
+# Source: NVIDIA A100 datasheet (2021, PCIe 80GB column).
+_add(GPUSpec("a100-pcie-80gb", "nvidia", "ampere", 108, 1410,
+             Peaks(312.0, 312.0, 156.0, 19.5), 1935.0, 40.0, 80.0, 16, 128, _AMPERE_TILES,
+             "NVIDIA A100 datasheet (PCIe 80GB)"))
+# Source: NVIDIA A40 datasheet (dense tensor figures); Ampere GA102 whitepaper.
+_add(GPUSpec("a40", "nvidia", "ampere-ga10x", 84, 1740, Peaks(149.7, 149.7, 74.8, 37.4),
+             696.0, 6.0, 48.0, 16, 128, _GA10X_TILES, "NVIDIA A40 datasheet; GA102 whitepaper"))
+# Source: NVIDIA A10 datasheet (dense tensor figures).
+_add(GPUSpec("a10", "nvidia", "ampere-ga10x", 72, 1695, Peaks(125.0, 125.0, 62.5, 31.2),
+             600.0, 6.0, 24.0, 16, 128, _GA10X_TILES, "NVIDIA A10 datasheet"))
+# Source: NVIDIA L4 datasheet (dense figures = half the sparse ones); Ada whitepaper.
+_add(GPUSpec("l4", "nvidia", "ada", 58, 2040, Peaks(121.0, 121.0, 60.0, 30.3, 242.5),
+             300.0, 48.0, 24.0, 16, 128, _GA10X_TILES, "NVIDIA L4 datasheet; Ada whitepaper"))
+# Source: NVIDIA Ada Lovelace whitepaper (RTX 4090: FP16/FP8 tensor with FP32 accumulate).
+_add(GPUSpec("rtx-4090", "nvidia", "ada", 128, 2520, Peaks(165.2, 165.2, 82.6, 82.6, 330.3),
+             1008.0, 72.0, 24.0, 16, 128, _GA10X_TILES,
+             "NVIDIA Ada Lovelace architecture whitepaper, RTX 4090 column"))
+# Source: NVIDIA H100 datasheet (SXM5 column, dense = half the sparse figures); Hopper whitepaper.
+_add(GPUSpec("h100-sxm", "nvidia", "hopper", 132, 1980,
+             Peaks(989.4, 989.4, 494.7, 66.9, 1978.9), 3350.0, 50.0, 80.0, 16, 128,
+             _HOPPER_TILES, "NVIDIA H100 datasheet (SXM); Hopper whitepaper"))
+# Source: NVIDIA H100 datasheet (PCIe column, dense figures).
+_add(GPUSpec("h100-pcie", "nvidia", "hopper", 114, 1755,
+             Peaks(756.5, 756.5, 378.0, 51.2, 1513.0), 2000.0, 50.0, 80.0, 16, 128,
+             _HOPPER_TILES, "NVIDIA H100 datasheet (PCIe)"))
+# Source: NVIDIA H200 datasheet (SXM: H100 compute with 141 GB HBM3e at 4.8 TB/s).
+_add(GPUSpec("h200-sxm", "nvidia", "hopper", 132, 1980,
+             Peaks(989.4, 989.4, 494.7, 66.9, 1978.9), 4800.0, 50.0, 141.0, 16, 128,
+             _HOPPER_TILES, "NVIDIA H200 datasheet (SXM)"))
+# Source: NVIDIA HGX B200 / DGX B200 datasheets (per-GPU dense figures); Blackwell whitepaper.
+_add(GPUSpec("b200", "nvidia", "blackwell", 148, 1965,
+             Peaks(2250.0, 2250.0, 1100.0, 75.0, 4500.0), 8000.0, 126.0, 180.0, 16, 128,
+             _BLACKWELL_TILES, "NVIDIA HGX B200 datasheet; Blackwell architecture whitepaper"))
+# Source: AMD Instinct MI210 datasheet (CDNA2).
+_add(GPUSpec("mi210", "amd", "cdna2", 104, 1700, Peaks(181.0, 181.0, None, 22.6),
+             1638.0, 8.0, 64.0, 16, 128, _CDNA_TILES, "AMD Instinct MI210 datasheet"))
+# Source: AMD Instinct MI250X datasheet, halved: PyTorch sees each of the two GCDs as a device.
+_add(GPUSpec("mi250x-gcd", "amd", "cdna2", 110, 1700, Peaks(191.5, 191.5, None, 23.9),
+             1638.0, 8.0, 64.0, 16, 128, _CDNA_TILES,
+             "AMD Instinct MI250X datasheet, per GCD (383 TF fp16 / 3.2 TB/s for two GCDs)"))
+# Source: AMD Instinct MI300X datasheet (dense figures); CDNA3 whitepaper (4 MB L2 per XCD x 8).
+_add(GPUSpec("mi300x", "amd", "cdna3", 304, 2100,
+             Peaks(1307.4, 1307.4, 653.7, 163.4, 2614.9), 5300.0, 32.0, 192.0, 16, 128,
+             _CDNA_TILES, "AMD Instinct MI300X datasheet; CDNA3 whitepaper"))
+
+#: Short names and the SKU each resolves to (documented in docs/model.md).
+ALIASES = {
+    "v100": "v100-sxm2",
+    "t4": "t4",
+    "a100": "a100-sxm4-80gb",
+    "a100-40gb": "a100-sxm4-40gb",
+    "a100-80gb": "a100-sxm4-80gb",
+    "a100-sxm": "a100-sxm4-80gb",
+    "a100-pcie": "a100-pcie-80gb",
+    "a40": "a40",
+    "a10": "a10",
+    "l4": "l4",
+    "4090": "rtx-4090",
+    "rtx4090": "rtx-4090",
+    "h100": "h100-sxm",
+    "h200": "h200-sxm",
+    "b200": "b200",
+    "mi210": "mi210",
+    "mi250x": "mi250x-gcd",
+    "mi250": "mi250x-gcd",
+    "mi300x": "mi300x",
+}
+
+
+def list_gpus() -> list[str]:
+    """Canonical names of every GPU in the table, sorted."""
+    return sorted(_GPUS)
+
+
+def get_gpu(name) -> GPUSpec:
+    """Look up a GPU by canonical name or alias (case-insensitive).
+
+    Args:
+        name: e.g. ``"h100"``, ``"A100-SXM4-40GB"``, ``"mi250x"``, or a ``GPUSpec`` (returned as is).
+
+    Raises:
+        ValueError: unknown name; the message lists the known names and aliases.
+    """
+    if isinstance(name, GPUSpec):
+        return name
+    if not isinstance(name, str):
+        raise ValueError(f"GPU name must be a string, got {name!r}")
+    key = name.strip().lower().replace("_", "-").replace(" ", "-")
+    key = ALIASES.get(key, key)
+    if key not in _GPUS:
+        raise ValueError(
+            f"unknown GPU {name!r}; known GPUs: {', '.join(list_gpus())}; "
+            f"aliases: {', '.join(sorted(ALIASES))}"
+        )
+    return _GPUS[key]

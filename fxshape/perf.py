@@ -1,0 +1,379 @@
+"""The GEMM performance model: predicted time of ``C[b,M,N] = A[b,M,K] @ B[b,K,N]`` on a GPU.
+
+Pure functions of (M, N, K, batch, dtype, layout, GPU). The model, in one paragraph
+(docs/model.md has the long version):
+
+For every CTA tile shape the GPU's GEMM library offers, and every split-K factor it could use,
+the output is cut into ``ceil(M/tm) * ceil(N/tn)`` tiles per batch (tile quantization), the tiles
+are scheduled over the SMs in waves (wave quantization), and each tile runs its K loop at the
+slower of its tensor-core rate (``e_max`` of the dense peak, reduced when an operand's leading
+dimension is not 16-byte aligned) and its share of the L2-to-SM bandwidth (so small tiles,
+which reuse each byte less, are slower, and a partial last wave runs faster). Each wave pays a
+fixed prologue/epilogue cost. The DRAM time is the minimum traffic over the achievable DRAM
+bandwidth; compute and memory times are combined with a smooth maximum, and a launch latency
+is added. The library is assumed to pick the candidate predicted fastest, as a tuned heuristic
+would. The constants are fitted by ``bench/fit_model.py`` and read from
+``fxshape/data/perf_params.json``.
+
+The same core function runs on Python scalars (``predict_matmul``) and on numpy arrays (the fit
+and validation scripts), so the model that is fitted is the model that ships.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import math
+import numbers
+import os
+from dataclasses import asdict, dataclass
+from types import SimpleNamespace
+from typing import NamedTuple
+
+from .dtypes import canonical_dtype, itemsize, output_itemsize
+from .gpus import GPUSpec, get_gpu
+
+__all__ = [
+    "DimAlignment",
+    "MatmulPrediction",
+    "ModelParams",
+    "predict_matmul",
+    "model_params",
+    "LAYOUTS",
+]
+
+#: Operand layouts: first letter A, second B; "n" = row-major as written, "t" = transposed
+#: storage. ``"nn"`` is ``torch.mm(A, B)``; ``"nt"`` is ``F.linear`` (weight stored (N, K)).
+LAYOUTS = ("nn", "nt", "tn", "tt")
+
+_SPLIT_K = (1, 2, 4, 8, 16)
+_K_TILE_BYTES = 64  # depth of one mainloop step: 32 fp16 / 64 fp8 / 16 fp32 elements
+_DEFAULT_PARAMS_PATH = os.path.join(os.path.dirname(__file__), "data", "perf_params.json")
+
+
+@dataclass(frozen=True)
+class ModelParams:
+    """Fitted constants for one GPU (or architecture family).
+
+    Attributes:
+        e_max: fraction of the datasheet dense peak a large aligned tile sustains.
+        l2_bytes_per_clk_per_sm: L2-to-SM bandwidth shared by all active CTAs, in bytes per
+            clock per SM (total = value * SMs * boost clock).
+        dram_eff: achievable fraction of datasheet DRAM bandwidth.
+        launch_s: fixed kernel launch / ramp latency.
+        wave_s: prologue + epilogue cost paid once per wave.
+        align_eff: tensor-core rate multiplier per step of misalignment (one step: leading
+            dimension only 4- or 8-byte aligned; two steps: 1- or 2-byte aligned).
+        align_mem_eff: DRAM-bandwidth multiplier per step of misalignment (narrow loads).
+        smooth_q: exponent of the smooth maximum of compute and memory time.
+        split_k_s: extra cost of a split-K reduction (second pass over the partial sums).
+        power_eff: fraction of peak the whole chip sustains under its power limit, counting
+            padded tile work (below ``e_max`` on power-limited parts: a partial wave then
+            costs less than a full one, because the active SMs clock higher).
+    """
+
+    e_max: float
+    l2_bytes_per_clk_per_sm: float
+    dram_eff: float
+    launch_s: float
+    wave_s: float
+    align_eff: float
+    smooth_q: float
+    split_k_s: float
+    power_eff: float
+    align_mem_eff: float
+
+    FIELDS = ("e_max", "l2_bytes_per_clk_per_sm", "dram_eff", "launch_s", "wave_s",
+              "align_eff", "smooth_q", "split_k_s", "power_eff", "align_mem_eff")
+
+
+class DimAlignment(NamedTuple):
+    """Alignment of one GEMM dimension for one dtype."""
+
+    dim: str  # "M", "N" or "K"
+    size: int
+    multiple: int  # largest power of two dividing size, capped at the best alignment
+    status: str  # "best" (>= 128 B), "ok" (>= 16 B) or "misaligned"
+    leading: bool  # is it the contiguous (leading) dimension of an operand in this layout?
+    next_aligned: int  # smallest size >= size that meets the 16-byte rule
+
+
+@dataclass(frozen=True)
+class MatmulPrediction:
+    """What the model predicts for one GEMM. Times in seconds, throughput in TFLOP/s."""
+
+    gpu: str
+    dtype: str
+    layout: str
+    batch: int
+    m: int
+    n: int
+    k: int
+    flops: int
+    bytes: int  # minimum DRAM traffic
+    time_s: float
+    tflops: float
+    efficiency: float  # achieved / dense peak for this dtype
+    peak_tflops: float
+    tile: tuple[int, int]
+    tile_efficiency: float  # useful outputs / padded tile outputs
+    split_k: int
+    ctas: int
+    waves: int
+    wave_efficiency: float  # CTAs / (waves * SMs)
+    compute_time_s: float
+    memory_time_s: float
+    launch_s: float
+    bound: str  # "compute", "memory" or "latency"
+    alignment: tuple[DimAlignment, DimAlignment, DimAlignment]
+    aligned: bool  # every leading dimension meets the 16-byte rule
+
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        d["tile"] = list(self.tile)
+        d["alignment"] = [a._asdict() for a in self.alignment]
+        return d
+
+
+# ---------------------------------------------------------------------------------------
+# Parameters
+# ---------------------------------------------------------------------------------------
+
+@functools.lru_cache(maxsize=None)
+def _load_params(path: str) -> dict:
+    with open(path) as f:
+        return json.load(f)
+
+
+def model_params(gpu, params_path: str | None = None) -> ModelParams:
+    """Fitted constants for ``gpu``: its own fit if it has measured data, else its family's.
+
+    Args:
+        gpu: a name or ``GPUSpec``.
+        params_path: a JSON file written by ``bench/fit_model.py`` (default: the packaged one,
+            or ``$FXSHAPE_PARAMS`` when set).
+    """
+    spec = get_gpu(gpu)
+    path = params_path or os.environ.get("FXSHAPE_PARAMS") or _DEFAULT_PARAMS_PATH
+    data = _load_params(path)
+    entry = data["gpus"].get(spec.name)
+    if entry is None:
+        fam = data["families"].get(spec.arch)
+        if fam is None:
+            raise ValueError(f"no fitted constants for {spec.name} (architecture {spec.arch})")
+        entry = data["gpus"][fam["from"]]
+    return ModelParams(**{f: float(entry[f]) for f in ModelParams.FIELDS})
+
+
+# ---------------------------------------------------------------------------------------
+# The core (scalar or numpy)
+# ---------------------------------------------------------------------------------------
+
+_SCALAR = SimpleNamespace(
+    maximum=max,
+    minimum=min,
+    where=lambda c, a, b: a if c else b,
+)
+
+
+def _cdiv(a, b):
+    return -((-a) // b)
+
+
+def _pow2_part(x):
+    """Largest power of two dividing a positive integer (works on ints and int arrays)."""
+    return x & (-x)
+
+
+def _misalign_steps(xp, m, n, k, e, layout: str):
+    """0 if every leading dimension is 16-byte aligned, 1 if the worst is 4/8-byte aligned,
+    2 if the worst is 1/2-byte aligned (odd fp16 sizes)."""
+    a_ld = k if layout[0] == "n" else m
+    b_ld = n if layout[1] == "n" else k
+    worst = xp.minimum(xp.minimum(_pow2_part(a_ld * e), _pow2_part(b_ld * e)),
+                       _pow2_part(n * e))  # C is row-major: its leading dimension is N
+    worst = xp.minimum(worst, 16)
+    return xp.where(worst >= 16, 0, xp.where(worst >= 4, 1, 2))
+
+
+def _pad16(x, e):
+    """Size rounded up to whole 16-byte vectors: the granularity memory is moved at."""
+    per = max(1, 16 // e)
+    return _cdiv(x, per) * per
+
+
+def _narrow_ok(tm: int, tn: int) -> bool:
+    """Does the library have a narrow-vector (misaligned) kernel with this tile?
+
+    Kernels for leading dimensions that are not 16-byte aligned come in few shapes: large
+    tiles (both sides >= 128) and the skinny GEMV-like ones. The A100 alignment sweep shows
+    it: misaligned N quantizes in steps of 128 where aligned N steps by 64.
+    """
+    return (tm >= 128 and tn >= 128) or tm < 64
+
+
+def _core(xp, b, m, n, k, steps, *, spec: GPUSpec, p: ModelParams, peak_flops: float,
+          e: int, eo: int):
+    """Predicted time for every candidate; returns the best candidate's figures.
+
+    Every term is non-decreasing in b, m, n and k, so the minimum over candidates is too:
+    more work in the same alignment class is never predicted faster.
+    """
+    sms = spec.sm_count
+    peak_sm = peak_flops / sms
+    l2_bw = p.l2_bytes_per_clk_per_sm * sms * spec.boost_clock_mhz * 1e6
+    dram_bw = spec.memory_bandwidth_gbs * 1e9 * p.dram_eff * p.align_mem_eff ** steps
+    rate = peak_sm * p.e_max * p.align_eff ** steps  # FLOP/s per SM for this alignment
+    chip_rate = peak_flops * p.power_eff * p.align_eff ** steps
+    tk = max(1, _K_TILE_BYTES // e)
+    # traffic at 16-byte granularity: a misaligned row costs as much as its padded size
+    mp, np_, kp = _pad16(m, e), _pad16(n, e), _pad16(k, e)
+    t_mem1 = (b * (mp * kp + kp * np_) * e + b * mp * _pad16(n, eo) * eo) / dram_bw
+
+    best = None
+    for ti, (tm, tn) in enumerate(spec.tiles):
+        tiles_mn = b * _cdiv(m, tm) * _cdiv(n, tn)
+        rows = xp.minimum(mp, tm) + xp.minimum(np_, tn)  # rows of A and B a CTA loads
+        for s in _SPLIT_K:
+            ctas = tiles_mn * s
+            kq = _cdiv(_cdiv(k, s), tk) * tk
+            waves = _cdiv(ctas, sms)
+            last = ctas - (waves - 1) * sms
+            mma = 2.0 * tm * tn * kq / rate
+            load = rows * kq * e / l2_bw
+            t_waves = ((waves - 1) * xp.maximum(mma, sms * load) + xp.maximum(mma, last * load)
+                       + waves * p.wave_s)
+            # power/clock limit: the whole chip cannot sustain more than power_eff of peak,
+            # however the tiles fall into waves (padded tile work counts: it burns power too)
+            t_comp = xp.maximum(t_waves, 2.0 * ctas * tm * tn * kq / chip_rate)
+            if s > 1:
+                # fp32 partial sums written and read back once more, and a reduction pass
+                t_mem = t_mem1 + (2.0 * s * b * mp * np_ * 4) / dram_bw
+            else:
+                t_mem = t_mem1
+            t = (t_comp ** p.smooth_q + t_mem ** p.smooth_q) ** (1.0 / p.smooth_q) + p.launch_s
+            if s > 1:
+                t = t + p.split_k_s
+            if not _narrow_ok(tm, tn):
+                t = xp.where(steps == 0, t, math.inf)
+            cand = (t, ti, s, ctas, waves, t_comp, t_mem)
+            if best is None:
+                best = cand
+            else:
+                better = t < best[0]
+                best = tuple(xp.where(better, c, o) for c, o in zip(cand, best))
+    return best
+
+
+# ---------------------------------------------------------------------------------------
+# Public API
+# ---------------------------------------------------------------------------------------
+
+def _check_size(name: str, v) -> int:
+    if isinstance(v, bool) or not isinstance(v, numbers.Integral):
+        raise ValueError(f"{name} must be a positive integer, got {v!r}")
+    v = int(v)
+    if v <= 0:
+        raise ValueError(f"{name} must be a positive integer, got {v}")
+    return v
+
+
+def _alignment(spec: GPUSpec, dkey: str, m: int, n: int, k: int, layout: str):
+    e = itemsize(dkey)
+    min_el = max(1, spec.align_min_bytes // e)
+    best_el = max(1, spec.align_best_bytes // e)
+    leading = {"M": layout[0] == "t", "N": True, "K": layout[0] == "n" or layout[1] == "t"}
+    out = []
+    for dim, size in (("M", m), ("N", n), ("K", k)):
+        mult = min(_pow2_part(size), best_el)
+        status = "best" if mult >= best_el else ("ok" if mult >= min_el else "misaligned")
+        out.append(DimAlignment(dim, size, mult, status, leading[dim], _cdiv(size, min_el) * min_el))
+    return tuple(out)
+
+
+def predict_matmul(m, n, k, *, batch=1, dtype="bf16", gpu="h100", layout="nn",
+                   params_path: str | None = None) -> MatmulPrediction:
+    """Predict time and efficiency of ``C[batch, M, N] = A[batch, M, K] @ B[batch, K, N]``.
+
+    Args:
+        m, n, k: GEMM sizes (K is the reduction). Positive integers.
+        batch: number of independent GEMMs in one batched call (bmm).
+        dtype: ``torch.float16`` / ``"fp16"``, ``torch.bfloat16`` / ``"bf16"``,
+            ``torch.float32`` / ``"fp32"`` (no TF32), ``"tf32"``, ``"fp8"``.
+        gpu: name or alias from :func:`fxshape.list_gpus`, or a ``GPUSpec``.
+        layout: ``"nn"`` (torch.mm on contiguous tensors), ``"nt"`` (F.linear, weight
+            stored (N, K)), ``"tn"`` or ``"tt"``. It decides which dimensions are leading
+            dimensions and so which misalignments cost vector width.
+        params_path: alternative fitted-constants file (see ``bench/fit_model.py``).
+
+    Returns:
+        A frozen :class:`MatmulPrediction`.
+
+    Raises:
+        ValueError: non-positive or non-integer sizes, unknown dtype or layout, unknown GPU,
+            or a dtype the GPU has no tensor-core path for.
+
+    Example:
+        >>> p = predict_matmul(8192, 50257, 768, dtype="fp16", gpu="a100")
+        >>> p.tile, round(p.tile_efficiency, 3)  # doctest: +SKIP
+    """
+    m, n, k = (_check_size(x, v) for x, v in (("m", m), ("n", n), ("k", k)))
+    batch = _check_size("batch", batch)
+    dkey = canonical_dtype(dtype)
+    if not isinstance(layout, str) or layout.lower() not in LAYOUTS:
+        raise ValueError(f"unknown layout {layout!r}; accepted: {', '.join(LAYOUTS)}")
+    spec = get_gpu(gpu)
+    spec.peak_tflops(dkey)  # raises if there is no tensor-core path for dkey
+    return _predict_cached(m, n, k, batch, dkey, spec, layout.lower(), params_path)
+
+
+@functools.lru_cache(maxsize=1 << 18)
+def _predict_cached(m, n, k, batch, dkey, spec, layout, params_path) -> MatmulPrediction:
+    p = model_params(spec, params_path)
+    peak = spec.peak_tflops(dkey) * 1e12
+    e, eo = itemsize(dkey), output_itemsize(dkey)
+    steps = 0 if dkey == "fp32" else _misalign_steps(_SCALAR, m, n, k, e, layout)
+    t, ti, s, ctas, waves, t_comp, t_mem = _core(
+        _SCALAR, batch, m, n, k, steps, spec=spec, p=p, peak_flops=peak, e=e, eo=eo)
+    tm, tn = spec.tiles[ti]
+    flops = 2 * batch * m * n * k
+    tiles_mn = batch * _cdiv(m, tm) * _cdiv(n, tn)
+    tflops = flops / t / 1e12
+    if p.launch_s >= max(t_comp, t_mem):
+        bound = "latency"
+    else:
+        bound = "memory" if t_mem > t_comp else "compute"
+    align = _alignment(spec, dkey, m, n, k, layout)
+    return MatmulPrediction(
+        gpu=spec.name, dtype=dkey, layout=layout, batch=batch, m=m, n=n, k=k,
+        flops=flops, bytes=batch * (m * k + k * n) * e + batch * m * n * eo,
+        time_s=float(t), tflops=tflops, efficiency=tflops * 1e12 / peak,
+        peak_tflops=peak / 1e12, tile=(tm, tn),
+        tile_efficiency=(batch * m * n) / (tiles_mn * tm * tn),
+        split_k=int(s), ctas=int(ctas), waves=int(waves),
+        wave_efficiency=ctas / (waves * spec.sm_count),
+        compute_time_s=float(t_comp), memory_time_s=float(t_mem), launch_s=p.launch_s,
+        bound=bound, alignment=align, aligned=steps == 0,
+    )
+
+
+def predict_times_array(spec: GPUSpec, dkey: str, b, m, n, k, layouts, p: ModelParams):
+    """Vectorized predicted times (numpy arrays in, numpy array out) for fitting/validation.
+
+    ``layouts`` is an array of layout strings; the model is evaluated per distinct layout.
+    """
+    import numpy as np
+
+    xp = SimpleNamespace(maximum=np.maximum, minimum=np.minimum, where=np.where)
+    peak = spec.peak_tflops(dkey) * 1e12
+    e, eo = itemsize(dkey), output_itemsize(dkey)
+    out = np.empty(len(m), dtype=np.float64)
+    layouts = np.asarray(layouts)
+    for lay in sorted(set(layouts.tolist())):
+        sel = layouts == lay
+        bb, mm, nn, kk = (np.asarray(x, dtype=np.int64)[sel] for x in (b, m, n, k))
+        steps = (np.zeros_like(mm) if dkey == "fp32"
+                 else _misalign_steps(xp, mm, nn, kk, e, lay))
+        out[sel] = _core(xp, bb, mm, nn, kk, steps, spec=spec, p=p, peak_flops=peak,
+                         e=e, eo=eo)[0]
+    return out
