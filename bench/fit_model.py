@@ -57,11 +57,11 @@ _FAMILY_FROM = {
 # Start values and bounds (the fit works in an unbounded transform of these ranges).
 _START = dict(e_max=0.8, l2_bytes_per_clk_per_sm=64.0, dram_eff=0.8, launch_s=5e-6,
               wave_s=2e-6, align_eff=0.7, smooth_q=4.0, split_k_s=3e-6, power_eff=0.8,
-              align_mem_eff=0.95)
+              align_mem_eff=0.95, sm_stream_bytes_per_clk=32.0)
 _BOUNDS = dict(e_max=(0.3, 1.0), l2_bytes_per_clk_per_sm=(8.0, 512.0), dram_eff=(0.3, 1.0),
                launch_s=(1e-7, 1e-4), wave_s=(1e-8, 5e-5), align_eff=(0.2, 1.0),
                smooth_q=(1.0, 12.0), split_k_s=(1e-8, 1e-4), power_eff=(0.3, 1.0),
-               align_mem_eff=(0.5, 1.0))
+               align_mem_eff=(0.5, 1.0), sm_stream_bytes_per_clk=(2.0, 512.0))
 # Starting points tried for every GPU (the objective has kinks where the best tile changes).
 _STARTS = (
     dict(e_max=0.85, power_eff=0.75, l2_bytes_per_clk_per_sm=64.0),
@@ -70,12 +70,14 @@ _STARTS = (
     dict(e_max=0.9, power_eff=0.7, dram_eff=0.75, launch_s=3e-6, smooth_q=6.0),
     dict(e_max=0.8, power_eff=0.8, dram_eff=0.85, launch_s=2e-6, smooth_q=3.0, wave_s=1e-6),
 )
+_LOGSCALE = ("l2_bytes_per_clk_per_sm", "launch_s", "wave_s", "split_k_s",
+             "sm_stream_bytes_per_clk")
 _KERNEL_TIMINGS = ("median-cuda-timer", "reported", "cuda-event-median")
 
 
 def _to_unbounded(name, v):
     lo, hi = _BOUNDS[name]
-    if name in ("l2_bytes_per_clk_per_sm", "launch_s", "wave_s", "split_k_s"):
+    if name in _LOGSCALE:
         lo, hi, v = math.log(lo), math.log(hi), math.log(v)
     x = (v - lo) / (hi - lo)
     x = min(max(x, 1e-6), 1 - 1e-6)
@@ -84,7 +86,7 @@ def _to_unbounded(name, v):
 
 def _from_unbounded(name, u):
     lo, hi = _BOUNDS[name]
-    logscale = name in ("l2_bytes_per_clk_per_sm", "launch_s", "wave_s", "split_k_s")
+    logscale = name in _LOGSCALE
     if logscale:
         lo, hi = math.log(lo), math.log(hi)
     x = 1 / (1 + math.exp(-max(min(u, 50), -50)))

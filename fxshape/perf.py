@@ -65,6 +65,9 @@ class ModelParams:
         align_eff: tensor-core rate multiplier per step of misalignment (one step: leading
             dimension only 4- or 8-byte aligned; two steps: 1- or 2-byte aligned).
         align_mem_eff: DRAM-bandwidth multiplier per step of misalignment (narrow loads).
+        sm_stream_bytes_per_clk: the most one SM streams from memory per clock when few CTAs
+            run (latency-bound: outstanding loads per SM / memory latency). It makes a GEMM
+            with few, long tiles slow, and is why libraries split K for such shapes.
         smooth_q: exponent of the smooth maximum of compute and memory time.
         split_k_s: extra cost of a split-K reduction (second pass over the partial sums).
         power_eff: fraction of peak the whole chip sustains under its power limit, counting
@@ -82,9 +85,11 @@ class ModelParams:
     split_k_s: float
     power_eff: float
     align_mem_eff: float
+    sm_stream_bytes_per_clk: float
 
     FIELDS = ("e_max", "l2_bytes_per_clk_per_sm", "dram_eff", "launch_s", "wave_s",
-              "align_eff", "smooth_q", "split_k_s", "power_eff", "align_mem_eff")
+              "align_eff", "smooth_q", "split_k_s", "power_eff", "align_mem_eff",
+              "sm_stream_bytes_per_clk")
 
 
 class DimAlignment(NamedTuple):
@@ -222,6 +227,7 @@ def _core(xp, b, m, n, k, steps, *, spec: GPUSpec, p: ModelParams, peak_flops: f
     sms = spec.sm_count
     peak_sm = peak_flops / sms
     l2_bw = p.l2_bytes_per_clk_per_sm * sms * spec.boost_clock_mhz * 1e6
+    sm_bw = p.sm_stream_bytes_per_clk * spec.boost_clock_mhz * 1e6
     dram_bw = spec.memory_bandwidth_gbs * 1e9 * p.dram_eff * p.align_mem_eff ** steps
     rate = peak_sm * p.e_max * p.align_eff ** steps  # FLOP/s per SM for this alignment
     chip_rate = peak_flops * p.power_eff * p.align_eff ** steps
@@ -241,7 +247,10 @@ def _core(xp, b, m, n, k, steps, *, spec: GPUSpec, p: ModelParams, peak_flops: f
             last = ctas - (waves - 1) * sms
             mma = 2.0 * tm * tn * kq / rate
             load = rows * kq * e / l2_bw
-            t_waves = ((waves - 1) * xp.maximum(mma, sms * load) + xp.maximum(mma, last * load)
+            # one CTA cannot stream faster than its SM's own memory pipeline allows
+            stream = rows * kq * e / sm_bw
+            t_waves = ((waves - 1) * xp.maximum(xp.maximum(mma, sms * load), stream)
+                       + xp.maximum(xp.maximum(mma, last * load), stream)
                        + waves * p.wave_s)
             # power/clock limit: the whole chip cannot sustain more than power_eff of peak,
             # however the tiles fall into waves (padded tile work counts: it burns power too)
