@@ -6,11 +6,11 @@
 For every (source, GPU, sweep) it prints the number of rows, the median and 90th-percentile
 absolute percentage error of predicted vs measured time, and the Spearman rank correlation.
 Predictions come from the public ``fxshape.predict_matmul`` on the SKU the row is taken for
-(``fxshape.calibration.calibration_sku``). Rows timed on the host wall clock
-(``mean-wall``, ``worst-iteration-wall``) include per-call host overhead that a kernel model
-does not predict; the fitted overhead of that timing method (``measurement`` in
-perf_params.json) is added to the prediction before comparing, and the ``raw med`` column
-shows the error without it. Targets: median <= 5%, p90 <= 15%, Spearman >= 0.98 for every
+(``fxshape.calibration.calibration_sku``). Rows not timed as kernels (``mean-wall``,
+``worst-iteration-wall``, ``reported``) include per-call host overhead that a kernel model does
+not predict; the fitted overhead of that timing method (``measurement`` in perf_params.json)
+is added to the prediction before comparing, and the ``raw med`` column shows the error
+without it. Targets: median <= 5%, p90 <= 15%, Spearman >= 0.98 for every
 group with at least 50 rows.
 """
 

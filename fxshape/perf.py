@@ -47,6 +47,7 @@ __all__ = [
 LAYOUTS = ("nn", "nt", "tn", "tt")
 
 _SPLIT_K = (1, 2, 4, 8, 16)
+_SPLIT_MAX_WAVES = 4  # split-K is considered while tiles x split <= 4 waves
 _K_TILE_BYTES = 64  # depth of one mainloop step: 32 fp16 / 64 fp8 / 16 fp32 elements
 _DEFAULT_PARAMS_PATH = os.path.join(os.path.dirname(__file__), "data", "perf_params.json")
 
@@ -160,6 +161,11 @@ def model_params(gpu, params_path: str | None = None) -> ModelParams:
     """
     spec = get_gpu(gpu)
     path = params_path or os.environ.get("FXSHAPE_PARAMS") or _DEFAULT_PARAMS_PATH
+    return _model_params(spec, path)
+
+
+@functools.lru_cache(maxsize=None)
+def _model_params(spec: GPUSpec, path: str) -> ModelParams:
     data = _load_params(path)
     entry = data["gpus"].get(spec.name)
     if entry is None:
@@ -219,11 +225,14 @@ def _narrow_ok(tm: int, tn: int) -> bool:
 
 def _core(xp, b, m, n, k, steps, *, spec: GPUSpec, p: ModelParams, peak_flops: float,
           e: int, eo: int):
-    """Predicted time for every candidate; returns the best candidate's figures.
+    """Predicted time for every candidate; returns the best candidate's figures
+    ``(time, tile index, split, ctas, waves, compute time, memory time)``.
 
-    Every term is non-decreasing in b, m, n and k, so the minimum over candidates is too:
-    more work in the same alignment class is never predicted faster.
+    Every term is non-decreasing in b, m, n and k, and a larger output never admits more
+    split-K candidates, so the minimum over candidates is non-decreasing too: more work in
+    the same alignment class is never predicted faster.
     """
+    scalar = xp is _SCALAR
     sms = spec.sm_count
     peak_sm = peak_flops / sms
     l2_bw = p.l2_bytes_per_clk_per_sm * sms * spec.boost_clock_mhz * 1e6
@@ -232,37 +241,58 @@ def _core(xp, b, m, n, k, steps, *, spec: GPUSpec, p: ModelParams, peak_flops: f
     rate = peak_sm * p.e_max * p.align_eff ** steps  # FLOP/s per SM for this alignment
     chip_rate = peak_flops * p.power_eff * p.align_eff ** steps
     tk = max(1, _K_TILE_BYTES // e)
+    q, inv_q = p.smooth_q, 1.0 / p.smooth_q
+    wave_s, launch_s, split_k_s = p.wave_s, p.launch_s, p.split_k_s
+    maximum = xp.maximum
     # traffic at 16-byte granularity: a misaligned row costs as much as its padded size
     mp, np_, kp = _pad16(m, e), _pad16(n, e), _pad16(k, e)
     t_mem1 = (b * (mp * kp + kp * np_) * e + b * mp * _pad16(n, eo) * eo) / dram_bw
+    split_bytes = 2.0 * b * mp * np_ * 4  # fp32 partial sums, written and read, per split
 
     best = None
+    best_t = math.inf
     for ti, (tm, tn) in enumerate(spec.tiles):
+        if scalar and steps and not _narrow_ok(tm, tn):
+            continue
         tiles_mn = b * _cdiv(m, tm) * _cdiv(n, tn)
         rows = xp.minimum(mp, tm) + xp.minimum(np_, tn)  # rows of A and B a CTA loads
+        mma_per_k = 2.0 * tm * tn / rate
+        load_per_k = rows * e / l2_bw
+        # one CTA cannot stream faster than its SM's own memory pipeline allows
+        stream_per_k = rows * e / sm_bw
+        power_per_k = 2.0 * tm * tn / chip_rate
         for s in _SPLIT_K:
+            if s > 1:
+                # split-K only while the split CTAs fit in a few waves (as libraries do)
+                allowed = tiles_mn * s <= _SPLIT_MAX_WAVES * sms
+                if scalar and not allowed:
+                    break
             ctas = tiles_mn * s
-            kq = _cdiv(_cdiv(k, s), tk) * tk
-            waves = _cdiv(ctas, sms)
+            kq = -(-(-(-k // s)) // tk) * tk  # ceil(ceil(k / s) / tk) * tk
+            waves = -(-ctas // sms)
             last = ctas - (waves - 1) * sms
-            mma = 2.0 * tm * tn * kq / rate
-            load = rows * kq * e / l2_bw
-            # one CTA cannot stream faster than its SM's own memory pipeline allows
-            stream = rows * kq * e / sm_bw
-            t_waves = ((waves - 1) * xp.maximum(xp.maximum(mma, sms * load), stream)
-                       + xp.maximum(xp.maximum(mma, last * load), stream)
-                       + waves * p.wave_s)
+            mma = mma_per_k * kq
+            load = load_per_k * kq
+            stream = stream_per_k * kq
+            t_waves = ((waves - 1) * maximum(maximum(mma, sms * load), stream)
+                       + maximum(maximum(mma, last * load), stream)
+                       + waves * wave_s)
             # power/clock limit: the whole chip cannot sustain more than power_eff of peak,
             # however the tiles fall into waves (padded tile work counts: it burns power too)
-            t_comp = xp.maximum(t_waves, 2.0 * ctas * tm * tn * kq / chip_rate)
+            t_comp = maximum(t_waves, power_per_k * ctas * kq)
             if s > 1:
-                # fp32 partial sums written and read back once more, and a reduction pass
-                t_mem = t_mem1 + (2.0 * s * b * mp * np_ * 4) / dram_bw
+                t_mem = t_mem1 + s * split_bytes / dram_bw
+                t = (t_comp ** q + t_mem ** q) ** inv_q + launch_s + split_k_s
             else:
                 t_mem = t_mem1
-            t = (t_comp ** p.smooth_q + t_mem ** p.smooth_q) ** (1.0 / p.smooth_q) + p.launch_s
+                t = (t_comp ** q + t_mem ** q) ** inv_q + launch_s
+            if scalar:
+                if t < best_t:
+                    best_t = t
+                    best = (t, ti, s, ctas, waves, t_comp, t_mem)
+                continue
             if s > 1:
-                t = t + p.split_k_s
+                t = xp.where(allowed, t, math.inf)
             if not _narrow_ok(tm, tn):
                 t = xp.where(steps == 0, t, math.inf)
             cand = (t, ti, s, ctas, waves, t_comp, t_mem)

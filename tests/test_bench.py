@@ -191,3 +191,18 @@ def test_validation_on_shared_data_runs_and_is_sane():
         assert math.isfinite(g["median"]) and g["spearman"] > 0.9
     # a regression guard well above the targets: no group's median error beyond 15%
     assert max(g["median"] for g in big) < 0.15
+
+
+@needs_shared
+def test_fit_is_reproducible_for_the_cookbook_a100():
+    # Rerunning the fit on the shared data must give the packaged constants (5 significant
+    # digits, as written). One GPU keeps this to seconds; bench/fit_model.py does them all.
+    import json
+
+    from fxshape.perf import _DEFAULT_PARAMS_PATH
+
+    result = fit_model.fit(only=["a100-sxm4-40gb"])
+    with open(_DEFAULT_PARAMS_PATH) as f:
+        packaged = json.load(f)
+    assert result["gpus"]["a100-sxm4-40gb"] == packaged["gpus"]["a100-sxm4-40gb"]
+    assert result["measurement"]["a100-sxm4-40gb"] == packaged["measurement"]["a100-sxm4-40gb"]
