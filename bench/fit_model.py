@@ -11,7 +11,7 @@ robust (soft-L1) least squares on log(predicted / measured), every sweep weighte
 from a few fixed starting points; the start whose result has the lowest mean absolute log
 error wins. Deterministic: the same data give the same numbers.
 
-Bounds keep constants physical (e.g. launch latency >= 2 us, efficiencies <= 1).
+Bounds keep constants physical (e.g. launch latency 2-10 us, efficiencies <= 1).
 Parameters that a GPU's data cannot identify are taken from a related GPU fitted first
 (``_PLAN`` below), e.g. H100 and A40 data contain no misaligned shapes, so their
 ``align_eff`` comes from the A100 fit. Families without any measured GPU inherit a fitted
@@ -48,7 +48,7 @@ _PLAN = (
     ("a100-sxm4-80gb", _NO_ALIGN, "a100-sxm4-40gb"),
     ("h100-sxm", _NO_ALIGN, "a100-sxm4-40gb"),
     ("a40", _NO_ALIGN, "a100-sxm4-40gb"),
-    ("mi210", ("e_max", "dram_eff", "launch_s"), "mi250x-gcd"),
+    ("mi210", ("e_max", "power_eff", "dram_eff", "launch_s"), "mi250x-gcd"),
 )
 # Families with no measured GPU take the constants of the nearest measured one.
 _FAMILY_FROM = {
@@ -62,7 +62,7 @@ _START = dict(e_max=0.8, l2_bytes_per_clk_per_sm=64.0, dram_eff=0.8, launch_s=5e
               wave_s=2e-6, align_eff=0.7, smooth_q=4.0, split_k_s=3e-6, power_eff=0.8,
               align_mem_eff=0.95, sm_stream_bytes_per_clk=32.0)
 _BOUNDS = dict(e_max=(0.3, 1.0), l2_bytes_per_clk_per_sm=(8.0, 512.0), dram_eff=(0.3, 1.0),
-               launch_s=(2e-6, 1e-4), wave_s=(1e-8, 5e-5), align_eff=(0.2, 1.0),
+               launch_s=(2e-6, 1e-5), wave_s=(1e-8, 5e-5), align_eff=(0.2, 1.0),
                smooth_q=(1.0, 12.0), split_k_s=(1e-8, 1e-4), power_eff=(0.3, 1.0),
                align_mem_eff=(0.5, 1.0), sm_stream_bytes_per_clk=(2.0, 512.0))
 # Starting points tried for every GPU (the objective has kinks where the best tile changes).

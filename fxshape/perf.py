@@ -3,17 +3,18 @@
 Pure functions of (M, N, K, batch, dtype, layout, GPU). The model, in one paragraph
 (docs/model.md has the long version):
 
-For every CTA tile shape the GPU's GEMM library offers, and every split-K factor it could use,
+For every CTA tile shape the GPU's GEMM library offers, and every split-K factor it would use,
 the output is cut into ``ceil(M/tm) * ceil(N/tn)`` tiles per batch (tile quantization), the tiles
 are scheduled over the SMs in waves (wave quantization), and each tile runs its K loop at the
-slower of its tensor-core rate (``e_max`` of the dense peak, reduced when an operand's leading
-dimension is not 16-byte aligned) and its share of the L2-to-SM bandwidth (so small tiles,
-which reuse each byte less, are slower, and a partial last wave runs faster). Each wave pays a
-fixed prologue/epilogue cost. The DRAM time is the minimum traffic over the achievable DRAM
-bandwidth; compute and memory times are combined with a smooth maximum, and a launch latency
-is added. The library is assumed to pick the candidate predicted fastest, as a tuned heuristic
-would. The constants are fitted by ``bench/fit_model.py`` and read from
-``fxshape/data/perf_params.json``.
+slowest of its tensor-core rate (``e_max`` of the dense peak, reduced when an operand's leading
+dimension is not 16-byte aligned), its share of the L2-to-SM bandwidth, and what one SM can
+stream alone. Each wave pays a fixed cost, and the chip as a whole cannot beat its power limit
+(``power_eff`` of peak over all padded tile work). The DRAM time is the minimum traffic, at
+16-byte granularity, over the achievable bandwidth; compute and memory times are combined with
+a smooth maximum, and a launch latency is added. Misaligned shapes can only use the library's
+narrow-vector kernels (large or skinny tiles). The library is assumed to pick the candidate
+predicted fastest, as a tuned heuristic would. The constants are fitted by
+``bench/fit_model.py`` and read from ``fxshape/data/perf_params.json``.
 
 The same core function runs on Python scalars (``predict_matmul``) and on numpy arrays (the fit
 and validation scripts), so the model that is fitted is the model that ships.
@@ -363,7 +364,8 @@ def predict_matmul(m, n, k, *, batch=1, dtype="bf16", gpu="h100", layout="nn",
         raise ValueError(f"unknown layout {layout!r}; accepted: {', '.join(LAYOUTS)}")
     spec = get_gpu(gpu)
     spec.peak_tflops(dkey)  # raises if there is no tensor-core path for dkey
-    return _predict_cached(m, n, k, batch, dkey, spec, layout.lower(), params_path)
+    path = params_path or os.environ.get("FXSHAPE_PARAMS") or _DEFAULT_PARAMS_PATH
+    return _predict_cached(m, n, k, batch, dkey, spec, layout.lower(), path)
 
 
 @functools.lru_cache(maxsize=1 << 18)
