@@ -206,3 +206,20 @@ def test_fit_is_reproducible_for_the_cookbook_a100():
         packaged = json.load(f)
     assert result["gpus"]["a100-sxm4-40gb"] == packaged["gpus"]["a100-sxm4-40gb"]
     assert result["measurement"]["a100-sxm4-40gb"] == packaged["measurement"]["a100-sxm4-40gb"]
+
+
+from hypothesis import given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+
+@settings(max_examples=200, deadline=None)
+@given(m=st.integers(1, 20000), n=st.integers(1, 20000), k=st.integers(1, 20000),
+       b=st.integers(1, 8), gpu=st.sampled_from(["a100", "h100", "v100", "mi250x", "a40"]),
+       layout=st.sampled_from(["nn", "nt", "tn", "tt"]))
+def test_vectorized_equals_scalar_property(m, n, k, b, gpu, layout):
+    # the fit evaluates the numpy path; predict_matmul the scalar path with its shortcuts
+    spec = get_gpu(gpu)
+    vec = predict_times_array(spec, "fp16", np.array([b]), np.array([m]), np.array([n]),
+                              np.array([k]), np.array([layout]), model_params(spec))
+    one = predict_matmul(m, n, k, batch=b, dtype="fp16", gpu=spec, layout=layout).time_s
+    assert vec[0] == pytest.approx(one, rel=1e-12)
