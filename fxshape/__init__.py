@@ -1,12 +1,18 @@
 """fxshape: see how efficiently every matmul in a model runs on a GPU, and why.
 
-Public API so far: the GPU table (:func:`get_gpu`, :func:`list_gpus`) and the GEMM
-performance model (:func:`predict_matmul`).
+Public API: the GPU table (:func:`get_gpu`, :func:`list_gpus`), the GEMM performance model
+(:func:`predict_matmul`), graph capture (:func:`capture`) and the per-GEMM analysis
+(:func:`analyze` -> :class:`Report`), with a registry of per-op GEMM handlers
+(:func:`register_gemm_handler`).
 """
 
+from .analysis import GemmRow, Unsupported, analyze
+from .capture import CaptureError, capture
 from .dtypes import canonical_dtype
 from .gpus import GPUSpec, Peaks, get_gpu, list_gpus
+from .ops import Gemm, register_gemm_handler
 from .perf import DimAlignment, MatmulPrediction, ModelParams, model_params, predict_matmul
+from .report import Report
 
 __all__ = [
     "GPUSpec",
@@ -19,6 +25,14 @@ __all__ = [
     "DimAlignment",
     "ModelParams",
     "model_params",
+    "capture",
+    "CaptureError",
+    "analyze",
+    "Report",
+    "GemmRow",
+    "Unsupported",
+    "Gemm",
+    "register_gemm_handler",
 ]
 
 __version__ = "0.1.0"

@@ -1,4 +1,4 @@
-"""The ``fxshape`` command line: ``fxshape predict ...``, ``fxshape gpus``."""
+"""The ``fxshape`` command line: ``analyze``, ``presets``, ``predict``, ``gpus``."""
 
 from __future__ import annotations
 
@@ -77,6 +77,36 @@ def _cmd_gpus(args) -> int:
     return 0
 
 
+def _cmd_analyze(args) -> int:
+    from .analysis import analyze
+    from .capture import CaptureError
+    from .presets import load_target
+
+    model = load_target(args.target)
+    try:
+        report = analyze(model, gpu=args.gpu, dtype=args.dtype, batch_size=args.batch_size,
+                         seq_len=args.seq_len)
+    except CaptureError as exc:
+        raise ValueError(str(exc).splitlines()[0] + " (see fxshape.capture for details)") \
+            from None
+    if args.format == "json":
+        print(report.to_json())
+    elif args.format == "csv":
+        print(report.to_csv(), end="")
+    elif args.format == "markdown":
+        print(report.to_markdown())
+    else:
+        print(report.table())
+    return 0
+
+
+def _cmd_presets(args) -> int:
+    from .presets import list_presets
+
+    print(tabulate(list_presets(), headers=("preset", "model")))
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="fxshape", description="GEMM shape efficiency on GPUs.")
     sub = ap.add_subparsers(dest="command", metavar="COMMAND")
@@ -96,6 +126,22 @@ def build_parser() -> argparse.ArgumentParser:
                     help="operand layout: nn = torch.mm, nt = F.linear (default nn)")
     pp.add_argument("--json", action="store_true", help="print JSON instead of a table")
     pp.set_defaults(func=_cmd_predict)
+
+    pa = sub.add_parser("analyze", help="predict every GEMM of a model on a GPU",
+                        description="Capture a model (no weights) and print its GEMMs.")
+    pa.add_argument("target", help="preset name (see `fxshape presets`), path to a Hugging "
+                                   "Face config.json, or package.module:factory")
+    pa.add_argument("--gpu", default="h100", help="GPU name or alias (default h100)")
+    pa.add_argument("--dtype", default="bf16", help="dtype the GEMMs run in (default bf16)")
+    pa.add_argument("--batch-size", type=_positive_int, default=None,
+                    help="sequences per batch (default 1)")
+    pa.add_argument("--seq-len", type=_positive_int, default=None,
+                    help="tokens per sequence (default min(1024, max positions))")
+    pa.add_argument("--format", choices=("table", "json", "csv", "markdown"), default="table")
+    pa.set_defaults(func=_cmd_analyze)
+
+    pl = sub.add_parser("presets", help="list the built-in model presets")
+    pl.set_defaults(func=_cmd_presets)
 
     pg = sub.add_parser("gpus", help="list the GPU table")
     pg.set_defaults(func=_cmd_gpus)

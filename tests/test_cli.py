@@ -55,3 +55,66 @@ def test_python_dash_m():
                            "4096", "--k", "4096", "--json"], capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
     assert json.loads(proc.stdout)["k"] == 4096
+
+
+def test_analyze_preset_table(capsys):
+    import pytest
+
+    pytest.importorskip("transformers")
+    assert main(["analyze", "gpt2", "--gpu", "h100", "--seq-len", "128"]) == 0
+    out = capsys.readouterr().out
+    # 12 layers collapse to one row each; the LM head's vocab is flagged
+    assert "transformer.h.*.mlp.c_fc x12" in out
+    assert "N=50257->50264" in out
+    assert "FLOP-weighted efficiency" in out
+
+
+def test_analyze_json_and_csv(capsys):
+    import pytest
+
+    pytest.importorskip("transformers")
+    assert main(["analyze", "bert-base", "--seq-len", "64", "--format", "json"]) == 0
+    d = json.loads(capsys.readouterr().out)
+    assert d["gpu"] == "h100-sxm" and all(r["m"] == 64 for r in d["rows"] if r["op"] == "linear"
+                                          and "pooler" not in r["module"])
+    assert main(["analyze", "bert-base", "--seq-len", "64", "--format", "csv"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].startswith("node,module,module_type,op")
+    assert len(lines) == 1 + len(d["rows"])
+
+
+def test_analyze_bad_targets(capsys, tmp_path):
+    assert main(["analyze", "no-such-model"]) == 2
+    assert "unknown target 'no-such-model'" in capsys.readouterr().err
+    assert main(["analyze", str(tmp_path / "missing" / "config.json")]) == 2
+    assert "config file not found" in capsys.readouterr().err
+    assert main(["analyze", "json:JSONDecoder"]) == 2
+    assert "did not return a torch.nn.Module" in capsys.readouterr().err
+    assert main(["analyze", "json:dumps"]) == 2
+    assert "calling json:dumps() failed: TypeError" in capsys.readouterr().err
+    assert main(["analyze", "no_such_pkg_xyz:f"]) == 2
+    assert "cannot import 'no_such_pkg_xyz'" in capsys.readouterr().err
+    assert main(["analyze", "gpt2", "--gpu", "h300"]) == 2
+    assert "unknown GPU" in capsys.readouterr().err
+
+
+def test_analyze_config_file(tmp_path, capsys):
+    import pytest
+
+    transformers = pytest.importorskip("transformers")
+    cfg = transformers.LlamaConfig(hidden_size=256, intermediate_size=688, num_hidden_layers=2,
+                                   num_attention_heads=4, num_key_value_heads=4,
+                                   vocab_size=1000)
+    cfg.save_pretrained(tmp_path)
+    assert main(["analyze", str(tmp_path / "config.json"), "--seq-len", "32"]) == 0
+    out = capsys.readouterr().out
+    # intermediate 688 = 8 x 86: aligned for bf16 (16 bytes) but not to 64
+    assert "model.layers.*.mlp.down_proj x2" in out
+
+
+def test_presets_listing(capsys):
+    assert main(["presets"]) == 0
+    out = capsys.readouterr().out
+    for name in ("gpt2", "gpt2-xl", "llama-2-7b", "llama-2-70b", "llama-3-8b", "mistral-7b",
+                 "pythia-2.8b", "bert-base", "t5-base", "vit-base", "mixtral-8x7b"):
+        assert name in out

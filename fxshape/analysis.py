@@ -1,0 +1,146 @@
+"""Annotate every matmul-like node of a captured graph with its GEMMs and predicted cost.
+
+``analyze(model)`` captures the model (``fxshape.capture``), asks the op registry
+(``fxshape.ops``) which GEMMs each node runs, predicts each with ``predict_matmul`` and
+stores a tuple of :class:`GemmRow` records on ``node.meta["fxshape"]``. The result is a
+:class:`fxshape.report.Report`.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+import torch
+
+from .capture import capture
+from .dtypes import canonical_dtype
+from .gpus import get_gpu
+from .ops import Gemm, gemms_for_node, looks_like_matmul
+from .perf import MatmulPrediction, predict_matmul
+
+__all__ = ["GemmRow", "Unsupported", "analyze", "annotate", "module_of"]
+
+META_KEY = "fxshape"
+
+
+@dataclass(frozen=True)
+class GemmRow:
+    """One GEMM of one graph node, with its prediction.
+
+    ``flops`` counts the work actually done (``2·batch·M·N·K`` times ``work``, e.g. one half
+    for causal attention) and ``time_s`` is the prediction scaled the same way.
+    """
+
+    node: str
+    module: str
+    module_type: str
+    op: str
+    phase: str
+    batch: int
+    m: int
+    n: int
+    k: int
+    dtype: str
+    layout: str
+    work: float
+    note: str
+    flops: int
+    time_s: float
+    prediction: MatmulPrediction
+
+    @property
+    def efficiency(self) -> float:
+        return self.prediction.efficiency
+
+
+@dataclass(frozen=True)
+class Unsupported:
+    """A node that looks like a matmul but has no handler (reported, never counted as zero)."""
+
+    node: str
+    target: str
+    module: str
+    reason: str
+
+
+def module_of(node: torch.fx.Node) -> tuple[str, str]:
+    """(fully qualified name, class name) of the innermost module that owns ``node``."""
+    stack = node.meta.get("nn_module_stack")
+    if not stack:
+        return "", ""
+    fqn, cls = list(stack.values())[-1]
+    cls = cls if isinstance(cls, str) else getattr(cls, "__name__", str(cls))
+    fqn = re.sub(r"^L\['self'\]\.?", "", str(fqn))
+    return fqn, cls.rsplit(".", 1)[-1]
+
+
+def annotate(gm: torch.fx.GraphModule, *, gpu="h100", dtype=torch.bfloat16,
+             phase: str = "forward"):
+    """Put GEMM rows on every matmul-like node; return (rows, unsupported)."""
+    spec = get_gpu(gpu)
+    dkey = canonical_dtype(dtype)
+    spec.peak_tflops(dkey)
+    rows: list[GemmRow] = []
+    unsupported: list[Unsupported] = []
+    for node in gm.graph.nodes:
+        if node.op != "call_function":
+            continue
+        fqn, cls = module_of(node)
+        try:
+            gemms = gemms_for_node(node)
+        except ValueError as exc:
+            unsupported.append(Unsupported(node.name, str(node.target), fqn, str(exc)))
+            continue
+        if gemms is None:
+            if looks_like_matmul(node.target):
+                unsupported.append(Unsupported(node.name, str(node.target), fqn,
+                                               "no GEMM handler registered"))
+            continue
+        node_rows = tuple(_row(node, g, fqn, cls, phase, dkey, spec) for g in gemms)
+        node.meta[META_KEY] = node_rows
+        rows.extend(node_rows)
+    return rows, unsupported
+
+
+def _row(node, g: Gemm, fqn, cls, phase, dkey, spec) -> GemmRow:
+    p = predict_matmul(max(g.m, 1), max(g.n, 1), max(g.k, 1), batch=max(g.batch, 1),
+                       dtype=dkey, gpu=spec, layout=g.layout)
+    flops = int(round(2 * g.batch * g.m * g.n * g.k * g.work))
+    return GemmRow(node=node.name, module=fqn, module_type=cls, op=g.op, phase=phase,
+                   batch=g.batch, m=g.m, n=g.n, k=g.k, dtype=dkey, layout=g.layout,
+                   work=g.work, note=g.note, flops=flops, time_s=p.time_s * g.work,
+                   prediction=p)
+
+
+def analyze(model, example_inputs=None, example_kwargs=None, *, gpu="h100",
+            dtype=torch.bfloat16, batch_size=None, seq_len=None, mode="inference", tp=1):
+    """Capture ``model`` and predict every GEMM in it on ``gpu``.
+
+    Args:
+        model: an ``nn.Module`` (real or meta parameters; never modified).
+        example_inputs, example_kwargs: forward arguments; synthesized for Hugging Face models
+            (see ``fxshape.capture.example_inputs_for``).
+        gpu: GPU name or alias (default ``"h100"``).
+        dtype: the dtype the GEMMs run in, as under autocast (default ``torch.bfloat16``).
+        batch_size, seq_len: sizes of synthesized inputs.
+        mode: ``"inference"`` (forward GEMMs). ``"train"`` is not implemented yet.
+        tp: tensor-parallel degree; only 1 is implemented yet.
+
+    Returns:
+        A :class:`fxshape.report.Report`.
+    """
+    from .report import Report
+
+    if mode != "inference":
+        raise ValueError(f"mode={mode!r} is not supported yet; accepted: 'inference'")
+    if tp != 1:
+        raise ValueError(f"tp={tp!r} is not supported yet; accepted: 1")
+    spec = get_gpu(gpu)
+    dkey = canonical_dtype(dtype)
+    spec.peak_tflops(dkey)  # fail before capturing
+    gm = capture(model, example_inputs, example_kwargs, batch_size=batch_size,
+                 seq_len=seq_len)
+    rows, unsupported = annotate(gm, gpu=spec, dtype=dkey)
+    return Report(rows=tuple(rows), unsupported=tuple(unsupported), gpu=spec.name,
+                  dtype=dkey, model_name=type(model).__name__, graph_module=gm)

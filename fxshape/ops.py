@@ -1,0 +1,269 @@
+"""One registry of per-op handlers: an FX node -> the GEMMs it runs.
+
+A handler receives the node and returns a list of :class:`Gemm` records in the project's
+convention ``C[batch, M, N] = A[batch, M, K] @ B[batch, K, N]`` (K is the reduction). Handlers
+read shapes from ``node.meta["val"]`` of the node's tensor arguments, never run anything, and
+are pure. Register your own with :func:`register_gemm_handler`::
+
+    @fxshape.register_gemm_handler(torch.ops.mylib.my_mm.default)
+    def _my_mm(node):
+        a, b = input_shapes(node)[:2]
+        return [Gemm("my_mm", 1, a[0], b[1], a[1], "nn")]
+
+A node whose target looks like a matmul (its name mentions mm, matmul, linear, conv, einsum,
+attention or grouped) but has no handler is reported as unsupported by the analysis, never
+silently dropped.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass
+from typing import Callable
+
+import torch
+
+__all__ = ["Gemm", "register_gemm_handler", "gemm_handler", "gemms_for_node", "input_shapes",
+           "looks_like_matmul", "registered_targets"]
+
+aten = torch.ops.aten
+
+
+@dataclass(frozen=True)
+class Gemm:
+    """One GEMM a node runs.
+
+    Attributes:
+        op: short name of the operation (``linear``, ``mm``, ``sdpa.qk``, ...).
+        batch, m, n, k: sizes, ``C[batch, M, N] = A[batch, M, K] @ B[batch, K, N]``.
+        layout: operand storage (``nn``: both row-major; ``nt``: B stored (N, K) as in F.linear).
+        work: fraction of the full GEMM actually computed (0.5 for causal attention).
+        note: why the shape is what it is, when that is not obvious (e.g. MoE routing).
+    """
+
+    op: str
+    batch: int
+    m: int
+    n: int
+    k: int
+    layout: str = "nn"
+    work: float = 1.0
+    note: str = ""
+
+
+Handler = Callable[[torch.fx.Node], "list[Gemm]"]
+_HANDLERS: dict[object, Handler] = {}
+
+
+def _key(target):
+    # handlers registered on an OpOverloadPacket match every overload of it
+    return getattr(target, "overloadpacket", target)
+
+
+def register_gemm_handler(*targets, override: bool = False):
+    """Decorator registering a handler for one or more op targets.
+
+    Raises:
+        ValueError: a target already has a handler (pass ``override=True`` to replace it).
+    """
+
+    def deco(fn: Handler) -> Handler:
+        for t in targets:
+            key = _key(t)
+            if key in _HANDLERS and not override:
+                raise ValueError(f"a GEMM handler for {t} is already registered")
+            _HANDLERS[key] = fn
+        return fn
+
+    return deco
+
+
+def gemm_handler(target):
+    """The handler for ``target``, or None."""
+    return _HANDLERS.get(target) or _HANDLERS.get(_key(target))
+
+
+def registered_targets() -> list[str]:
+    return sorted(str(t) for t in _HANDLERS)
+
+
+_MATMUL_NAME = re.compile(r"(^|[._])(mm|bmm|addmm|matmul|linear|conv|convolution|einsum|"
+                          r"baddbmm|addbmm|attention|grouped|_mm|gemm)", re.IGNORECASE)
+
+
+def looks_like_matmul(target) -> bool:
+    """Does an op's name suggest it multiplies matrices? (For reporting unsupported ops.)"""
+    name = str(target).split("::")[-1]
+    return bool(_MATMUL_NAME.search(name)) or "mm" in name.split(".")[-2:-1]
+
+
+def gemms_for_node(node: torch.fx.Node):
+    """GEMMs a node runs: a list, or None when the node has no handler."""
+    if node.op != "call_function":
+        return None
+    h = gemm_handler(node.target)
+    if h is None:
+        return None
+    return h(node)
+
+
+# ---------------------------------------------------------------------------------------
+# helpers
+# ---------------------------------------------------------------------------------------
+
+def _shape(arg):
+    val = arg.meta.get("val") if isinstance(arg, torch.fx.Node) else None
+    if val is None or not hasattr(val, "shape"):
+        return None
+    return tuple(val.shape)
+
+
+def input_shapes(node: torch.fx.Node):
+    """Shapes of the node's positional tensor arguments (None for non-tensors)."""
+    return [_shape(a) for a in node.args]
+
+
+def _prod(xs):
+    return math.prod(xs) if xs else 1
+
+
+def _require(shapes, n, node):
+    if len(shapes) < n or any(s is None for s in shapes[:n]):
+        raise ValueError(f"{node.target}: missing shape metadata on its inputs")
+    return shapes[:n]
+
+
+# ---------------------------------------------------------------------------------------
+# handlers
+# ---------------------------------------------------------------------------------------
+
+@register_gemm_handler(aten.linear)
+def _linear(node):
+    x, w = _require(input_shapes(node), 2, node)
+    # x[..., K] @ w[N, K]^T: every leading dimension of x is a token
+    return [Gemm("linear", 1, _prod(x[:-1]), w[0], w[1], "nt")]
+
+
+@register_gemm_handler(aten.mm)
+def _mm(node):
+    a, b = _require(input_shapes(node), 2, node)
+    return [Gemm("mm", 1, a[0], b[1], a[1], "nn")]
+
+
+@register_gemm_handler(aten.addmm)
+def _addmm(node):
+    _, a, b = _require(input_shapes(node), 3, node)
+    return [Gemm("addmm", 1, a[0], b[1], a[1], "nn")]
+
+
+@register_gemm_handler(aten.bmm)
+def _bmm(node):
+    a, b = _require(input_shapes(node), 2, node)
+    return [Gemm("bmm", a[0], a[1], b[2], a[2], "nn")]
+
+
+@register_gemm_handler(aten.baddbmm)
+def _baddbmm(node):
+    _, a, b = _require(input_shapes(node), 3, node)
+    return [Gemm("baddbmm", a[0], a[1], b[2], a[2], "nn")]
+
+
+@register_gemm_handler(aten.matmul)
+def _matmul(node):
+    a, b = _require(input_shapes(node), 2, node)
+    if len(a) == 1 and len(b) == 1:  # dot product
+        return [Gemm("matmul", 1, 1, 1, a[0], "nn")]
+    if len(b) == 1:  # matrix-vector: A[..., M, K] @ v[K]
+        return [Gemm("matmul", 1, _prod(a[:-1]), 1, a[-1], "nn")]
+    if len(a) == 1:  # vector-matrix: v[K] @ B[..., K, N]
+        return [Gemm("matmul", _prod(b[:-2]), 1, b[-1], b[-2], "nn")]
+    if len(b) == 2:  # batch dims of A fold into M
+        return [Gemm("matmul", 1, _prod(a[:-1]), b[1], a[-1], "nn")]
+    batch = torch.broadcast_shapes(tuple(a[:-2]), tuple(b[:-2]))
+    return [Gemm("matmul", _prod(batch), a[-2], b[-1], a[-1], "nn")]
+
+
+@register_gemm_handler(aten.scaled_dot_product_attention)
+def _sdpa(node):
+    q, k, v = _require(input_shapes(node), 3, node)
+    causal = bool(node.kwargs.get("is_causal", node.args[5] if len(node.args) > 5 else False))
+    bh = _prod(q[:-2])  # batch x heads (grouped-query K/V heads are broadcast to q's heads)
+    sq, d = q[-2], q[-1]
+    sk, dv = k[-2], v[-1]
+    work = 0.5 if causal else 1.0
+    note = "causal: half the blocks" if causal else ""
+    return [Gemm("sdpa.qk", bh, sq, sk, d, "nt", work, note),
+            Gemm("sdpa.pv", bh, sq, dv, sk, "nn", work, note)]
+
+
+@register_gemm_handler(aten.convolution, aten.conv1d, aten.conv2d, aten.conv3d)
+def _conv(node):
+    shapes = input_shapes(node)
+    x, w = _require(shapes, 2, node)
+    out = tuple(node.meta["val"].shape)
+    if node.target in (aten.convolution.default,):
+        groups = node.args[8] if len(node.args) > 8 else 1
+        transposed = bool(node.args[6]) if len(node.args) > 6 else False
+    else:
+        groups = node.args[6] if len(node.args) > 6 else node.kwargs.get("groups", 1)
+        transposed = False
+    if transposed:
+        raise ValueError(f"{node.target}: transposed convolutions are not supported")
+    # implicit GEMM: M = batch x output pixels, N = out channels / groups,
+    # K = in channels / groups x kernel elements; one GEMM per group
+    m = out[0] * _prod(out[2:])
+    n = w[0] // groups
+    k = w[1] * _prod(w[2:])
+    return [Gemm("conv", groups, m, n, k, "nt")]
+
+
+_EINSUM_TERM = re.compile(r"^[a-zA-Z]*$")
+
+
+@register_gemm_handler(aten.einsum)
+def _einsum(node):
+    eq = node.args[0].replace(" ", "")
+    operands = node.args[1]
+    shapes = [_shape(o) for o in operands]
+    if "->" not in eq or len(shapes) != 2 or any(s is None for s in shapes):
+        raise ValueError(f"einsum {eq!r}: only two-operand equations with '->' are supported")
+    lhs, out = eq.split("->")
+    ta, tb = lhs.split(",")
+    if not all(_EINSUM_TERM.match(t) for t in (ta, tb, out)) or "." in eq:
+        raise ValueError(f"einsum {eq!r}: ellipsis is not supported")
+    size = {}
+    for term, shape in ((ta, shapes[0]), (tb, shapes[1])):
+        for ch, s in zip(term, shape):
+            size[ch] = max(size.get(ch, 1), s)
+    batch = [c for c in out if c in ta and c in tb]
+    m = [c for c in out if c in ta and c not in tb]
+    n = [c for c in out if c in tb and c not in ta]
+    k = [c for c in ta if c in tb and c not in out]
+    return [Gemm("einsum", _prod([size[c] for c in batch]), _prod([size[c] for c in m]),
+                 _prod([size[c] for c in n]), _prod([size[c] for c in k]), "nn",
+                 note=f"einsum {eq}")]
+
+
+def _grouped(node, name):
+    x, w = _require(input_shapes(node), 2, node)
+    experts = w[0]
+    rows = x[0]
+    # routing decides each expert's M at run time; assume balanced routing
+    m = max(1, -(-rows // experts))
+    return [Gemm(name, experts, m, w[2], w[1], "nn",
+                 note=f"MoE: {rows} routed rows over {experts} experts, balanced routing assumed")]
+
+
+if hasattr(aten, "_grouped_mm"):
+    @register_gemm_handler(aten._grouped_mm)
+    def _aten_grouped_mm(node):
+        return _grouped(node, "grouped_mm")
+
+
+def register_transformers_ops() -> None:
+    """Handlers for ops that the ``transformers`` package registers (if it is imported)."""
+    ns = getattr(torch.ops, "transformers", None)
+    op = getattr(ns, "grouped_mm_fallback", None) if ns is not None else None
+    if op is not None and gemm_handler(op) is None:
+        register_gemm_handler(op)(lambda node: _grouped(node, "grouped_mm"))

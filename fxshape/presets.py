@@ -1,0 +1,144 @@
+"""Built-in model presets: published configuration values, built on the meta device.
+
+No weights are downloaded or allocated; each preset needs the ``hf`` extra (transformers).
+``fxshape presets`` lists them. The values are those of the models' published ``config.json``
+files (Hugging Face Hub model cards), restated here so that nothing is fetched.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import os
+
+import torch
+
+__all__ = ["PRESETS", "list_presets", "build_preset", "load_target"]
+
+# name -> (config class, model class, config kwargs, description)
+PRESETS = {
+    "gpt2": ("GPT2Config", "GPT2LMHeadModel", {}, "GPT-2 124M (vocab 50257)"),
+    "gpt2-medium": ("GPT2Config", "GPT2LMHeadModel",
+                    dict(n_embd=1024, n_layer=24, n_head=16), "GPT-2 355M"),
+    "gpt2-large": ("GPT2Config", "GPT2LMHeadModel",
+                   dict(n_embd=1280, n_layer=36, n_head=20), "GPT-2 774M"),
+    "gpt2-xl": ("GPT2Config", "GPT2LMHeadModel",
+                dict(n_embd=1600, n_layer=48, n_head=25), "GPT-2 1.5B"),
+    "llama-2-7b": ("LlamaConfig", "LlamaForCausalLM",
+                   dict(hidden_size=4096, intermediate_size=11008, num_hidden_layers=32,
+                        num_attention_heads=32, num_key_value_heads=32, vocab_size=32000,
+                        max_position_embeddings=4096), "Llama-2 7B"),
+    "llama-2-70b": ("LlamaConfig", "LlamaForCausalLM",
+                    dict(hidden_size=8192, intermediate_size=28672, num_hidden_layers=80,
+                         num_attention_heads=64, num_key_value_heads=8, vocab_size=32000,
+                         max_position_embeddings=4096), "Llama-2 70B (GQA, 8 KV heads)"),
+    "llama-3-8b": ("LlamaConfig", "LlamaForCausalLM",
+                   dict(hidden_size=4096, intermediate_size=14336, num_hidden_layers=32,
+                        num_attention_heads=32, num_key_value_heads=8, vocab_size=128256,
+                        max_position_embeddings=8192, rope_theta=500000.0),
+                   "Llama-3 8B (GQA, 8 KV heads)"),
+    "mistral-7b": ("MistralConfig", "MistralForCausalLM",
+                   dict(hidden_size=4096, intermediate_size=14336, num_hidden_layers=32,
+                        num_attention_heads=32, num_key_value_heads=8, vocab_size=32000,
+                        max_position_embeddings=32768, sliding_window=4096), "Mistral 7B v0.1"),
+    "qwen2-7b": ("Qwen2Config", "Qwen2ForCausalLM",
+                 dict(hidden_size=3584, intermediate_size=18944, num_hidden_layers=28,
+                      num_attention_heads=28, num_key_value_heads=4, vocab_size=152064,
+                      max_position_embeddings=32768), "Qwen2 7B"),
+    "pythia-2.8b": ("GPTNeoXConfig", "GPTNeoXForCausalLM",
+                    dict(hidden_size=2560, intermediate_size=10240, num_hidden_layers=32,
+                         num_attention_heads=32, vocab_size=50304, max_position_embeddings=2048,
+                         rotary_pct=0.25), "Pythia 2.8B (head_dim 80)"),
+    "bert-base": ("BertConfig", "BertModel", {}, "BERT-base uncased (max 512 positions)"),
+    "t5-base": ("T5Config", "T5ForConditionalGeneration",
+                dict(d_model=768, d_ff=3072, num_layers=12, num_heads=12, d_kv=64,
+                     vocab_size=32128), "T5-base (encoder-decoder)"),
+    "vit-base": ("ViTConfig", "ViTModel", {}, "ViT-B/16, 224x224"),
+    "mixtral-8x7b": ("MixtralConfig", "MixtralForCausalLM",
+                     dict(hidden_size=4096, intermediate_size=14336, num_hidden_layers=32,
+                          num_attention_heads=32, num_key_value_heads=8, vocab_size=32000,
+                          max_position_embeddings=32768, num_local_experts=8,
+                          num_experts_per_tok=2), "Mixtral 8x7B (MoE, top-2 of 8)"),
+}
+
+
+def list_presets() -> list[tuple[str, str]]:
+    return [(name, PRESETS[name][3]) for name in sorted(PRESETS)]
+
+
+def _transformers():
+    try:
+        return importlib.import_module("transformers")
+    except ImportError:
+        raise ValueError("this target needs the Hugging Face extra: pip install "
+                         "'fxshape[hf]'") from None
+
+
+def build_preset(name: str) -> torch.nn.Module:
+    """Build a preset on the meta device (no weights in memory)."""
+    key = name.strip().lower()
+    if key not in PRESETS:
+        raise ValueError(f"unknown preset {name!r}; known: {', '.join(sorted(PRESETS))}")
+    cfg_cls, model_cls, kwargs, _ = PRESETS[key]
+    tf = _transformers()
+    cfg = getattr(tf, cfg_cls)(**kwargs)
+    with torch.device("meta"):
+        model = getattr(tf, model_cls)(cfg)
+    return model.eval()
+
+
+def _from_config_file(path: str) -> torch.nn.Module:
+    tf = _transformers()
+    if os.path.isdir(path):
+        path = os.path.join(path, "config.json")
+    if not os.path.isfile(path):
+        raise ValueError(f"config file not found: {path}")
+    try:
+        with open(path) as f:
+            data = json.load(f)
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"{path} is not valid JSON: {exc}") from None
+    if "model_type" not in data:
+        raise ValueError(f"{path} has no 'model_type': not a Hugging Face config")
+    cfg = tf.AutoConfig.for_model(**data)
+    with torch.device("meta"):
+        for auto in ("AutoModelForCausalLM", "AutoModelForSeq2SeqLM", "AutoModel"):
+            try:
+                return getattr(tf, auto).from_config(cfg).eval()
+            except ValueError:
+                continue
+    raise ValueError(f"no transformers model class for model_type {data['model_type']!r}")
+
+
+def _from_factory(spec: str) -> torch.nn.Module:
+    mod_name, _, attr = spec.partition(":")
+    try:
+        mod = importlib.import_module(mod_name)
+    except ImportError as exc:
+        raise ValueError(f"cannot import {mod_name!r}: {exc}") from None
+    if not hasattr(mod, attr):
+        raise ValueError(f"{mod_name!r} has no attribute {attr!r}")
+    obj = getattr(mod, attr)
+    model = obj
+    if callable(obj) and not isinstance(obj, torch.nn.Module):
+        try:
+            model = obj()
+        except Exception as exc:  # noqa: BLE001 - the user's factory: say what went wrong
+            raise ValueError(f"calling {spec}() failed: {type(exc).__name__}: {exc}") from None
+    if not isinstance(model, torch.nn.Module):
+        raise ValueError(f"{spec} did not return a torch.nn.Module (got "
+                         f"{type(model).__name__})")
+    return model
+
+
+def load_target(target: str) -> torch.nn.Module:
+    """A preset name, a path to a Hugging Face ``config.json`` (or its folder), or
+    ``package.module:factory`` returning an ``nn.Module``."""
+    if target.strip().lower() in PRESETS:
+        return build_preset(target)
+    if target.endswith(".json") or os.path.isdir(target) or os.sep in target:
+        return _from_config_file(target)
+    if ":" in target:
+        return _from_factory(target)
+    raise ValueError(f"unknown target {target!r}: expected a preset ({', '.join(sorted(PRESETS))}),"
+                     " a path to a config.json, or package.module:factory")

@@ -1,0 +1,194 @@
+"""Reports: per-GEMM rows, collapsed tables, JSON / CSV / Markdown / networkx views.
+
+The only module that imports tabulate. Output is deterministic: the same model and options
+give byte-identical JSON.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import re
+from collections import OrderedDict
+from dataclasses import dataclass, field
+
+from tabulate import tabulate
+
+from .gpus import get_gpu
+
+__all__ = ["Report"]
+
+_LAYER_INDEX = re.compile(r"(?<=\.)\d+(?=\.|$)")
+
+
+def _pattern(module: str) -> str:
+    """``model.layers.7.mlp.down_proj`` -> ``model.layers.*.mlp.down_proj``."""
+    return _LAYER_INDEX.sub("*", module)
+
+
+def _flag(row) -> str:
+    bad = [a for a in row.prediction.alignment if a.status == "misaligned" and a.leading]
+    return ", ".join(f"{a.dim}={a.size}->{a.next_aligned}" for a in bad)
+
+
+@dataclass(frozen=True)
+class Report:
+    """What ``fxshape.analyze`` found. ``rows``: one record per GEMM node (not collapsed)."""
+
+    rows: tuple
+    unsupported: tuple
+    gpu: str
+    dtype: str
+    model_name: str = ""
+    graph_module: object = field(default=None, compare=False, repr=False)
+
+    # -- totals ---------------------------------------------------------------------------
+    @property
+    def total_time_s(self) -> float:
+        return sum(r.time_s for r in self.rows)
+
+    @property
+    def total_flops(self) -> int:
+        return sum(r.flops for r in self.rows)
+
+    @property
+    def efficiency(self) -> float:
+        """FLOP-weighted efficiency: achieved GEMM FLOP/s over the dtype's dense peak."""
+        if not self.rows or self.total_time_s == 0:
+            return 0.0
+        peak = get_gpu(self.gpu).peak_tflops(self.dtype) * 1e12
+        return self.total_flops / self.total_time_s / peak
+
+    # -- grouping -------------------------------------------------------------------------
+    def groups(self):
+        """Distinct GEMMs with repeated layers collapsed, sorted by predicted time share."""
+        acc: "OrderedDict[tuple, list]" = OrderedDict()
+        for r in self.rows:
+            key = (_pattern(r.module), r.op, r.phase, r.batch, r.m, r.n, r.k, r.layout)
+            acc.setdefault(key, []).append(r)
+        out = []
+        total = self.total_time_s or 1.0
+        for key, rs in acc.items():
+            t = sum(r.time_s for r in rs)
+            out.append(dict(module=key[0] or "(top)", op=key[1], phase=key[2], count=len(rs),
+                            row=rs[0], time_s=t, share=t / total))
+        out.sort(key=lambda g: (-g["time_s"], g["module"], g["op"]))
+        return out
+
+    # -- views ----------------------------------------------------------------------------
+    def table(self, fmt: str = "simple") -> str:
+        """The collapsed per-GEMM table plus a summary, as text (tabulate format ``fmt``)."""
+        if not self.rows:
+            msg = f"{self.model_name or 'model'}: no matmuls found"
+            return msg + self._unsupported_text()
+        head = ("module", "op", "phase", "count", "M", "N", "K", "batch", "tile", "tile eff",
+                "waves", "wave eff", "TFLOP/s", "% peak", "time %", "misaligned")
+        body = []
+        for g in self.groups():
+            r = g["row"]
+            p = r.prediction
+            name = g["module"] + (f" x{g['count']}" if g["count"] > 1 else "")
+            body.append((name, r.op, r.phase, g["count"], r.m, r.n, r.k, r.batch,
+                         f"{p.tile[0]}x{p.tile[1]}" + (f"/s{p.split_k}" if p.split_k > 1 else ""),
+                         f"{100 * p.tile_efficiency:.0f}%", p.waves,
+                         f"{100 * p.wave_efficiency:.0f}%", f"{p.tflops:.0f}",
+                         f"{100 * p.efficiency:.0f}%", f"{100 * g['share']:.1f}",
+                         _flag(r)))
+        text = tabulate(body, headers=head, tablefmt=fmt, disable_numparse=True)
+        return text + "\n\n" + self.summary() + self._unsupported_text()
+
+    def summary(self) -> str:
+        lines = [
+            f"GPU {self.gpu}, GEMMs in {self.dtype}: {len(self.rows)} GEMMs, "
+            f"{self.total_flops / 1e12:.3f} TFLOP, predicted GEMM time "
+            f"{self.total_time_s * 1e3:.3f} ms, FLOP-weighted efficiency "
+            f"{100 * self.efficiency:.1f}% of dense peak",
+        ]
+        offenders = [g for g in self.groups() if _flag(g["row"])][:3]
+        if offenders:
+            lines.append("top offenders (misaligned): " + "; ".join(
+                f"{g['module']} {g['op']} ({_flag(g['row'])}, {100 * g['share']:.1f}% of time)"
+                for g in offenders))
+        return "\n".join(lines)
+
+    def _unsupported_text(self) -> str:
+        if not self.unsupported:
+            return ""
+        items = "; ".join(f"{u.node} ({u.target}{', ' + u.module if u.module else ''}): "
+                          f"{u.reason}" for u in self.unsupported)
+        return f"\nunsupported matmul-like ops (not counted): {items}"
+
+    def __str__(self) -> str:
+        return self.table()
+
+    def to_markdown(self) -> str:
+        return self.table(fmt="github")
+
+    def to_dict(self) -> dict:
+        return {
+            "model": self.model_name,
+            "gpu": self.gpu,
+            "dtype": self.dtype,
+            "total_flops": self.total_flops,
+            "total_time_s": self.total_time_s,
+            "efficiency": self.efficiency,
+            "rows": [_row_dict(r) for r in self.rows],
+            "unsupported": [u.__dict__ for u in self.unsupported],
+        }
+
+    def to_json(self, indent: int = 2) -> str:
+        return json.dumps(self.to_dict(), indent=indent, sort_keys=True)
+
+    def to_csv(self) -> str:
+        buf = io.StringIO()
+        cols = ("node", "module", "module_type", "op", "phase", "batch", "m", "n", "k", "dtype",
+                "layout", "work", "flops", "time_s", "tflops", "efficiency", "tile",
+                "tile_efficiency", "waves", "wave_efficiency", "bound", "misaligned", "note")
+        w = csv.writer(buf, lineterminator="\n")
+        w.writerow(cols)
+        for r in self.rows:
+            d = _row_dict(r)
+            w.writerow([d[c] for c in cols])
+        return buf.getvalue()
+
+    def to_networkx(self):
+        """The matmul dataflow graph: one node per GEMM node, an edge where one's output
+        reaches another through non-matmul ops. Node attributes: the GemmRow records."""
+        import networkx as nx
+
+        g = nx.DiGraph()
+        by_node: dict[str, list] = {}
+        for r in self.rows:
+            by_node.setdefault(r.node, []).append(r)
+        for name, rs in by_node.items():
+            g.add_node(name, rows=tuple(rs), module=rs[0].module, op=rs[0].op)
+        gm = self.graph_module
+        if gm is None:
+            return g
+        nodes = {n.name: n for n in gm.graph.nodes}
+        for name in by_node:
+            seen, stack = set(), list(nodes[name].users)
+            while stack:
+                u = stack.pop()
+                if u.name in seen:
+                    continue
+                seen.add(u.name)
+                if u.name in by_node:
+                    g.add_edge(name, u.name)
+                else:
+                    stack.extend(u.users)
+        return g
+
+
+def _row_dict(r) -> dict:
+    p = r.prediction
+    return {
+        "node": r.node, "module": r.module, "module_type": r.module_type, "op": r.op,
+        "phase": r.phase, "batch": r.batch, "m": r.m, "n": r.n, "k": r.k, "dtype": r.dtype,
+        "layout": r.layout, "work": r.work, "flops": r.flops, "time_s": r.time_s,
+        "tflops": p.tflops, "efficiency": p.efficiency, "tile": f"{p.tile[0]}x{p.tile[1]}",
+        "tile_efficiency": p.tile_efficiency, "waves": p.waves,
+        "wave_efficiency": p.wave_efficiency, "bound": p.bound, "misaligned": _flag(r),
+        "note": r.note,
+    }

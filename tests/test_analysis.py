@@ -1,0 +1,226 @@
+"""Capture and analysis on real model families, expectations computed from their configs."""
+
+import json
+from collections import Counter
+
+import pytest
+import torch
+
+import fxshape
+from fxshape import CaptureError, analyze, capture
+from fxshape.analysis import META_KEY
+
+from models import MLP, EinsumBmm, NanoGPT, NoMatmul
+
+transformers = pytest.importorskip("transformers")
+
+
+def _shapes(report, op=None):
+    """Counter of (module pattern, op, batch, M, N, K) over all rows."""
+    import re
+
+    return Counter((re.sub(r"\.\d+(?=\.|$)", ".*", r.module), r.op, r.batch, r.m, r.n, r.k)
+                   for r in report.rows if op is None or r.op == op)
+
+
+# ---------------------------------------------------------------------------------------
+# plain modules
+# ---------------------------------------------------------------------------------------
+
+def test_mlp_real_weights_untouched():
+    torch.manual_seed(0)
+    model = MLP()
+    model.train()
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    x = torch.randn(32, 64)
+    rep = analyze(model, (x,), gpu="a100", dtype="fp16")
+    # fc1: M = 32 tokens, K = 64 in, N = 200 out; fc2: M = 32, K = 200, N = 10
+    assert _shapes(rep) == Counter({("fc1", "linear", 1, 32, 200, 64): 1,
+                                    ("fc2", "linear", 1, 32, 10, 200): 1})
+    assert model.training  # flag restored
+    for k, v in model.state_dict().items():
+        assert torch.equal(v, before[k]) and v.device.type == "cpu"
+    # 2 * (32*200*64 + 32*10*200) = 947200
+    assert rep.total_flops == 947_200
+    assert rep.total_time_s == pytest.approx(sum(r.prediction.time_s for r in rep.rows))
+
+
+def test_nanogpt_on_meta_device():
+    with torch.device("meta"):
+        model = NanoGPT(vocab_size=50257, n_layer=2, n_head=4, n_embd=128)
+    idx = torch.zeros(2, 256, dtype=torch.long)
+    rep = analyze(model, (idx,), gpu="h100")
+    tokens = 2 * 256  # batch x seq
+    s = _shapes(rep)
+    assert s[("h.*.attn.c_attn", "linear", 1, tokens, 384, 128)] == 2  # 3 x 128
+    assert s[("h.*.attn.c_proj", "linear", 1, tokens, 128, 128)] == 2
+    assert s[("h.*.c_fc", "linear", 1, tokens, 512, 128)] == 2  # 4 x 128
+    assert s[("h.*.c_proj", "linear", 1, tokens, 128, 512)] == 2
+    assert s[("lm_head", "linear", 1, tokens, 50257, 128)] == 1
+    # attention: batch x heads = 8, head_dim = 32; causal -> half the work
+    assert s[("h.*.attn", "sdpa.qk", 8, 256, 256, 32)] == 2
+    assert s[("h.*.attn", "sdpa.pv", 8, 256, 32, 256)] == 2
+    qk = [r for r in rep.rows if r.op == "sdpa.qk"][0]
+    assert qk.work == 0.5 and qk.flops == 2 * 8 * 256 * 256 * 32 // 2
+    lm = [r for r in rep.rows if r.module == "lm_head"][0]
+    assert "N=50257->50264" in str(rep)
+    assert lm.prediction.alignment[1].status == "misaligned"
+
+
+def test_matmul_flavours():
+    a, b, c = torch.randn(4, 16, 24), torch.randn(4, 24, 40), torch.randn(40, 8)
+    rep = analyze(EinsumBmm(), (a, b, c), gpu="h100")
+    ops = {r.op: (r.batch, r.m, r.n, r.k) for r in rep.rows}
+    assert ops["einsum"] == (4, 16, 40, 24)  # bij,bjk->bik
+    assert ops["matmul"] == (1, 4 * 16, 8, 40) or ops.get("mm") == (1, 64, 8, 40)
+    assert ops["bmm"] == (4, 16, 16, 8)  # y[4,16,8] @ y^T[4,8,16]
+
+
+def test_no_matmul_report_says_so():
+    rep = analyze(NoMatmul(), (torch.randn(3, 3),))
+    assert rep.rows == () and "no matmuls found" in str(rep)
+    assert rep.total_time_s == 0 and rep.efficiency == 0
+
+
+def test_non_hf_model_without_inputs_is_rejected():
+    with pytest.raises(ValueError, match="pass example_inputs"):
+        analyze(MLP())
+
+
+def test_capture_error_names_the_paths():
+    class Broken(torch.nn.Module):
+        def forward(self, x):
+            raise RuntimeError("boom in forward")
+
+    with pytest.raises(CaptureError) as exc:
+        capture(Broken(), (torch.randn(2),))
+    msg = str(exc.value)
+    assert "Broken" in msg and "torch.export (non-strict)" in msg and "boom in forward" in msg
+    assert "hint:" in msg
+
+
+def test_bad_arguments():
+    with pytest.raises(ValueError, match="unknown GPU"):
+        analyze(MLP(), (torch.randn(2, 64),), gpu="h300")
+    with pytest.raises(ValueError, match="unknown dtype"):
+        analyze(MLP(), (torch.randn(2, 64),), dtype="int4")
+    with pytest.raises(ValueError, match="expected a torch.nn.Module"):
+        capture(lambda x: x, (torch.randn(2),))
+
+
+def test_meta_annotations_and_networkx():
+    rep = analyze(MLP(), (torch.randn(8, 64),))
+    gm = rep.graph_module
+    annotated = [n for n in gm.graph.nodes if META_KEY in n.meta]
+    assert len(annotated) == 2
+    assert all(isinstance(r, fxshape.GemmRow) for n in annotated for r in n.meta[META_KEY])
+    g = rep.to_networkx()
+    assert g.number_of_nodes() == 2 and g.number_of_edges() == 1  # fc1 -> relu -> fc2
+
+
+def test_custom_handler_registration():
+    with pytest.raises(ValueError, match="already registered"):
+        fxshape.register_gemm_handler(torch.ops.aten.mm)(lambda n: [])
+
+
+# ---------------------------------------------------------------------------------------
+# Hugging Face models from their configs (small layer counts keep the tests fast; sizes real)
+# ---------------------------------------------------------------------------------------
+
+def _meta(model_cls, cfg):
+    with torch.device("meta"):
+        return model_cls(cfg)
+
+
+def test_gpt2():
+    cfg = transformers.GPT2Config(n_layer=2)  # 768 wide, 12 heads, vocab 50257
+    rep = analyze(_meta(transformers.GPT2LMHeadModel, cfg), seq_len=128, batch_size=2)
+    t = 2 * 128
+    s = _shapes(rep)
+    # GPT-2's Conv1D is addmm with the weight stored (in, out)
+    assert s[("transformer.h.*.attn.c_attn", "addmm", 1, t, 3 * 768, 768)] == 2
+    assert s[("transformer.h.*.attn.c_proj", "addmm", 1, t, 768, 768)] == 2
+    assert s[("transformer.h.*.mlp.c_fc", "addmm", 1, t, 3072, 768)] == 2
+    assert s[("transformer.h.*.mlp.c_proj", "addmm", 1, t, 768, 3072)] == 2
+    assert s[("lm_head", "linear", 1, t, 50257, 768)] == 1
+    # attention: batch 2 x 12 heads, head_dim 64
+    assert s[("transformer.h.*.attn", "sdpa.qk", 24, 128, 128, 64)] == 2
+    assert s[("transformer.h.*.attn", "sdpa.pv", 24, 128, 64, 128)] == 2
+    assert not rep.unsupported
+
+
+def test_default_inputs_respect_max_positions():
+    cfg = transformers.BertConfig(num_hidden_layers=1)
+    model = _meta(transformers.BertModel, cfg)
+    rep = analyze(model)  # default seq_len = min(1024, 512)
+    q = [r for r in rep.rows if r.module.endswith("attention.self.query")][0]
+    assert q.m == 512 and (q.n, q.k) == (768, 768)
+    with pytest.raises(ValueError, match="max_position_embeddings"):
+        analyze(model, seq_len=1024)
+
+
+def test_llama_gqa():
+    cfg = transformers.LlamaConfig(hidden_size=4096, intermediate_size=14336,
+                                   num_hidden_layers=1, num_attention_heads=32,
+                                   num_key_value_heads=8, vocab_size=128256)
+    rep = analyze(_meta(transformers.LlamaForCausalLM, cfg), seq_len=256)
+    s = _shapes(rep)
+    # head_dim = 4096 / 32 = 128; K/V projections: 8 KV heads x 128 = 1024
+    assert s[("model.layers.*.self_attn.q_proj", "linear", 1, 256, 4096, 4096)] == 1
+    assert s[("model.layers.*.self_attn.k_proj", "linear", 1, 256, 1024, 4096)] == 1
+    assert s[("model.layers.*.self_attn.v_proj", "linear", 1, 256, 1024, 4096)] == 1
+    assert s[("model.layers.*.self_attn.o_proj", "linear", 1, 256, 4096, 4096)] == 1
+    assert s[("model.layers.*.mlp.gate_proj", "linear", 1, 256, 14336, 4096)] == 1
+    assert s[("model.layers.*.mlp.up_proj", "linear", 1, 256, 14336, 4096)] == 1
+    assert s[("model.layers.*.mlp.down_proj", "linear", 1, 256, 4096, 14336)] == 1
+    assert s[("lm_head", "linear", 1, 256, 128256, 4096)] == 1
+    # attention runs over the 32 query heads (KV heads are repeated)
+    assert s[("model.layers.*.self_attn", "sdpa.qk", 32, 256, 256, 128)] == 1
+
+
+def test_t5_encoder_decoder():
+    cfg = transformers.T5Config(num_layers=1, num_decoder_layers=1)  # t5-small sizes
+    rep = analyze(_meta(transformers.T5ForConditionalGeneration, cfg), seq_len=64)
+    d, dff, h, dkv = cfg.d_model, cfg.d_ff, cfg.num_heads, cfg.d_kv
+    s = _shapes(rep)
+    assert s[("encoder.block.*.layer.*.SelfAttention.q", "linear", 1, 64, h * dkv, d)] == 1
+    assert s[("decoder.block.*.layer.*.EncDecAttention.k", "linear", 1, 64, h * dkv, d)] == 1
+    assert s[("encoder.block.*.layer.*.DenseReluDense.wi", "linear", 1, 64, dff, d)] == 1
+    assert s[("lm_head", "linear", 1, 64, cfg.vocab_size, d)] == 1
+    # self-attention in encoder and decoder plus cross-attention: 3 attention calls
+    assert sum(1 for r in rep.rows if r.op == "sdpa.qk") == 3
+
+
+def test_vit_conv_patch_embedding():
+    cfg = transformers.ViTConfig(num_hidden_layers=1)  # 224 px, patch 16, 768 wide
+    rep = analyze(_meta(transformers.ViTModel, cfg))
+    conv = [r for r in rep.rows if r.op == "conv"][0]
+    # implicit GEMM: M = 1 x (224/16)^2 = 196 patches, N = 768, K = 3 x 16 x 16 = 768
+    assert (conv.batch, conv.m, conv.n, conv.k) == (1, 196, 768, 768)
+    # 196 patches + CLS token = 197 tokens through the projections
+    q = [r for r in rep.rows if r.module.endswith("q_proj") or r.module.endswith("query")][0]
+    assert q.m == 197
+
+
+def test_mixtral_experts_balanced_routing():
+    cfg = transformers.MixtralConfig(hidden_size=256, intermediate_size=512,
+                                     num_hidden_layers=1, num_attention_heads=8,
+                                     num_key_value_heads=2, vocab_size=1000,
+                                     num_local_experts=4, num_experts_per_tok=2)
+    rep = analyze(_meta(transformers.MixtralForCausalLM, cfg), seq_len=64)
+    experts = [r for r in rep.rows if r.op == "grouped_mm"]
+    # 64 tokens x top-2 = 128 routed rows over 4 experts -> M = 32 per expert
+    assert sorted((r.batch, r.m, r.n, r.k) for r in experts) == [(4, 32, 256, 512),
+                                                                 (4, 32, 1024, 256)]
+    assert all("balanced routing" in r.note for r in experts)
+
+
+def test_json_is_deterministic():
+    def run():
+        cfg = transformers.GPT2Config(n_layer=1)
+        return analyze(_meta(transformers.GPT2LMHeadModel, cfg), seq_len=64).to_json()
+
+    a, b = run(), run()
+    assert a == b
+    d = json.loads(a)
+    assert d["gpu"] == "h100-sxm" and d["dtype"] == "bf16" and len(d["rows"]) == 7
