@@ -66,6 +66,8 @@ class Unsupported:
 
 def module_of(node: torch.fx.Node) -> tuple[str, str]:
     """(fully qualified name, class name) of the innermost module that owns ``node``."""
+    if "fxshape_module" in node.meta:  # joint training graphs (see capture(train=True))
+        return node.meta["fxshape_module"], ""
     stack = node.meta.get("nn_module_stack")
     if not stack:
         return "", ""
@@ -97,7 +99,8 @@ def annotate(gm: torch.fx.GraphModule, *, gpu="h100", dtype=torch.bfloat16,
                 unsupported.append(Unsupported(node.name, str(node.target), fqn,
                                                "no GEMM handler registered"))
             continue
-        node_rows = tuple(_row(node, g, fqn, cls, phase, dkey, spec) for g in gemms)
+        node_phase = node.meta.get("fxshape_phase", phase)
+        node_rows = tuple(_row(node, g, fqn, cls, node_phase, dkey, spec) for g in gemms)
         node.meta[META_KEY] = node_rows
         rows.extend(node_rows)
     return rows, unsupported
@@ -124,7 +127,8 @@ def analyze(model, example_inputs=None, example_kwargs=None, *, gpu="h100",
         gpu: GPU name or alias (default ``"h100"``).
         dtype: the dtype the GEMMs run in, as under autocast (default ``torch.bfloat16``).
         batch_size, seq_len: sizes of synthesized inputs.
-        mode: ``"inference"`` (forward GEMMs). ``"train"`` is not implemented yet.
+        mode: ``"inference"`` (forward GEMMs) or ``"train"`` (forward and backward GEMMs as
+            autograd runs them, from the joint graph; rows carry ``phase``).
         tp: tensor-parallel degree; only 1 is implemented yet.
 
     Returns:
@@ -132,15 +136,15 @@ def analyze(model, example_inputs=None, example_kwargs=None, *, gpu="h100",
     """
     from .report import Report
 
-    if mode != "inference":
-        raise ValueError(f"mode={mode!r} is not supported yet; accepted: 'inference'")
+    if mode not in ("inference", "train"):
+        raise ValueError(f"unknown mode {mode!r}; accepted: 'inference', 'train'")
     if tp != 1:
         raise ValueError(f"tp={tp!r} is not supported yet; accepted: 1")
     spec = get_gpu(gpu)
     dkey = canonical_dtype(dtype)
     spec.peak_tflops(dkey)  # fail before capturing
     gm = capture(model, example_inputs, example_kwargs, batch_size=batch_size,
-                 seq_len=seq_len)
+                 seq_len=seq_len, train=mode == "train")
     rows, unsupported = annotate(gm, gpu=spec, dtype=dkey)
     return Report(rows=tuple(rows), unsupported=tuple(unsupported), gpu=spec.name,
                   dtype=dkey, model_name=type(model).__name__, graph_module=gm)

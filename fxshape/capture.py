@@ -137,7 +137,11 @@ def capture(model, example_inputs=None, example_kwargs=None, *, batch_size=None,
         example_inputs: positional forward arguments (a tuple, or one tensor).
         example_kwargs: keyword forward arguments.
         batch_size, seq_len: for synthesized inputs (Hugging Face models only).
-        train: capture in training mode (dropout etc. as in training).
+        train: capture the joint forward + backward graph that autograd runs for a scalar
+            loss on the model's first output (training mode). Every GEMM node then carries
+            ``node.meta["fxshape_phase"]`` ("forward" or "backward") and
+            ``node.meta["fxshape_module"]`` (the module it belongs to, from the parameters it
+            reads or whose gradient it produces, else from its nearest such neighbour).
 
     Raises:
         CaptureError: no capture path worked; the message lists each with its error.
@@ -160,6 +164,13 @@ def capture(model, example_inputs=None, example_kwargs=None, *, batch_size=None,
         args, kwargs = _to_device(args, device), _to_device(kwargs, device)
 
     errors = []
+    if train:
+        with _preserve_training_flags(model, True):
+            try:
+                return _joint(model, args, kwargs)
+            except Exception as exc:  # noqa: BLE001 - reported below
+                errors.append(("torch.export + joint forward/backward (aot_autograd)", exc))
+        raise CaptureError(_failure_text(model, errors))
     with _preserve_training_flags(model, train):
         for name, fn in (("torch.export (non-strict)", lambda: _export(model, args, kwargs,
                                                                         strict=False)),
@@ -170,12 +181,16 @@ def capture(model, example_inputs=None, example_kwargs=None, *, batch_size=None,
                 return fn()
             except Exception as exc:  # noqa: BLE001 - every failure is reported below
                 errors.append((name, exc))
+    raise CaptureError(_failure_text(model, errors))
+
+
+def _failure_text(model, errors) -> str:
     lines = [f"could not capture {type(model).__name__}:"]
     lines += [f"  - {name}: {_first_lines(exc)}" for name, exc in errors]
     lines.append("  hint: pass example_inputs/example_kwargs matching forward(); build the "
                  "model under torch.device('meta'); for Hugging Face models, check that "
                  "seq_len fits max_position_embeddings.")
-    raise CaptureError("\n".join(lines))
+    return "\n".join(lines)
 
 
 def _export(model, args, kwargs, *, strict):
@@ -191,3 +206,146 @@ def _make_fx(model, args, kwargs):
 
     # aten-level tracing on fake tensors: no compute; no nn_module_stack on this path
     return make_fx(run, tracing_mode="fake")(*args)
+
+
+# ---------------------------------------------------------------------------------------
+# training: the joint forward + backward graph
+# ---------------------------------------------------------------------------------------
+
+_VIEW_OPS = {"permute", "t", "transpose", "view", "reshape", "_unsafe_view", "expand", "clone",
+             "detach", "alias", "contiguous", "_to_copy", "squeeze", "unsqueeze", "slice",
+             "select", "to", "type_as", "_reshape_alias", "as_strided"}
+
+
+class _ScalarLoss(torch.nn.Module):
+    """The model with a scalar loss on its first floating output (the GEMMs autograd runs
+    do not depend on which loss: the gradient reaches every op the same way)."""
+
+    def __init__(self, model, static_kwargs):
+        super().__init__()
+        self.m = model
+        self.static = static_kwargs
+
+    def forward(self, *args, **kwargs):
+        out = self.m(*args, **kwargs, **self.static)
+        return (_first_float(out).float().sum(),)
+
+
+def _first_float(out):
+    if isinstance(out, torch.Tensor):
+        return out
+    values = out.values() if isinstance(out, dict) else out
+    for v in values:
+        if isinstance(v, torch.Tensor) and v.is_floating_point():
+            return v
+        if isinstance(v, (tuple, list, dict)):
+            try:
+                return _first_float(v)
+            except ValueError:
+                continue
+    raise ValueError("the model returned no floating-point tensor to put a loss on")
+
+
+def _op_name(node) -> str:
+    return getattr(node.target, "__name__", str(node.target)).split(".")[0]
+
+
+def _joint(model, args, kwargs):
+    import torch.export.experimental as export_experimental
+    from torch.export.graph_signature import InputKind
+
+    tensors = {k: v for k, v in kwargs.items() if isinstance(v, torch.Tensor)}
+    static = {k: v for k, v in kwargs.items() if not isinstance(v, torch.Tensor)}
+    wrapper = _ScalarLoss(model, static)
+    ep = torch.export.export(wrapper, args, tensors, strict=False)
+    sig = ep.graph_signature
+    ph = {n.name: n for n in ep.graph.nodes if n.op == "placeholder"}
+    # Tied weights (GPT-2's wte/lm_head) leave one parameter placeholder unused, which the
+    # joint tracer rejects: drop it from this private copy of the program.
+    for spec in list(sig.input_specs):
+        if spec.kind == InputKind.PARAMETER and not ph[spec.arg.name].users:
+            ep.graph.erase_node(ph[spec.arg.name])
+            sig.input_specs.remove(spec)
+            ep.state_dict.pop(spec.target, None)
+    ep.graph_module.recompile()
+    jep = export_experimental._export_forward_backward(ep, joint_loss_index=0)
+    gm = jep.graph_module
+    _label_joint(gm, jep.graph_signature)
+    return gm
+
+
+def _strip(fqn: str) -> str:
+    return fqn[2:] if fqn.startswith("m.") else fqn
+
+
+def _label_joint(gm, sig) -> None:
+    from .ops import gemm_handler
+
+    params = {name: _strip(fqn) for name, fqn in sig.inputs_to_parameters.items()}
+    bw = sig.backward_signature
+    grads = {name: _strip(fqn) for name, fqn in (bw.gradients_to_parameters if bw else {}).items()}
+    nodes = {n.name: n for n in gm.graph.nodes}
+    # forward = everything the loss depends on
+    forward = set()
+    stack = [nodes[bw.loss_output]] if bw and bw.loss_output in nodes else []
+    while stack:
+        n = stack.pop()
+        if n.name in forward:
+            continue
+        forward.add(n.name)
+        stack.extend(n.all_input_nodes)
+    out_node = next(n for n in gm.graph.nodes if n.op == "output")
+    grad_of = {}
+    for i, arg in enumerate(out_node.args[0]):
+        if isinstance(arg, torch.fx.Node) and arg.name in grads:
+            grad_of[arg.name] = grads[arg.name]
+
+    def owner_from_params(node, backward):
+        seen, stack = set(), list(node.all_input_nodes)
+        while stack:
+            n = stack.pop()
+            if n.name in seen:
+                continue
+            seen.add(n.name)
+            if n.op == "placeholder" and n.name in params:
+                return params[n.name]
+            if n.op == "call_function" and _op_name(n) in _VIEW_OPS:
+                stack.extend(n.all_input_nodes)
+        seen, stack = set(), [node] if backward else []
+        while stack:
+            n = stack.pop()
+            if n.name in seen:
+                continue
+            seen.add(n.name)
+            if n.name in grad_of:
+                return grad_of[n.name]
+            if n is node or (n.op == "call_function" and _op_name(n) in _VIEW_OPS):
+                stack.extend(n.users)
+        return None
+
+    gemm_nodes = [n for n in gm.graph.nodes
+                  if n.op == "call_function" and gemm_handler(n.target) is not None]
+    owner = {}
+    for n in gemm_nodes:
+        n.meta["fxshape_phase"] = "forward" if n.name in forward else "backward"
+        p = owner_from_params(n, n.name not in forward)
+        if p is not None:
+            owner[n.name] = p.rsplit(".", 1)[0]  # the parameter's module
+    # GEMMs without parameters (attention): the parent of the nearest attributed GEMM
+    for n in gemm_nodes:
+        if n.name in owner:
+            n.meta["fxshape_module"] = owner[n.name]
+            continue
+        seen, frontier, found = {n.name}, list(n.all_input_nodes), None
+        while frontier and found is None:
+            nxt = []
+            for m in frontier:
+                if m.name in seen:
+                    continue
+                seen.add(m.name)
+                if m.name in owner:
+                    found = owner[m.name]
+                    break
+                nxt.extend(m.all_input_nodes)
+            frontier = nxt
+        n.meta["fxshape_module"] = found.rsplit(".", 1)[0] if found and "." in found else ""

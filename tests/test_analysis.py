@@ -224,3 +224,93 @@ def test_json_is_deterministic():
     assert a == b
     d = json.loads(a)
     assert d["gpu"] == "h100-sxm" and d["dtype"] == "bf16" and len(d["rows"]) == 7
+
+
+# ---------------------------------------------------------------------------------------
+# training mode: the backward GEMMs autograd runs
+# ---------------------------------------------------------------------------------------
+
+class _RecordGemms(torch.utils._python_dispatch.TorchDispatchMode):
+    """Independent reference: the mm/addmm/bmm calls a real CPU backward makes."""
+
+    def __init__(self):
+        super().__init__()
+        self.calls = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        name = func.overloadpacket.__name__
+        if name in ("mm", "addmm", "bmm"):
+            a, b = (args[1], args[2]) if name == "addmm" else (args[0], args[1])
+            if name == "bmm":
+                self.calls.append((a.shape[0], a.shape[1], b.shape[2], a.shape[2]))
+            else:
+                self.calls.append((1, a.shape[0], b.shape[1], a.shape[1]))
+        return func(*args, **(kwargs or {}))
+
+
+def _reference_gemms(model, x):
+    model = model.train()
+    rec = _RecordGemms()
+    with rec:
+        out = model(x)
+        out.float().sum().backward()
+    return Counter(rec.calls)
+
+
+def test_train_mode_matches_real_autograd_mlp():
+    torch.manual_seed(0)
+    model = MLP(d_in=64, d_hidden=200, d_out=10)
+    x = torch.randn(32, 64)
+    rep = analyze(model, (x,), mode="train", gpu="a100", dtype="fp16")
+    got = Counter((r.batch, r.m, r.n, r.k) for r in rep.rows)
+    assert got == _reference_gemms(model, x)
+    by_phase = Counter((r.module, r.phase) for r in rep.rows)
+    # forward: fc1, fc2; backward: fc2 dX and dW, fc1 dW (x needs no gradient: no fc1 dX)
+    assert by_phase == Counter({("fc1", "forward"): 1, ("fc2", "forward"): 1,
+                                ("fc2", "backward"): 2, ("fc1", "backward"): 1})
+    back = {(r.m, r.n, r.k) for r in rep.rows if r.phase == "backward"}
+    # dX = dY[32,10] @ W2[10,200]; dW2 = dY^T[10,32] @ H[32,200]; dW1 = dH^T[200,32] @ X[32,64]
+    assert back == {(32, 200, 10), (10, 200, 32), (200, 64, 32)}
+    assert all(p.grad is None for p in MLP().parameters())
+
+
+def test_train_mode_matches_real_autograd_tied_lm():
+    class TinyLM(torch.nn.Module):
+        def __init__(self, vocab=100, d=48):
+            super().__init__()
+            self.emb = torch.nn.Embedding(vocab, d)
+            self.fc = torch.nn.Linear(d, 4 * d)
+            self.proj = torch.nn.Linear(4 * d, d)
+            self.head = torch.nn.Linear(d, vocab, bias=False)
+            self.head.weight = self.emb.weight  # tied, as in GPT-2
+
+        def forward(self, idx):
+            h = self.emb(idx)
+            return self.head(h + self.proj(torch.relu(self.fc(h))))
+
+    model = TinyLM()
+    idx = torch.randint(0, 100, (2, 16))
+    rep = analyze(model, (idx,), mode="train")
+    assert Counter((r.batch, r.m, r.n, r.k) for r in rep.rows) == _reference_gemms(model, idx)
+    # the tied head still gets its weight gradient: forward, dX and dW
+    assert Counter(r.phase for r in rep.rows if r.module == "head") == Counter(
+        {"forward": 1, "backward": 2})
+    assert model.head.weight is model.emb.weight  # still tied
+
+
+def test_gpt2_train_mode():
+    cfg = transformers.GPT2Config(n_layer=2)
+    model = _meta(transformers.GPT2LMHeadModel, cfg).eval()
+    rep = analyze(model, seq_len=64, mode="train")
+    assert not model.training  # captured in training mode, then restored
+    counts = Counter((r.module.replace(".0.", ".*.").replace(".1.", ".*."), r.phase)
+                     for r in rep.rows if r.op in ("mm", "addmm"))
+    for proj in ("attn.c_attn", "attn.c_proj", "mlp.c_fc", "mlp.c_proj"):
+        name = f"transformer.h.*.{proj}"
+        assert counts[(name, "forward")] == 2  # two layers
+        assert counts[(name, "backward")] == 4  # dX and dW per layer
+    assert counts[("lm_head", "forward")] == 1 and counts[("lm_head", "backward")] == 2
+    dw = [r for r in rep.rows if r.module == "lm_head" and r.phase == "backward"
+          and r.k == 64]
+    # weight gradient of the LM head: (vocab, tokens) x (tokens, hidden), K = 64 tokens
+    assert {(r.m, r.n) for r in dw} <= {(50257, 768), (768, 50257)}

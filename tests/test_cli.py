@@ -118,3 +118,13 @@ def test_presets_listing(capsys):
     for name in ("gpt2", "gpt2-xl", "llama-2-7b", "llama-2-70b", "llama-3-8b", "mistral-7b",
                  "pythia-2.8b", "bert-base", "t5-base", "vit-base", "mixtral-8x7b"):
         assert name in out
+
+
+def test_analyze_train_flag(capsys):
+    import pytest
+
+    pytest.importorskip("transformers")
+    assert main(["analyze", "gpt2", "--seq-len", "32", "--train", "--format", "json"]) == 0
+    d = json.loads(capsys.readouterr().out)
+    phases = {r["phase"] for r in d["rows"]}
+    assert phases == {"forward", "backward"}
