@@ -17,6 +17,7 @@ from .capture import capture
 from .dtypes import canonical_dtype
 from .gpus import get_gpu
 from .ops import Gemm, gemms_for_node, looks_like_matmul
+from .parallel import check_tp, layer_kind, shard_gemm
 from .perf import MatmulPrediction, predict_matmul
 
 __all__ = ["GemmRow", "Unsupported", "analyze", "annotate", "module_of"]
@@ -50,8 +51,14 @@ class GemmRow:
     prediction: MatmulPrediction
 
     @property
+    def tflops(self) -> float:
+        """Useful TFLOP/s: this row's FLOPs over its predicted time (padding not counted)."""
+        return self.flops / self.time_s / 1e12 if self.time_s > 0 else 0.0
+
+    @property
     def efficiency(self) -> float:
-        return self.prediction.efficiency
+        """Useful TFLOP/s over the dtype's dense peak."""
+        return self.tflops / self.prediction.peak_tflops
 
 
 @dataclass(frozen=True)
@@ -78,8 +85,13 @@ def module_of(node: torch.fx.Node) -> tuple[str, str]:
 
 
 def annotate(gm: torch.fx.GraphModule, *, gpu="h100", dtype=torch.bfloat16,
-             phase: str = "forward"):
-    """Put GEMM rows on every matmul-like node; return (rows, unsupported)."""
+             phase: str = "forward", tp: int = 1, features=None):
+    """Put GEMM rows on every matmul-like node; return (rows, unsupported).
+
+    ``tp`` > 1 shards each GEMM Megatron-style (``fxshape.parallel``); ``features`` maps a
+    module name to its (out_features, in_features), to find the sharded dimension of
+    backward GEMMs.
+    """
     spec = get_gpu(gpu)
     dkey = canonical_dtype(dtype)
     spec.peak_tflops(dkey)
@@ -100,15 +112,47 @@ def annotate(gm: torch.fx.GraphModule, *, gpu="h100", dtype=torch.bfloat16,
                                                "no GEMM handler registered"))
             continue
         node_phase = node.meta.get("fxshape_phase", phase)
+        if tp > 1:
+            gemms = [_shard(g, fqn, node_phase, tp, features or {}) for g in gemms]
         node_rows = tuple(_row(node, g, fqn, cls, node_phase, dkey, spec) for g in gemms)
         node.meta[META_KEY] = node_rows
         rows.extend(node_rows)
     return rows, unsupported
 
 
+def _shard(g: Gemm, fqn: str, phase: str, tp: int, features) -> Gemm:
+    kind = layer_kind(fqn, g.op, g.n, g.k)
+    out_in = features.get(fqn)
+    feat = None if out_in is None else (out_in[0] if kind == "column" else out_in[1])
+    return shard_gemm(g, kind, tp, phase, feat)
+
+
+def _features(model) -> dict:
+    """module name -> (out_features, in_features) for linear-like layers."""
+    out = {}
+    for name, mod in model.named_modules():
+        w = getattr(mod, "weight", None)
+        if not isinstance(w, torch.Tensor) or w.dim() != 2:
+            continue
+        if type(mod).__name__ == "Conv1D":  # GPT-2 stores (in, out)
+            out[name] = (w.shape[1], w.shape[0])
+        else:
+            out[name] = (w.shape[0], w.shape[1])
+    return out
+
+
+def _heads(model):
+    cfg = getattr(model, "config", None)
+    for attr in ("num_attention_heads", "n_head", "num_heads"):
+        v = getattr(cfg, attr, None)
+        if isinstance(v, int):
+            return v
+    return None
+
+
 def _row(node, g: Gemm, fqn, cls, phase, dkey, spec) -> GemmRow:
-    p = predict_matmul(max(g.m, 1), max(g.n, 1), max(g.k, 1), batch=max(g.batch, 1),
-                       dtype=dkey, gpu=spec, layout=g.layout)
+    p = predict_matmul(max(g.m, 1), max(g.run_n or g.n, 1), max(g.run_k or g.k, 1),
+                       batch=max(g.batch, 1), dtype=dkey, gpu=spec, layout=g.layout)
     flops = int(round(2 * g.batch * g.m * g.n * g.k * g.work))
     return GemmRow(node=node.name, module=fqn, module_type=cls, op=g.op, phase=phase,
                    batch=g.batch, m=g.m, n=g.n, k=g.k, dtype=dkey, layout=g.layout,
@@ -129,7 +173,8 @@ def analyze(model, example_inputs=None, example_kwargs=None, *, gpu="h100",
         batch_size, seq_len: sizes of synthesized inputs.
         mode: ``"inference"`` (forward GEMMs) or ``"train"`` (forward and backward GEMMs as
             autograd runs them, from the joint graph; rows carry ``phase``).
-        tp: tensor-parallel degree; only 1 is implemented yet.
+        tp: Megatron-style tensor-parallel degree: per-GPU shapes (``fxshape.parallel``);
+            must divide the number of attention heads.
 
     Returns:
         A :class:`fxshape.report.Report`.
@@ -138,13 +183,13 @@ def analyze(model, example_inputs=None, example_kwargs=None, *, gpu="h100",
 
     if mode not in ("inference", "train"):
         raise ValueError(f"unknown mode {mode!r}; accepted: 'inference', 'train'")
-    if tp != 1:
-        raise ValueError(f"tp={tp!r} is not supported yet; accepted: 1")
+    check_tp(tp, _heads(model) if isinstance(model, torch.nn.Module) else None)
     spec = get_gpu(gpu)
     dkey = canonical_dtype(dtype)
     spec.peak_tflops(dkey)  # fail before capturing
     gm = capture(model, example_inputs, example_kwargs, batch_size=batch_size,
                  seq_len=seq_len, train=mode == "train")
-    rows, unsupported = annotate(gm, gpu=spec, dtype=dkey)
+    rows, unsupported = annotate(gm, gpu=spec, dtype=dkey, tp=tp,
+                                 features=_features(model) if tp > 1 else None)
     return Report(rows=tuple(rows), unsupported=tuple(unsupported), gpu=spec.name,
                   dtype=dkey, model_name=type(model).__name__, graph_module=gm)

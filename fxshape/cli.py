@@ -85,7 +85,8 @@ def _cmd_analyze(args) -> int:
     model = load_target(args.target)
     try:
         report = analyze(model, gpu=args.gpu, dtype=args.dtype, batch_size=args.batch_size,
-                         seq_len=args.seq_len, mode="train" if args.train else "inference")
+                         seq_len=args.seq_len, mode="train" if args.train else "inference",
+                         tp=args.tp)
     except CaptureError as exc:
         raise ValueError(str(exc).splitlines()[0] + " (see fxshape.capture for details)") \
             from None
@@ -137,6 +138,8 @@ def build_parser() -> argparse.ArgumentParser:
                     help="sequences per batch (default 1)")
     pa.add_argument("--seq-len", type=_positive_int, default=None,
                     help="tokens per sequence (default min(1024, max positions))")
+    pa.add_argument("--tp", type=_positive_int, default=1,
+                    help="Megatron tensor-parallel degree: per-GPU shapes (default 1)")
     pa.add_argument("--train", action="store_true",
                     help="add the backward GEMMs autograd runs (phase 'backward')")
     pa.add_argument("--format", choices=("table", "json", "csv", "markdown"), default="table")

@@ -24,7 +24,7 @@ from typing import Callable
 
 import torch
 
-__all__ = ["Gemm", "register_gemm_handler", "gemm_handler", "gemms_for_node", "input_shapes",
+__all__ = ["Gemm", "register_gemm_handler", "flash_head_dim", "FLASH_HEAD_DIMS", "gemm_handler", "gemms_for_node", "input_shapes",
            "looks_like_matmul", "registered_targets"]
 
 aten = torch.ops.aten
@@ -40,6 +40,8 @@ class Gemm:
         layout: operand storage (``nn``: both row-major; ``nt``: B stored (N, K) as in F.linear).
         work: fraction of the full GEMM actually computed (0.5 for causal attention).
         note: why the shape is what it is, when that is not obvious (e.g. MoE routing).
+        run_n, run_k: the N / K the kernel actually runs at when it pads (flash attention
+            runs head_dim 80 at 96); 0 means the same as ``n`` / ``k``.
     """
 
     op: str
@@ -50,6 +52,8 @@ class Gemm:
     layout: str = "nn"
     work: float = 1.0
     note: str = ""
+    run_n: int = 0
+    run_k: int = 0
 
 
 Handler = Callable[[torch.fx.Node], "list[Gemm]"]
@@ -184,6 +188,18 @@ def _matmul(node):
     return [Gemm("matmul", _prod(batch), a[-2], b[-1], a[-1], "nn")]
 
 
+#: Head dimensions flash-attention kernels are instantiated for; others run padded up.
+FLASH_HEAD_DIMS = (32, 64, 96, 128, 160, 192, 224, 256)
+
+
+def flash_head_dim(d: int) -> int:
+    """The head dimension a flash-attention kernel runs ``d`` at (80 -> 96, 100 -> 128)."""
+    for h in FLASH_HEAD_DIMS:
+        if d <= h:
+            return h
+    return -(-d // 64) * 64
+
+
 @register_gemm_handler(aten.scaled_dot_product_attention)
 def _sdpa(node):
     q, k, v = _require(input_shapes(node), 3, node)
@@ -192,9 +208,12 @@ def _sdpa(node):
     sq, d = q[-2], q[-1]
     sk, dv = k[-2], v[-1]
     work = 0.5 if causal else 1.0
-    note = "causal: half the blocks" if causal else ""
-    return [Gemm("sdpa.qk", bh, sq, sk, d, "nt", work, note),
-            Gemm("sdpa.pv", bh, sq, dv, sk, "nn", work, note)]
+    notes = ["causal: half the blocks"] if causal else []
+    if flash_head_dim(d) != d or flash_head_dim(dv) != dv:
+        notes.append(f"flash kernel runs head_dim {d} as {flash_head_dim(d)}")
+    note = "; ".join(notes)
+    return [Gemm("sdpa.qk", bh, sq, sk, d, "nt", work, note, run_k=flash_head_dim(d)),
+            Gemm("sdpa.pv", bh, sq, dv, sk, "nn", work, note, run_n=flash_head_dim(dv))]
 
 
 @register_gemm_handler(aten.convolution, aten.conv1d, aten.conv2d, aten.conv3d)

@@ -92,8 +92,8 @@ class Report:
             body.append((name, r.op, r.phase, g["count"], r.m, r.n, r.k, r.batch,
                          f"{p.tile[0]}x{p.tile[1]}" + (f"/s{p.split_k}" if p.split_k > 1 else ""),
                          f"{100 * p.tile_efficiency:.0f}%", p.waves,
-                         f"{100 * p.wave_efficiency:.0f}%", f"{p.tflops:.0f}",
-                         f"{100 * p.efficiency:.0f}%", f"{100 * g['share']:.1f}",
+                         f"{100 * p.wave_efficiency:.0f}%", f"{r.tflops:.0f}",
+                         f"{100 * r.efficiency:.0f}%", f"{100 * g['share']:.1f}",
                          _flag(r)))
         text = tabulate(body, headers=head, tablefmt=fmt, disable_numparse=True)
         return text + "\n\n" + self.summary() + self._unsupported_text()
@@ -187,7 +187,7 @@ def _row_dict(r) -> dict:
         "node": r.node, "module": r.module, "module_type": r.module_type, "op": r.op,
         "phase": r.phase, "batch": r.batch, "m": r.m, "n": r.n, "k": r.k, "dtype": r.dtype,
         "layout": r.layout, "work": r.work, "flops": r.flops, "time_s": r.time_s,
-        "tflops": p.tflops, "efficiency": p.efficiency, "tile": f"{p.tile[0]}x{p.tile[1]}",
+        "tflops": r.tflops, "efficiency": r.efficiency, "tile": f"{p.tile[0]}x{p.tile[1]}",
         "tile_efficiency": p.tile_efficiency, "waves": p.waves,
         "wave_efficiency": p.wave_efficiency, "bound": p.bound, "misaligned": _flag(r),
         "note": r.note,

@@ -314,3 +314,85 @@ def test_gpt2_train_mode():
           and r.k == 64]
     # weight gradient of the LM head: (vocab, tokens) x (tokens, hidden), K = 64 tokens
     assert {(r.m, r.n) for r in dw} <= {(50257, 768), (768, 50257)}
+
+
+def test_flash_attention_head_dim_padding():
+    # Pythia-2.8B: 2560 / 32 heads = head_dim 80, which flash kernels run as 96
+    cfg = transformers.GPTNeoXConfig(hidden_size=2560, intermediate_size=10240,
+                                     num_hidden_layers=1, num_attention_heads=32,
+                                     vocab_size=50304, rotary_pct=0.25)
+    rep = analyze(_meta(transformers.GPTNeoXForCausalLM, cfg), seq_len=256)
+    qk = [r for r in rep.rows if r.op == "sdpa.qk"][0]
+    assert (qk.batch, qk.m, qk.n, qk.k) == (32, 256, 256, 80)
+    assert qk.prediction.k == 96 and "head_dim 80 as 96" in qk.note
+    # useful FLOPs are counted at 80: 2 * 32 * 256 * 256 * 80
+    assert qk.flops == 2 * 32 * 256 * 256 * 80 * qk.work
+    assert qk.efficiency < qk.prediction.efficiency
+
+
+# ---------------------------------------------------------------------------------------
+# tensor parallelism
+# ---------------------------------------------------------------------------------------
+
+def _llama_small():
+    cfg = transformers.LlamaConfig(hidden_size=4096, intermediate_size=14336,
+                                   num_hidden_layers=1, num_attention_heads=32,
+                                   num_key_value_heads=8, vocab_size=128256)
+    return _meta(transformers.LlamaForCausalLM, cfg)
+
+
+def test_tp_shapes_llama():
+    rep = analyze(_llama_small(), seq_len=128, tp=4)
+    s = _shapes(rep)
+    # column-parallel: N / 4; row-parallel: K / 4; attention: 32 heads / 4 = 8 per GPU
+    assert s[("model.layers.*.self_attn.q_proj", "linear", 1, 128, 4096 // 4, 4096)] == 1
+    assert s[("model.layers.*.self_attn.k_proj", "linear", 1, 128, 1024 // 4, 4096)] == 1
+    assert s[("model.layers.*.self_attn.o_proj", "linear", 1, 128, 4096, 4096 // 4)] == 1
+    assert s[("model.layers.*.mlp.gate_proj", "linear", 1, 128, 14336 // 4, 4096)] == 1
+    assert s[("model.layers.*.mlp.down_proj", "linear", 1, 128, 4096, 14336 // 4)] == 1
+    assert s[("lm_head", "linear", 1, 128, 128256 // 4, 4096)] == 1
+    assert s[("model.layers.*.self_attn", "sdpa.qk", 8, 128, 128, 128)] == 1
+
+
+def test_tp_refuses_degree_not_dividing_heads():
+    with pytest.raises(ValueError, match="tp=3 does not divide the 32 attention heads"):
+        analyze(_llama_small(), seq_len=64, tp=3)
+    with pytest.raises(ValueError, match="positive integer"):
+        analyze(_llama_small(), seq_len=64, tp=0)
+
+
+def test_tp_gpt2_vocab_padding_note():
+    cfg = transformers.GPT2Config(n_layer=1)
+    rep = analyze(_meta(transformers.GPT2LMHeadModel, cfg), seq_len=64, tp=2)
+    lm = [r for r in rep.rows if r.module == "lm_head"][0]
+    # 50257 / 2 -> 25129 per GPU, padded (Megatron pads the vocabulary)
+    assert lm.n == 25129 and "not divisible" in lm.note
+    c_fc = [r for r in rep.rows if r.module.endswith("mlp.c_fc")][0]
+    c_proj = [r for r in rep.rows if r.module.endswith("mlp.c_proj")][0]
+    assert (c_fc.n, c_fc.k) == (3072 // 2, 768) and (c_proj.n, c_proj.k) == (768, 3072 // 2)
+
+
+def test_tp_train_mode_backward_shards():
+    torch.manual_seed(0)
+
+    class TwoLayer(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.up_proj = torch.nn.Linear(64, 256, bias=False)    # column-parallel
+            self.down_proj = torch.nn.Linear(256, 64, bias=False)  # row-parallel
+
+        def forward(self, x):
+            return self.down_proj(torch.relu(self.up_proj(x)))
+
+    x = torch.randn(32, 64, requires_grad=True)
+    rep = analyze(TwoLayer(), (x,), mode="train", tp=2)
+    got = {(r.module, r.phase, r.m, r.n, r.k) for r in rep.rows}
+    # forward: up N 256/2; down K 256/2
+    assert ("up_proj", "forward", 32, 128, 64) in got
+    assert ("down_proj", "forward", 32, 64, 128) in got
+    # backward: down dX = dY[32,64] @ W[64,128] -> N = 128; up dX reduces over its 128 outputs
+    assert ("down_proj", "backward", 32, 128, 64) in got
+    assert ("up_proj", "backward", 32, 64, 128) in got
+    # weight gradients: every one has 128 on its feature side and K = 32 tokens
+    dw = [r for r in rep.rows if r.phase == "backward" and r.k == 32]
+    assert len(dw) == 2 and all(128 in (r.m, r.n) for r in dw)

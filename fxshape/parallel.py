@@ -1,0 +1,105 @@
+"""Megatron-style tensor parallelism: the per-GPU shapes of each GEMM at degree ``tp``.
+
+Column-parallel layers (QKV, MLP up/gate, LM head) split their output features: N / tp in
+the forward GEMM. Row-parallel layers (attention output, MLP down) split their input
+features: K / tp. Attention runs heads / tp per GPU: batch·heads / tp. In training, the
+backward GEMMs split the same feature dimension wherever it appears (K of a column-parallel
+layer's dX, the feature side of dW). Layers are recognised by their module names (the
+conventions of GPT-2, Llama/Mistral/Qwen, GPT-NeoX, BERT, T5, ViT and Mixtral); anything
+else (embeddings, pooler, unknown names) is replicated and left whole.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from .ops import Gemm
+
+__all__ = ["layer_kind", "shard_gemm", "check_tp"]
+
+_COLUMN = {"q_proj", "k_proj", "v_proj", "qkv_proj", "query", "key", "value", "c_attn",
+           "query_key_value", "gate_proj", "up_proj", "gate_up_proj", "c_fc", "fc1", "w1", "w3",
+           "wi", "wi_0", "wi_1", "q", "k", "v", "dense_h_to_4h", "lm_head", "embed_out"}
+_ROW = {"o_proj", "out_proj", "c_proj", "down_proj", "fc2", "w2", "wo", "o", "dense_4h_to_h"}
+_ATTENTION = {"attn", "attention", "self_attn", "selfattention", "encdecattention",
+              "crossattention", "self"}
+
+
+def layer_kind(module: str, op: str, n: int = 0, k: int = 0) -> str:
+    """``"column"``, ``"row"``, ``"attention"`` or ``"replicated"`` for a GEMM's module."""
+    parts = module.split(".") if module else []
+    leaf = parts[-1] if parts else ""
+    parent = parts[-2] if len(parts) > 1 else ""
+    if op.startswith("sdpa") or (op in ("bmm", "matmul", "baddbmm")
+                                 and leaf.lower() in _ATTENTION):
+        return "attention"
+    if op.startswith("grouped"):  # MoE experts: gate/up widen, down narrows
+        return "column" if n >= k else "row"
+    if leaf in _COLUMN:
+        return "column"
+    if leaf in _ROW:
+        return "row"
+    if leaf == "dense":  # BERT: intermediate.dense widens; (attention.)output.dense narrows
+        if parent == "intermediate":
+            return "column"
+        if parent == "output":
+            return "row"
+    return "replicated"
+
+
+def check_tp(tp, heads) -> int:
+    """Validate a TP degree against the number of attention heads (None: unknown)."""
+    if isinstance(tp, bool) or not isinstance(tp, int) or tp < 1:
+        raise ValueError(f"tp must be a positive integer, got {tp!r}")
+    if heads and heads % tp:
+        raise ValueError(f"tp={tp} does not divide the {heads} attention heads; accepted: "
+                         f"{', '.join(str(d) for d in range(1, heads + 1) if heads % d == 0)}")
+    return tp
+
+
+def _div(x: int, tp: int) -> int:
+    return -(-x // tp)
+
+
+def shard_gemm(g: Gemm, kind: str, tp: int, phase: str, features: int | None = None) -> Gemm:
+    """The per-GPU GEMM of ``g`` at TP degree ``tp``.
+
+    Args:
+        g: the unsharded GEMM.
+        kind: from :func:`layer_kind`.
+        phase: ``"forward"`` or ``"backward"``.
+        features: the layer's sharded feature count (output features of a column-parallel
+            layer, input features of a row-parallel one), to find it in backward GEMMs.
+    """
+    if tp == 1 or kind == "replicated":
+        return g
+    note = f"TP {tp}: {kind}-parallel"
+    if kind == "attention":
+        return dataclasses.replace(g, batch=_div(g.batch, tp), note=_join(g.note, note))
+    if phase == "forward" or features is None:
+        dim = "n" if kind == "column" else "k"
+    else:
+        hits = [d for d in ("k", "n", "m") if getattr(g, d) == features]
+        if len(hits) > 1:  # square weight: dX reduces over the output (column) / yields input
+            if g.k == features and kind == "column":
+                dim = "k"
+            elif g.n == features and kind == "row" and g.k != features:
+                dim = "n"
+            else:
+                dim = hits[-1] if g.k not in (g.m, g.n) else hits[0]
+        elif hits:
+            dim = hits[0]
+        else:
+            return dataclasses.replace(g, note=_join(g.note, note + " (dimension not found)"))
+    value = getattr(g, dim)
+    changes = {dim: _div(value, tp)}
+    if value % tp:
+        note += f" ({dim.upper()}={value} not divisible: padded to {_div(value, tp) * tp})"
+    run = "run_" + dim
+    if dim in ("n", "k") and getattr(g, run):
+        changes[run] = _div(getattr(g, run), tp)
+    return dataclasses.replace(g, **changes, note=_join(g.note, note))
+
+
+def _join(a: str, b: str) -> str:
+    return f"{a}; {b}" if a else b
