@@ -109,18 +109,39 @@ def gemms_for_node(node: torch.fx.Node):
     h = gemm_handler(node.target)
     if h is None:
         return None
-    return h(node)
+    gemms = h(node)
+    if _has_symbolic(node):  # sizes are hints (example values): mark the rows
+        import dataclasses
+
+        gemms = [dataclasses.replace(g, note=(g.note + "; " if g.note else "")
+                                     + "symbolic sizes: hint values used") for g in gemms]
+    return gemms
 
 
 # ---------------------------------------------------------------------------------------
 # helpers
 # ---------------------------------------------------------------------------------------
 
+def _size(d) -> int:
+    """A concrete size: the hint of a symbolic one (its example value)."""
+    if isinstance(d, torch.SymInt):
+        hint = getattr(d.node, "hint", None)
+        if hint is None:
+            raise ValueError(f"symbolic size {d} has no hint value")
+        return int(hint)
+    return int(d)
+
+
 def _shape(arg):
     val = arg.meta.get("val") if isinstance(arg, torch.fx.Node) else None
     if val is None or not hasattr(val, "shape"):
         return None
-    return tuple(val.shape)
+    return tuple(_size(d) for d in val.shape)
+
+
+def _has_symbolic(node) -> bool:
+    vals = [a.meta.get("val") for a in node.all_input_nodes]
+    return any(isinstance(d, torch.SymInt) for v in vals if hasattr(v, "shape") for d in v.shape)
 
 
 def input_shapes(node: torch.fx.Node):

@@ -7,6 +7,7 @@ import pytest
 import torch
 
 import fxshape
+import fxshape.presets
 from fxshape import CaptureError, analyze, capture
 from fxshape.analysis import META_KEY
 
@@ -396,3 +397,49 @@ def test_tp_train_mode_backward_shards():
     # weight gradients: every one has 128 on its feature side and K = 32 tokens
     dw = [r for r in rep.rows if r.phase == "backward" and r.k == 32]
     assert len(dw) == 2 and all(128 in (r.m, r.n) for r in dw)
+
+
+# ---------------------------------------------------------------------------------------
+# every preset at its real size (short sequences keep it to ~2 minutes on 2 cores)
+# ---------------------------------------------------------------------------------------
+
+def _per_layer_gemms(name, cfg):
+    """GEMM rows per layer from the architecture (2 per attention call: QK^T and PV)."""
+    if name.startswith("gpt2"):
+        return cfg.n_layer, 4 + 2, 1                    # c_attn, attn c_proj, c_fc, mlp c_proj
+    if name.startswith(("llama", "mistral", "qwen")):
+        return cfg.num_hidden_layers, 7 + 2, 1          # q k v o gate up down
+    if name.startswith("mixtral"):
+        return cfg.num_hidden_layers, 4 + 1 + 2 + 2, 1  # q k v o, router, 2 grouped experts
+    if name.startswith("pythia"):
+        return cfg.num_hidden_layers, 4 + 2, 1          # qkv, dense, h_to_4h, 4h_to_h
+    if name == "bert-base":
+        return cfg.num_hidden_layers, 6 + 2, 1          # q k v, out, intermediate, output; pooler
+    if name == "t5-base":
+        # encoder layer: q k v o wi wo + 1 attention; decoder: 2 x (q k v o) + wi wo + 2
+        return None, None, 1 + cfg.num_layers * (6 + 2) + cfg.num_decoder_layers * (10 + 4)
+    if name == "vit-base":
+        return cfg.num_hidden_layers, 6 + 2, 2          # patch conv + pooler
+    raise AssertionError(name)
+
+
+@pytest.mark.parametrize("name", sorted(fxshape.presets.PRESETS))
+def test_every_preset_at_real_size(name):
+    from fxshape.presets import build_preset
+
+    model = build_preset(name)
+    cfg = model.config
+    seq = None if name == "vit-base" else 32
+    rep = analyze(model, seq_len=seq)
+    assert not rep.unsupported
+    layers, per_layer, extra = _per_layer_gemms(name, cfg)
+    expected = extra if layers is None else layers * per_layer + extra
+    assert len(rep.rows) == expected
+    hidden = getattr(cfg, "hidden_size", None) or getattr(cfg, "n_embd", None) or cfg.d_model
+    tokens = 197 if name == "vit-base" else 32  # ViT: (224/16)^2 patches + CLS
+    linears = [r for r in rep.rows if r.op in ("linear", "addmm")]
+    assert all(r.m == tokens for r in linears if "pooler" not in r.module)
+    assert any(r.k == hidden for r in linears) and any(r.n == hidden for r in linears)
+    vocab = getattr(cfg, "vocab_size", None)
+    if name not in ("bert-base", "vit-base"):
+        assert any(r.n == vocab for r in rep.rows)  # the LM head
