@@ -8,6 +8,8 @@ stores a tuple of :class:`GemmRow` records on ``node.meta["fxshape"]``. The resu
 
 from __future__ import annotations
 
+import dataclasses
+import math
 import re
 from dataclasses import dataclass
 
@@ -85,12 +87,16 @@ def module_of(node: torch.fx.Node) -> tuple[str, str]:
 
 
 def annotate(gm: torch.fx.GraphModule, *, gpu="h100", dtype=torch.bfloat16,
-             phase: str = "forward", tp: int = 1, features=None):
+             phase: str = "forward", tp: int = 1, features=None, causal_decoder=False,
+             moe_routing=None):
     """Put GEMM rows on every matmul-like node; return (rows, unsupported).
 
     ``tp`` > 1 shards each GEMM Megatron-style (``fxshape.parallel``); ``features`` maps a
     module name to its (out_features, in_features), to find the sharded dimension of
-    backward GEMMs.
+    backward GEMMs. ``causal_decoder``: attention that gets a mask tensor over a square
+    (query = key length) self-attention is the causal mask of a decoder (Hugging Face decoders
+    pass the causal mask as a tensor, not ``is_causal``). ``moe_routing``: fractions of the
+    routed rows per expert; default balanced.
     """
     spec = get_gpu(gpu)
     dkey = canonical_dtype(dtype)
@@ -112,12 +118,81 @@ def annotate(gm: torch.fx.GraphModule, *, gpu="h100", dtype=torch.bfloat16,
                                                "no GEMM handler registered"))
             continue
         node_phase = node.meta.get("fxshape_phase", phase)
+        if causal_decoder:
+            gemms = [_causal(node, g, fqn) for g in gemms]
+        if moe_routing is not None:
+            gemms = [x for g in gemms for x in _route(g, moe_routing)]
         if tp > 1:
             gemms = [_shard(g, fqn, node_phase, tp, features or {}) for g in gemms]
         node_rows = tuple(_row(node, g, fqn, cls, node_phase, dkey, spec) for g in gemms)
+        if gemms and all(g.op.startswith("sdpa") for g in gemms):
+            node_rows = _flash(node, node_rows, spec, dkey)
         node.meta[META_KEY] = node_rows
         rows.extend(node_rows)
     return rows, unsupported
+
+
+def _causal(node, g: Gemm, fqn: str) -> Gemm:
+    if not g.op.startswith("sdpa") or g.work != 1.0:
+        return g
+    has_mask = (len(node.args) > 3 and node.args[3] is not None) or \
+        node.kwargs.get("attn_mask") is not None
+    square = g.m == (g.n if g.op == "sdpa.qk" else g.k)
+    cross = any(s in fqn.lower() for s in ("encdec", "cross"))
+    if has_mask and square and not cross and ("decoder" in fqn or not _encoder_path(fqn)):
+        note = (g.note + "; " if g.note else "") + "causal (decoder mask): half the blocks"
+        return dataclasses.replace(g, work=0.5, note=note)
+    return g
+
+
+def _encoder_path(fqn: str) -> bool:
+    return "encoder" in fqn
+
+
+def _route(g: Gemm, routing):
+    """Split a grouped (MoE) GEMM into one GEMM per expert by the given routing fractions."""
+    if not g.op.startswith("grouped"):
+        return [g]
+    fractions = [float(f) for f in routing]
+    if len(fractions) != g.batch:
+        raise ValueError(f"moe_routing has {len(fractions)} fractions but the layer has "
+                         f"{g.batch} experts")
+    if any(f < 0 for f in fractions) or abs(sum(fractions) - 1.0) > 1e-6:
+        raise ValueError("moe_routing fractions must be non-negative and sum to 1")
+    rows = g.m * g.batch
+    out = []
+    for e, f in enumerate(fractions):
+        m = round(rows * f)
+        if m > 0:
+            out.append(dataclasses.replace(g, batch=1, m=m,
+                                           note=f"MoE expert {e}: {m} of {rows} routed rows "
+                                                "(routing given)"))
+    return out
+
+
+def _flash(node, rows, spec, dkey):
+    """Attention runs as one fused flash kernel: both GEMMs' compute, the Q/K/V/O traffic
+    (the score matrix never reaches memory), one launch. Split over the two rows by compute."""
+    from .ops import input_shapes
+    from .perf import model_params
+    from .dtypes import itemsize
+
+    if len(rows) != 2:
+        return rows
+    q, k, v = input_shapes(node)[:3]
+    e = itemsize(dkey)
+    prod = lambda s: math.prod(s)  # noqa: E731
+    bytes_ = (prod(q) + prod(k) + prod(v) + prod(q[:-1]) * v[-1]) * e
+    p = model_params(spec)
+    mem = bytes_ / (spec.memory_bandwidth_gbs * 1e9 * p.dram_eff)
+    comp = [r.prediction.compute_time_s for r in rows]
+    total = max(sum(comp), mem) + p.launch_s
+    out = []
+    for r, c in zip(rows, comp):
+        t = total * (c / sum(comp)) * r.work
+        out.append(dataclasses.replace(r, time_s=t))
+    node.meta[META_KEY] = tuple(out)
+    return tuple(out)
 
 
 def _shard(g: Gemm, fqn: str, phase: str, tp: int, features) -> Gemm:
@@ -141,6 +216,16 @@ def _features(model) -> dict:
     return out
 
 
+def _is_decoder(model) -> bool:
+    """Does self-attention in this model use a causal mask (decoders, causal LMs)?"""
+    cfg = getattr(model, "config", None)
+    if cfg is None:
+        return False  # plain modules say so themselves with is_causal=True
+    name = type(model).__name__
+    return bool(getattr(cfg, "is_decoder", False) or getattr(cfg, "is_encoder_decoder", False)
+                or name.endswith(("ForCausalLM", "LMHeadModel")))
+
+
 def _heads(model):
     cfg = getattr(model, "config", None)
     for attr in ("num_attention_heads", "n_head", "num_heads"):
@@ -161,7 +246,8 @@ def _row(node, g: Gemm, fqn, cls, phase, dkey, spec) -> GemmRow:
 
 
 def analyze(model, example_inputs=None, example_kwargs=None, *, gpu="h100",
-            dtype=torch.bfloat16, batch_size=None, seq_len=None, mode="inference", tp=1):
+            dtype=torch.bfloat16, batch_size=None, seq_len=None, mode="inference", tp=1,
+            moe_routing=None):
     """Capture ``model`` and predict every GEMM in it on ``gpu``.
 
     Args:
@@ -175,6 +261,8 @@ def analyze(model, example_inputs=None, example_kwargs=None, *, gpu="h100",
             autograd runs them, from the joint graph; rows carry ``phase``).
         tp: Megatron-style tensor-parallel degree: per-GPU shapes (``fxshape.parallel``);
             must divide the number of attention heads.
+        moe_routing: for MoE layers, the fraction of routed rows each expert gets (one per
+            expert, summing to 1). Default: balanced routing, said in each row's note.
 
     Returns:
         A :class:`fxshape.report.Report`.
@@ -190,6 +278,7 @@ def analyze(model, example_inputs=None, example_kwargs=None, *, gpu="h100",
     gm = capture(model, example_inputs, example_kwargs, batch_size=batch_size,
                  seq_len=seq_len, train=mode == "train")
     rows, unsupported = annotate(gm, gpu=spec, dtype=dkey, tp=tp,
-                                 features=_features(model) if tp > 1 else None)
+                                 features=_features(model) if tp > 1 else None,
+                                 causal_decoder=_is_decoder(model), moe_routing=moe_routing)
     return Report(rows=tuple(rows), unsupported=tuple(unsupported), gpu=spec.name,
                   dtype=dkey, model_name=type(model).__name__, graph_module=gm)
