@@ -43,3 +43,31 @@ def test_matmul_without_handler_is_reported_not_dropped():
     assert rep.rows == ()
     assert [u.target for u in rep.unsupported] == ["aten.addbmm.default"]
     assert "unsupported matmul-like ops (not counted)" in str(rep)
+
+
+import pytest  # noqa: E402
+
+
+class _Matmul(torch.nn.Module):
+    def forward(self, a, b):
+        return torch.matmul(a, b)
+
+
+@pytest.mark.parametrize("a,b,expected", [
+    ((7,), (7,), (1, 1, 1, 7)),                     # dot: K = 7
+    ((5, 7), (7,), (1, 5, 1, 7)),                   # matrix-vector: M = 5, N = 1
+    ((7,), (7, 3), (1, 1, 3, 7)),                   # vector-matrix: M = 1, N = 3
+    ((2, 4, 5, 7), (7, 3), (1, 40, 3, 7)),          # batch dims of A fold into M: 2*4*5
+    ((2, 1, 5, 7), (4, 7, 3), (8, 5, 3, 7)),        # broadcast batch (2,1) x (4,) -> 8
+    ((6, 5, 7), (6, 7, 3), (6, 5, 3, 7)),           # plain batched
+])
+def test_matmul_broadcasting(a, b, expected):
+    from fxshape import analyze
+
+    rep = analyze(_Matmul(), (torch.randn(*a), torch.randn(*b)))
+    assert len(rep.rows) == 1
+    r = rep.rows[0]
+    batch, m, n, k = expected
+    # export keeps aten.matmul; the handler folds or broadcasts the batch dimensions
+    assert r.op == "matmul" and (r.batch, r.m, r.n, r.k) == expected
+    assert r.flops == 2 * batch * m * n * k
