@@ -296,7 +296,7 @@ def _label_joint(gm, sig) -> None:
         stack.extend(n.all_input_nodes)
     out_node = next(n for n in gm.graph.nodes if n.op == "output")
     grad_of = {}
-    for i, arg in enumerate(out_node.args[0]):
+    for arg in out_node.args[0]:
         if isinstance(arg, torch.fx.Node) and arg.name in grads:
             grad_of[arg.name] = grads[arg.name]
 

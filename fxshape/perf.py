@@ -269,7 +269,8 @@ def _core(xp, b, m, n, k, steps, *, spec: GPUSpec, p: ModelParams, peak_flops: f
                 if scalar and not allowed:
                     break
             ctas = tiles_mn * s
-            kq = -(-(-(-k // s)) // tk) * tk  # ceil(ceil(k / s) / tk) * tk
+            k_split = -(-k // s)  # ceil(k / s)
+            kq = -(-k_split // tk) * tk  # rounded up to whole k-tiles
             waves = -(-ctas // sms)
             last = ctas - (waves - 1) * sms
             mma = mma_per_k * kq

@@ -1,6 +1,5 @@
 """Small models written for the tests (no transformers needed)."""
 
-import math
 
 import torch
 import torch.nn.functional as F

@@ -1,7 +1,6 @@
 """The scripts in bench/: fitting, validation and measurement plumbing, on CPU."""
 
 import dataclasses
-import io
 import math
 import os
 
@@ -17,7 +16,7 @@ import validate_model  # noqa: E402
 from fxshape import get_gpu, predict_matmul  # noqa: E402
 from fxshape.calibration import (COLUMNS, CalibrationRow, calibration_dir,  # noqa: E402
                                  calibration_sku, read_dir, read_rows, write_rows)
-from fxshape.perf import ModelParams, model_params, predict_times_array  # noqa: E402
+from fxshape.perf import model_params, predict_times_array  # noqa: E402
 
 
 def test_percentile_and_spearman_by_hand():
