@@ -11,6 +11,7 @@ from .capture import CaptureError, capture
 from .dtypes import canonical_dtype
 from .gpus import GPUSpec, Peaks, get_gpu, list_gpus
 from .ops import Gemm, register_gemm_handler
+from .padplan import PadDecision, PaddingPlan, can_pad, plan_padding
 from .perf import DimAlignment, MatmulPrediction, ModelParams, model_params, predict_matmul
 from .report import Report
 
@@ -33,6 +34,10 @@ __all__ = [
     "Unsupported",
     "Gemm",
     "register_gemm_handler",
+    "plan_padding",
+    "PaddingPlan",
+    "PadDecision",
+    "can_pad",
 ]
 
 __version__ = "0.1.0"
