@@ -12,6 +12,7 @@ from .dtypes import canonical_dtype
 from .gpus import GPUSpec, Peaks, get_gpu, list_gpus
 from .ops import Gemm, register_gemm_handler
 from .padplan import PadDecision, PaddingPlan, can_pad, plan_padding
+from .rewrite import PaddedLinear, pad
 from .perf import DimAlignment, MatmulPrediction, ModelParams, model_params, predict_matmul
 from .report import Report
 
@@ -38,6 +39,8 @@ __all__ = [
     "PaddingPlan",
     "PadDecision",
     "can_pad",
+    "pad",
+    "PaddedLinear",
 ]
 
 __version__ = "0.1.0"

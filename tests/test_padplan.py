@@ -3,7 +3,6 @@
 import pytest
 import torch
 
-import fxshape
 from fxshape import analyze, plan_padding, predict_matmul
 from fxshape.padplan import can_pad, padded_size
 

@@ -1,0 +1,190 @@
+"""Apply a padding plan: ``fxshape.pad(model)`` returns a copy whose padded GEMMs run aligned.
+
+This first version rewrites ``nn.Linear`` layers (the LM head's vocabulary, odd MLP widths):
+the layer's weight (and bias) are padded with zeros once, when the copy is made; each call pads
+the activation's K (and M) with zeros when the plan says so, runs the aligned GEMM and slices
+the result back. Outputs are unchanged because the padding contributes zeros to every sum and
+the padded output columns are sliced away; gradients of padded entries are zero, so SGD and
+AdamW (with weight decay) keep them at zero. Tied parameters stay tied: every module sharing a
+padded weight gets the padded tensor (an embedding only ever indexes its real rows).
+``state_dict()`` shows the original keys and shapes, and ``load_state_dict`` accepts them.
+
+GEMMs the plan pads in other layer types (GPT-2's Conv1D, attention, bmm) are left as they
+are, and ``padding_report`` on the returned module says so.
+"""
+
+from __future__ import annotations
+
+import copy
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from .padplan import DEFAULT_MIN_GAIN, DEFAULT_MULTIPLES, plan_padding
+
+__all__ = ["pad", "PaddedLinear"]
+
+
+class PaddedLinear(nn.Module):
+    """``nn.Linear`` computed at padded sizes; parameters stored padded, exposed unpadded."""
+
+    def __init__(self, linear: nn.Linear, pad_n: int, pad_k: int, pad_m: int | None = None,
+                 weight: nn.Parameter | None = None):
+        super().__init__()
+        self.in_features, self.out_features = linear.in_features, linear.out_features
+        self.pad_n, self.pad_k, self.pad_m = pad_n, pad_k, pad_m
+        self.weight = weight if weight is not None else _padded_param(linear.weight, pad_n,
+                                                                      pad_k)
+        self.bias = None if linear.bias is None else _padded_param(linear.bias, pad_n)
+        self._register_state_dict_hook(_unpad_state)
+        self._register_load_state_dict_pre_hook(_pad_incoming, with_module=True)
+
+    def extra_repr(self) -> str:
+        return (f"in_features={self.in_features}, out_features={self.out_features}, runs as "
+                f"K={self.pad_k}, N={self.pad_n}" + (f", M={self.pad_m}" if self.pad_m else ""))
+
+    def forward(self, x):
+        k_extra = self.pad_k - self.in_features
+        lead = x.shape[:-1]
+        if self.pad_m is not None:
+            x = x.reshape(-1, x.shape[-1])
+            m = x.shape[0]
+            x = F.pad(x, (0, k_extra, 0, max(0, self.pad_m - m)))
+        elif k_extra:
+            x = F.pad(x, (0, k_extra))
+        y = F.linear(x, self.weight, self.bias)
+        if self.pad_m is not None:
+            y = y[:m]
+        y = y[..., :self.out_features]
+        if self.pad_m is not None:
+            y = y.reshape(*lead, self.out_features)
+        return y.contiguous() if self.pad_n != self.out_features else y
+
+
+def _padded_param(p: torch.Tensor, rows: int, cols: int | None = None) -> nn.Parameter:
+    """A new parameter: ``p`` with zero rows (and columns) appended."""
+    with torch.no_grad():
+        if p.dim() == 1:
+            out = torch.zeros(rows, dtype=p.dtype, device=p.device)
+            out[:p.shape[0]] = p
+        else:
+            out = torch.zeros(rows, cols, dtype=p.dtype, device=p.device)
+            out[:p.shape[0], :p.shape[1]] = p
+    return nn.Parameter(out, requires_grad=p.requires_grad)
+
+
+def _unpad_state(module, state, prefix, local_metadata):
+    for name, size in (("weight", (module.out_features, module.in_features)),
+                       ("bias", (module.out_features,))):
+        key = prefix + name
+        if key in state and state[key] is not None:
+            state[key] = state[key][tuple(slice(0, s) for s in size)]
+    return state
+
+
+def _pad_incoming(module, state, prefix, *args, **kwargs):
+    w, b = prefix + "weight", prefix + "bias"
+    if w in state and tuple(state[w].shape) == (module.out_features, module.in_features):
+        state[w] = _padded_param(state[w], module.pad_n, module.pad_k).data
+    if b in state and state[b] is not None and tuple(state[b].shape) == (module.out_features,):
+        state[b] = _padded_param(state[b], module.pad_n).data
+
+
+class _PaddedEmbeddingState:
+    """state_dict hooks for an embedding that shares a padded (tied) weight."""
+
+    def __init__(self, rows):
+        self.rows = rows
+
+    def unpad(self, module, state, prefix, local_metadata):
+        key = prefix + "weight"
+        if key in state:
+            state[key] = state[key][:self.rows]
+        return state
+
+    def pad(self, module, state, prefix, *args, **kwargs):
+        key = prefix + "weight"
+        if key in state and state[key].shape[0] == self.rows:
+            w = module.weight
+            state[key] = _padded_param(state[key], w.shape[0], w.shape[1]).data
+
+
+def _set_submodule(root: nn.Module, fqn: str, new: nn.Module) -> None:
+    parent_name, _, leaf = fqn.rpartition(".")
+    parent = root.get_submodule(parent_name) if parent_name else root
+    setattr(parent, leaf, new)
+
+
+def pad(model: nn.Module, example_inputs=None, example_kwargs=None, *, gpu="h100",
+        dtype=None, min_gain: float = DEFAULT_MIN_GAIN, multiples=DEFAULT_MULTIPLES,
+        filter_fn=None, **analyze_kwargs) -> nn.Module:
+    """A copy of ``model`` whose planned-for ``nn.Linear`` GEMMs run at padded sizes.
+
+    The model itself is not changed. The plan (``fxshape.plan_padding``) decides from the
+    performance model for ``gpu`` and ``dtype`` (the dtype the GEMMs run in; default: that of
+    ``fxshape.analyze``, bf16); only GEMMs with a predicted net gain of at least ``min_gain``
+    are padded. The returned module carries the plan as ``padding_plan`` and a
+    one-line-per-GEMM ``padding_report``.
+
+    Args:
+        model: the module to pad (real weights or meta).
+        example_inputs, example_kwargs, **analyze_kwargs: as for ``fxshape.analyze``.
+        filter_fn: ``filter_fn(module, fqn) -> bool`` restricts which layers are padded.
+    """
+    def row_filter(row):
+        if filter_fn is None:
+            return True
+        try:
+            mod = model.get_submodule(row.module)
+        except AttributeError:
+            return False
+        return bool(filter_fn(mod, row.module))
+
+    plan = plan_padding(model, example_inputs, example_kwargs, gpu=gpu, dtype=dtype,
+                        min_gain=min_gain, multiples=multiples, filter_fn=row_filter,
+                        **analyze_kwargs)
+    new = copy.deepcopy(model)
+    applied, skipped = [], []
+    params_by_id = {}
+    for name, p in new.named_parameters(remove_duplicate=False):
+        params_by_id.setdefault(id(p), []).append(name)
+    for d in plan.padded:
+        if d.phase != "forward":
+            continue
+        try:
+            mod = new.get_submodule(d.module)
+        except AttributeError:
+            skipped.append((d, "no such module"))
+            continue
+        if not isinstance(mod, nn.Linear) or isinstance(mod, PaddedLinear):
+            skipped.append((d, f"{type(mod).__name__} layers are not rewritten yet"))
+            continue
+        old_weight = mod.weight
+        pad_m = d.pad_m if d.pad_m != d.m else None
+        padded = PaddedLinear(mod, d.pad_n, d.pad_k, pad_m)
+        _set_submodule(new, d.module, padded)
+        # keep tied parameters tied: every other user of the old weight gets the padded one
+        for other_name in params_by_id.get(id(old_weight), []):
+            owner_name = other_name.rpartition(".")[0]
+            if owner_name == d.module:
+                continue
+            owner = new.get_submodule(owner_name)
+            if isinstance(owner, nn.Embedding) and d.pad_k == d.k:
+                owner.weight = padded.weight
+                hooks = _PaddedEmbeddingState(old_weight.shape[0])
+                owner._register_state_dict_hook(hooks.unpad)
+                owner._register_load_state_dict_pre_hook(hooks.pad, with_module=True)
+            else:
+                # cannot share a reshaped tensor with this module: undo, keep the layer as is
+                _set_submodule(new, d.module, mod)
+                skipped.append((d, f"weight tied to {type(owner).__name__} {owner_name}"))
+                break
+        else:
+            applied.append(d)
+    new.padding_plan = plan
+    lines = [f"{d.module}: {d.op} M={d.m} N={d.n} K={d.k} runs as M={d.pad_m} N={d.pad_n} "
+             f"K={d.pad_k} (predicted {100 * d.gain:.1f}% faster)" for d in applied]
+    lines += [f"{d.module}: planned padding not applied: {why}" for d, why in skipped]
+    new.padding_report = "\n".join(lines) if lines else "nothing padded"
+    return new

@@ -1,0 +1,109 @@
+"""fxshape.pad: same outputs, same gradients, original state_dict, tied weights kept tied."""
+
+import pytest
+import torch
+
+import fxshape
+from fxshape import PaddedLinear
+
+from models import MLP, NanoGPT
+
+
+@pytest.fixture(scope="module")
+def gpt():
+    torch.manual_seed(0)
+    # GPT-2 width with its real 50257 vocabulary, one layer; planned at 8 x 1024 tokens
+    model = NanoGPT(vocab_size=50257, n_layer=1, n_head=12, n_embd=768, block_size=1024)
+    padded = fxshape.pad(model, (torch.zeros(8, 1024, dtype=torch.long),), gpu="a100",
+                         dtype="fp16")
+    return model, padded
+
+
+def test_lm_head_is_padded_and_tie_kept(gpt):
+    model, padded = gpt
+    assert isinstance(padded.lm_head, PaddedLinear)
+    assert padded.lm_head.pad_n % 8 == 0 and padded.lm_head.pad_n > 50257
+    assert padded.lm_head.weight is padded.wte.weight  # still tied
+    assert "lm_head" in padded.padding_report and "faster" in padded.padding_report
+    # the user's model is untouched
+    assert type(model.lm_head) is torch.nn.Linear and model.lm_head.weight.shape == (50257, 768)
+    assert model.lm_head.weight is model.wte.weight
+
+
+def test_same_outputs_and_gradients(gpt):
+    model, padded = gpt
+    idx = torch.randint(0, 50257, (2, 32))
+    ref, out = model(idx), padded(idx)
+    assert out.shape == ref.shape == (2, 32, 50257)
+    scale = ref.abs().max()
+    assert (out - ref).abs().max() <= 1e-5 * scale  # fp32: within 1e-5 of the output scale
+    model.zero_grad()
+    padded.zero_grad()
+    ref.square().mean().backward()
+    out.square().mean().backward()
+    g_ref = model.lm_head.weight.grad
+    g_pad = padded.lm_head.weight.grad
+    assert (g_pad[:50257] - g_ref).abs().max() <= 1e-5 * g_ref.abs().max()
+    assert torch.count_nonzero(g_pad[50257:]) == 0  # padded rows get no gradient
+    g1 = dict(model.named_parameters())["h.0.c_fc.weight"].grad
+    g2 = dict(padded.named_parameters())["h.0.c_fc.weight"].grad
+    assert (g1 - g2).abs().max() <= 1e-5 * g1.abs().max()
+
+
+def test_state_dict_has_original_keys_and_shapes(gpt):
+    model, padded = gpt
+    sd, ref = padded.state_dict(), model.state_dict()
+    assert list(sd) == list(ref)
+    assert all(sd[k].shape == ref[k].shape for k in sd)
+    fresh = NanoGPT(vocab_size=50257, n_layer=1, n_head=12, n_embd=768, block_size=1024)
+    fresh.load_state_dict(sd)  # loads back into the original architecture
+    idx = torch.randint(0, 50257, (1, 8))
+    assert torch.equal(fresh(idx), model(idx))
+    padded.load_state_dict(ref)  # and the padded module accepts the original state
+    assert torch.count_nonzero(padded.lm_head.weight[50257:]) == 0
+
+
+@pytest.mark.parametrize("opt", ["sgd", "adamw"])
+def test_padding_stays_zero_under_optimizers(opt):
+    torch.manual_seed(0)
+    with torch.device("meta"):
+        plan_model = MLP(d_in=4096, d_hidden=4095, d_out=4096)
+    model = MLP(d_in=256, d_hidden=255, d_out=256)  # small real copy, odd width
+    # plan on the large shapes, apply the same padded sizes to the small layer by hand
+    plan = fxshape.plan_padding(plan_model, (torch.zeros(4096, 4096, device="meta"),),
+                                gpu="a100", dtype="fp16")
+    assert any(d.pads for d in plan.decisions)
+    layer = PaddedLinear(model.fc1, pad_n=256, pad_k=256)
+    layer2 = PaddedLinear(model.fc2, pad_n=256, pad_k=256)
+    net = torch.nn.Sequential(layer, torch.nn.ReLU(), layer2)
+    params = list(net.parameters())
+    o = torch.optim.SGD(params, lr=0.1, weight_decay=0.1) if opt == "sgd" else \
+        torch.optim.AdamW(params, lr=1e-2, weight_decay=0.1)
+    for _ in range(3):
+        o.zero_grad()
+        net(torch.randn(16, 256)).square().mean().backward()
+        o.step()
+    assert torch.count_nonzero(layer.weight[255:]) == 0 and torch.count_nonzero(layer.bias[255:]) == 0
+    assert torch.count_nonzero(layer2.weight[:, 255:]) == 0
+
+
+def test_mlp_odd_width_padded_end_to_end():
+    torch.manual_seed(0)
+    model = MLP(d_in=1024, d_hidden=1023, d_out=1024)
+    x = torch.randn(2048, 1024)
+    padded = fxshape.pad(model, (x,), gpu="a100", dtype="fp16")
+    assert isinstance(padded.fc1, PaddedLinear) or isinstance(padded.fc2, PaddedLinear)
+    ref, out = model(x), padded(x)
+    assert (out - ref).abs().max() <= 1e-5 * ref.abs().max()
+
+
+def test_filter_fn_and_nothing_to_pad():
+    torch.manual_seed(0)
+    model = MLP(d_in=1024, d_hidden=1023, d_out=1024)
+    x = torch.randn(2048, 1024)
+    kept = fxshape.pad(model, (x,), gpu="a100", dtype="fp16",
+                       filter_fn=lambda mod, fqn: False)
+    assert not any(isinstance(m, PaddedLinear) for m in kept.modules())
+    assert kept.padding_report == "nothing padded"
+    aligned = fxshape.pad(MLP(d_in=64, d_hidden=128, d_out=64), (torch.randn(64, 64),))
+    assert aligned.padding_report == "nothing padded"
