@@ -90,6 +90,17 @@ def _cmd_analyze(args) -> int:
     except CaptureError as exc:
         raise ValueError(str(exc).splitlines()[0] + " (see fxshape.capture for details)") \
             from None
+    if args.pad:
+        from .padplan import plan_padding
+
+        plan = plan_padding(report)
+        if args.format == "json":
+            print(report.to_json())
+        else:
+            print(report.table(fmt="github" if args.format == "markdown" else "simple"))
+            print("\npadding plan (fxshape.pad would apply it to nn.Linear layers):")
+            print(plan.table())
+        return 0
     if args.format == "json":
         print(report.to_json())
     elif args.format == "csv":
@@ -140,6 +151,8 @@ def build_parser() -> argparse.ArgumentParser:
                     help="tokens per sequence (default min(1024, max positions))")
     pa.add_argument("--tp", type=_positive_int, default=1,
                     help="Megatron tensor-parallel degree: per-GPU shapes (default 1)")
+    pa.add_argument("--pad", action="store_true",
+                    help="also print the padding plan: per GEMM before/after and totals")
     pa.add_argument("--train", action="store_true",
                     help="add the backward GEMMs autograd runs (phase 'backward')")
     pa.add_argument("--format", choices=("table", "json", "csv", "markdown"), default="table")

@@ -122,6 +122,43 @@ class Report:
     def __str__(self) -> str:
         return self.table()
 
+    def compare(self, other: "Report", fmt: str = "simple") -> str:
+        """Before (this report) / after (``other``, e.g. of ``fxshape.pad(model)``), per GEMM
+        and in total: shapes, predicted time, efficiency. GEMMs are matched by module, op and
+        phase, in graph order."""
+        def keyed(rep):
+            out: dict = {}
+            for r in rep.rows:
+                out.setdefault((r.module, r.op, r.phase), []).append(r)
+            return out
+
+        a, b = keyed(self), keyed(other)
+        body = []
+        for key in sorted(set(a) | set(b)):
+            ra, rb = a.get(key, []), b.get(key, [])
+            for i in range(max(len(ra), len(rb))):
+                x = ra[i] if i < len(ra) else None
+                y = rb[i] if i < len(rb) else None
+                same = x is not None and y is not None and (x.m, x.n, x.k) == (y.m, y.n, y.k)
+                if same and abs(x.time_s - y.time_s) <= 1e-12:
+                    continue  # unchanged
+                body.append((key[0] or "(top)", key[1], key[2],
+                             "-" if x is None else f"{x.m}x{x.n}x{x.k}",
+                             "-" if y is None else f"{y.m}x{y.n}x{y.k}",
+                             "-" if x is None else f"{x.time_s * 1e6:.1f}",
+                             "-" if y is None else f"{y.time_s * 1e6:.1f}",
+                             "-" if x is None else f"{100 * x.efficiency:.0f}%",
+                             "-" if y is None else f"{100 * y.efficiency:.0f}%"))
+        head = ("module", "op", "phase", "before MxNxK", "after MxNxK", "us before",
+                "us after", "eff before", "eff after")
+        text = tabulate(body, headers=head, tablefmt=fmt, disable_numparse=True) if body \
+            else "no GEMM changed"
+        t0, t1 = self.total_time_s, other.total_time_s
+        change = 0.0 if t0 == 0 else 1 - t1 / t0
+        return (text + f"\n\npredicted GEMM time {t0 * 1e3:.3f} ms -> {t1 * 1e3:.3f} ms "
+                f"({100 * change:.1f}% less); FLOP-weighted efficiency "
+                f"{100 * self.efficiency:.1f}% -> {100 * other.efficiency:.1f}%")
+
     def to_markdown(self) -> str:
         return self.table(fmt="github")
 

@@ -107,3 +107,25 @@ def test_filter_fn_and_nothing_to_pad():
     assert kept.padding_report == "nothing padded"
     aligned = fxshape.pad(MLP(d_in=64, d_hidden=128, d_out=64), (torch.randn(64, 64),))
     assert aligned.padding_report == "nothing padded"
+
+
+def test_report_compare_before_after(gpt):
+    model, padded = gpt
+    x = (torch.zeros(8, 1024, dtype=torch.long),)
+    before = fxshape.analyze(model, x, gpu="a100", dtype="fp16")
+    after = fxshape.analyze(padded, x, gpu="a100", dtype="fp16")
+    text = before.compare(after)
+    lm_after = [r for r in after.rows if r.module == "lm_head"][0]
+    assert lm_after.n == padded.lm_head.pad_n  # the padded model runs the aligned GEMM
+    assert "lm_head" in text and f"8192x{lm_after.n}x768" in text
+    assert after.total_time_s < before.total_time_s
+    assert "predicted GEMM time" in text and "no GEMM changed" in before.compare(before)
+
+
+def test_cli_pad_flag(capsys):
+    from fxshape.cli import main
+
+    pytest.importorskip("transformers")
+    assert main(["analyze", "gpt2", "--gpu", "a100", "--dtype", "fp16", "--pad"]) == 0
+    out = capsys.readouterr().out
+    assert "padding plan" in out and "lm_head" in out and "N 50257->" in out
