@@ -129,3 +129,37 @@ def test_cli_pad_flag(capsys):
     assert main(["analyze", "gpt2", "--gpu", "a100", "--dtype", "fp16", "--pad"]) == 0
     out = capsys.readouterr().out
     assert "padding plan" in out and "lm_head" in out and "N 50257->" in out
+
+
+from hypothesis import given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+
+@settings(max_examples=60, deadline=None)
+@given(m=st.integers(1, 40), n=st.integers(1, 40), k=st.integers(1, 40),
+       extra_n=st.integers(0, 24), extra_k=st.integers(0, 24), extra_m=st.integers(0, 24),
+       bias=st.booleans(), lead=st.sampled_from([(), (2,), (2, 3)]),
+       dtype=st.sampled_from([torch.float32, torch.bfloat16]))
+def test_padded_linear_property(m, n, k, extra_n, extra_k, extra_m, bias, lead, dtype):
+    torch.manual_seed(m * 1000 + n * 10 + k)
+    lin = torch.nn.Linear(k, n, bias=bias).to(dtype)
+    rows = m
+    for d in lead:
+        rows *= d  # PaddedLinear pads the flattened token rows
+    pad_m = rows + extra_m if extra_m else None
+    padded = PaddedLinear(lin, pad_n=n + extra_n, pad_k=k + extra_k, pad_m=pad_m)
+    x = torch.randn(*lead, m, k, dtype=dtype, requires_grad=True)
+    x2 = x.detach().clone().requires_grad_(True)
+    ref, out = lin(x), padded(x2)
+    assert out.shape == ref.shape
+    if dtype == torch.float32:
+        tol = 1e-5 * max(1.0, ref.abs().max().item())
+    else:  # bf16: within bf16 rounding of the unpadded bf16 result
+        tol = 2 ** -7 * max(1.0, ref.abs().max().item())
+    assert (out.float() - ref.float()).abs().max().item() <= tol
+    ref.float().sum().backward()
+    out.float().sum().backward()
+    assert (x.grad.float() - x2.grad.float()).abs().max().item() <= 4 * tol
+    g = padded.weight.grad
+    assert (g[:n, :k].float() - lin.weight.grad.float()).abs().max().item() <= 4 * tol * rows
+    assert torch.count_nonzero(g[n:]) == 0 and torch.count_nonzero(g[:, k:]) == 0
