@@ -169,6 +169,26 @@ def _copy_bytes(row, pm, pn, pk, e, eo) -> tuple[int, int]:
     return per_call, extra
 
 
+def best_padding(row, time_s, dkey, spec, multiples, bw):
+    """The fastest (time, pad_m, pad_n, pad_k, copy time, extra weight bytes) for one GEMM
+    ``row`` (anything with batch, m, n, k, layout, op, module), copies included; the original
+    sizes (and ``time_s``) when no padding is predicted faster."""
+    e, eo = itemsize(dkey), output_itemsize(dkey)
+    best = (time_s, row.m, row.n, row.k, 0.0, 0)
+    options = [sorted({x} | {padded_size(x, mul) for mul in multiples})
+               for x in (row.m, row.n, row.k)]
+    for pm, pn, pk in itertools.product(*options):
+        if (pm, pn, pk) == (row.m, row.n, row.k):
+            continue
+        p = predict_matmul(pm, pn, pk, batch=row.batch, dtype=dkey, gpu=spec, layout=row.layout)
+        per_call, extra = _copy_bytes(row, pm, pn, pk, e, eo)
+        copy_t = per_call / bw
+        t = p.time_s + copy_t
+        if t < best[0] - 1e-15:  # strict improvement; ties keep the smaller padding
+            best = (t, pm, pn, pk, copy_t, extra)
+    return best
+
+
 def plan_padding(model_or_report, example_inputs=None, example_kwargs=None, *, gpu="h100",
                  dtype=None, min_gain: float = DEFAULT_MIN_GAIN,
                  multiples=DEFAULT_MULTIPLES, filter_fn=None, **analyze_kwargs) -> PaddingPlan:
@@ -202,7 +222,6 @@ def plan_padding(model_or_report, example_inputs=None, example_kwargs=None, *, g
         report = analyze(model_or_report, example_inputs, example_kwargs, gpu=gpu, **kw)
     spec = get_gpu(report.gpu)
     dkey = report.dtype
-    e, eo = itemsize(dkey), output_itemsize(dkey)
     bw = spec.memory_bandwidth_gbs * 1e9 * model_params(spec).dram_eff
     decisions = []
     for row in report.rows:
@@ -213,19 +232,7 @@ def plan_padding(model_or_report, example_inputs=None, example_kwargs=None, *, g
             safe, reason = False, "excluded by filter_fn"
         best = (row.time_s, row.m, row.n, row.k, 0.0, 0)
         if safe:
-            options = [sorted({x} | {padded_size(x, mul) for mul in multiples})
-                       for x in (row.m, row.n, row.k)]
-            for pm, pn, pk in itertools.product(*options):
-                if (pm, pn, pk) == (row.m, row.n, row.k):
-                    continue
-                p = predict_matmul(pm, pn, pk, batch=row.batch, dtype=dkey, gpu=spec,
-                                   layout=row.layout)
-                per_call, extra = _copy_bytes(row, pm, pn, pk, e, eo)
-                copy_t = per_call / bw
-                t = p.time_s + copy_t
-                # strict improvement, ties to the smaller padding (deterministic order)
-                if t < best[0] - 1e-15:
-                    best = (t, pm, pn, pk, copy_t, extra)
+            best = best_padding(row, row.time_s, dkey, spec, multiples, bw)
         t, pm, pn, pk, copy_t, extra = best
         gain = 1 - t / row.time_s if row.time_s > 0 else 0.0
         if safe and (pm, pn, pk) != (row.m, row.n, row.k) and gain >= min_gain:
