@@ -163,3 +163,23 @@ def test_padded_linear_property(m, n, k, extra_n, extra_k, extra_m, bias, lead, 
     g = padded.weight.grad
     assert (g[:n, :k].float() - lin.weight.grad.float()).abs().max().item() <= 4 * tol * rows
     assert torch.count_nonzero(g[n:]) == 0 and torch.count_nonzero(g[:, k:]) == 0
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_hf_gpt2_real_vocab(dtype):
+    transformers = pytest.importorskip("transformers")
+    torch.manual_seed(0)
+    model = transformers.GPT2LMHeadModel(transformers.GPT2Config(n_layer=1)).eval().to(dtype)
+    kwargs = {"input_ids": torch.zeros(8, 1024, dtype=torch.long), "use_cache": False}
+    padded = fxshape.pad(model, example_kwargs=kwargs, gpu="a100", dtype="fp16")
+    assert isinstance(padded.lm_head, PaddedLinear)
+    assert padded.lm_head.weight is padded.transformer.wte.weight  # tie kept
+    idx = torch.randint(0, 50257, (2, 16))
+    with torch.no_grad():
+        ref, out = model(idx).logits, padded(idx).logits
+    scale = ref.float().abs().max()
+    # fp32: within 1e-5 of the output scale; bf16: within bf16 rounding of the bf16 run
+    tol = 1e-5 if dtype == torch.float32 else 2 ** -7
+    assert (out.float() - ref.float()).abs().max() <= tol * scale
+    sd, ref_sd = padded.state_dict(), model.state_dict()
+    assert list(sd) == list(ref_sd) and all(sd[k].shape == v.shape for k, v in ref_sd.items())
