@@ -136,17 +136,14 @@ def make_backend(**options):
     """A backend callable with fixed options, e.g.
     ``torch.compile(model, backend=fxshape.compile.make_backend(gpu="a100", inner="eager"))``."""
     opts = _options(options)
+    padded: list = []  # (node, sizes, padded sizes) of every graph this backend compiled
 
     def backend(gm, example_inputs):
-        return fxshape_backend(gm, example_inputs, options=opts)
+        return fxshape_backend(gm, example_inputs, options=opts, _sink=padded)
 
-    backend.padded = []  # (node, sizes, padded sizes) of every graph this backend compiled
+    backend.padded = padded
     backend.options = opts
-    _BACKENDS.append(backend)
     return backend
-
-
-_BACKENDS: list = []
 
 
 class _PadPass:
@@ -164,13 +161,10 @@ class _PadPass:
         return hashlib.sha256(key.encode()).hexdigest()
 
 
-def fxshape_backend(gm, example_inputs, options=None):
+def fxshape_backend(gm, example_inputs, options=None, _sink=None):
     """The ``torch.compile`` backend (``backend="fxshape"``)."""
     opts = _options(options)
-    sink = []
-    for b in _BACKENDS:
-        if b.options is options:
-            sink = b.padded
+    sink = [] if _sink is None else _sink
     plan_opts = {k: v for k, v in opts.items() if k != "inner"}
     if opts.get("inner", "inductor") == "eager":
         from functorch.compile import make_boxed_func
