@@ -139,14 +139,10 @@ def _causal(node, g: Gemm, fqn: str) -> Gemm:
         node.kwargs.get("attn_mask") is not None
     square = g.m == (g.n if g.op == "sdpa.qk" else g.k)
     cross = any(s in fqn.lower() for s in ("encdec", "cross"))
-    if has_mask and square and not cross and ("decoder" in fqn or not _encoder_path(fqn)):
+    if has_mask and square and not cross and ("decoder" in fqn or "encoder" not in fqn):
         note = (g.note + "; " if g.note else "") + "causal (decoder mask): half the blocks"
         return dataclasses.replace(g, work=0.5, note=note)
     return g
-
-
-def _encoder_path(fqn: str) -> bool:
-    return "encoder" in fqn
 
 
 def _route(g: Gemm, routing):

@@ -300,28 +300,33 @@ def _label_joint(gm, sig) -> None:
         if isinstance(arg, torch.fx.Node) and arg.name in grads:
             grad_of[arg.name] = grads[arg.name]
 
-    def owner_from_params(node, backward):
-        seen, stack = set(), list(node.all_input_nodes)
+    def first_hit(starts, step, hit):
+        """Walk from ``starts`` through view-like ops (``step``: next nodes); the first
+        value ``hit`` returns for a node, else None."""
+        seen, stack = set(), list(starts)
         while stack:
             n = stack.pop()
             if n.name in seen:
                 continue
             seen.add(n.name)
-            if n.op == "placeholder" and n.name in params:
-                return params[n.name]
+            found = hit(n)
+            if found is not None:
+                return found
             if n.op == "call_function" and _op_name(n) in _VIEW_OPS:
-                stack.extend(n.all_input_nodes)
-        seen, stack = set(), [node] if backward else []
-        while stack:
-            n = stack.pop()
-            if n.name in seen:
-                continue
-            seen.add(n.name)
-            if n.name in grad_of:
-                return grad_of[n.name]
-            if n is node or (n.op == "call_function" and _op_name(n) in _VIEW_OPS):
-                stack.extend(n.users)
+                stack.extend(step(n))
         return None
+
+    def owner_from_params(node, backward):
+        # a parameter it reads (forward GEMMs, input gradients) ...
+        found = first_hit(node.all_input_nodes, lambda n: n.all_input_nodes,
+                          lambda n: params.get(n.name) if n.op == "placeholder" else None)
+        if found is None and backward:
+            # ... or the parameter gradient it produces (weight gradients)
+            found = grad_of.get(node.name)
+            if found is None:
+                found = first_hit(node.users, lambda n: n.users,
+                                  lambda n: grad_of.get(n.name))
+        return found
 
     gemm_nodes = [n for n in gm.graph.nodes
                   if n.op == "call_function" and gemm_handler(n.target) is not None]

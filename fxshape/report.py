@@ -85,7 +85,8 @@ class Report:
         head = ("module", "op", "phase", "count", "M", "N", "K", "batch", "tile", "tile eff",
                 "waves", "wave eff", "TFLOP/s", "% peak", "time %", "misaligned")
         body = []
-        for g in self.groups():
+        groups = self.groups()
+        for g in groups:
             r = g["row"]
             p = r.prediction
             name = g["module"] + (f" x{g['count']}" if g["count"] > 1 else "")
@@ -96,16 +97,17 @@ class Report:
                          f"{100 * r.efficiency:.0f}%", f"{100 * g['share']:.1f}",
                          _flag(r)))
         text = tabulate(body, headers=head, tablefmt=fmt, disable_numparse=True)
-        return text + "\n\n" + self.summary() + self._unsupported_text()
+        return text + "\n\n" + self.summary(groups) + self._unsupported_text()
 
-    def summary(self) -> str:
+    def summary(self, groups=None) -> str:
+        """Totals and the top misaligned offenders (``groups``: from :meth:`groups`)."""
         lines = [
             f"GPU {self.gpu}, GEMMs in {self.dtype}: {len(self.rows)} GEMMs, "
             f"{self.total_flops / 1e12:.3f} TFLOP, predicted GEMM time "
             f"{self.total_time_s * 1e3:.3f} ms, FLOP-weighted efficiency "
             f"{100 * self.efficiency:.1f}% of dense peak",
         ]
-        offenders = [g for g in self.groups() if _flag(g["row"])][:3]
+        offenders = [g for g in (groups or self.groups()) if _flag(g["row"])][:3]
         if offenders:
             lines.append("top offenders (misaligned): " + "; ".join(
                 f"{g['module']} {g['op']} ({_flag(g['row'])}, {100 * g['share']:.1f}% of time)"
