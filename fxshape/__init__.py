@@ -12,7 +12,7 @@ from .dtypes import canonical_dtype
 from .gpus import GPUSpec, Peaks, get_gpu, list_gpus
 from .ops import Gemm, register_gemm_handler
 from .padplan import PadDecision, PaddingPlan, can_pad, plan_padding
-from .rewrite import PaddedLinear, pad
+from .rewrite import PaddedConv1D, PaddedLinear, pad
 from .perf import DimAlignment, MatmulPrediction, ModelParams, model_params, predict_matmul
 from .report import Report
 
@@ -40,6 +40,7 @@ __all__ = [
     "PadDecision",
     "can_pad",
     "pad",
+    "PaddedConv1D",
     "PaddedLinear",
 ]
 

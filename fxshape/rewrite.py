@@ -1,16 +1,19 @@
 """Apply a padding plan: ``fxshape.pad(model)`` returns a copy whose padded GEMMs run aligned.
 
-This first version rewrites ``nn.Linear`` layers (the LM head's vocabulary, odd MLP widths):
-the layer's weight (and bias) are padded with zeros once, when the copy is made; each call pads
+It rewrites ``nn.Linear`` layers (the LM head's vocabulary, odd MLP widths) and GPT-2-style
+``Conv1D`` layers (a linear layer that stores its weight as ``[in, out]``): the layer's weight
+(and bias) are padded with zeros once, when the copy is made; each call pads
 the activation's K (and M) with zeros when the plan says so, runs the aligned GEMM and slices
 the result back. Outputs are unchanged because the padding contributes zeros to every sum and
 the padded output columns are sliced away; gradients of padded entries are zero, so SGD and
 AdamW (with weight decay) keep them at zero. Tied parameters stay tied: every module sharing a
-padded weight gets the padded tensor (an embedding only ever indexes its real rows).
+padded weight gets the padded tensor (an embedding only ever indexes its real rows), and a bias
+that a parent module also holds (BERT's ``cls.predictions.bias``) is replaced there too.
 ``state_dict()`` shows the original keys and shapes, and ``load_state_dict`` accepts them.
 
-GEMMs the plan pads in other layer types (GPT-2's Conv1D, attention, bmm) are left as they
-are, and ``padding_report`` on the returned module says so.
+GEMMs the plan pads elsewhere (activation-by-activation ``bmm``/``matmul``, routers, experts)
+are left as they are, and ``padding_report`` on the returned module says so; the
+``torch.compile`` backend (``fxshape.compile``) pads those.
 """
 
 from __future__ import annotations
@@ -23,43 +26,77 @@ from torch import nn
 
 from .padplan import DEFAULT_MIN_GAIN, DEFAULT_MULTIPLES, plan_padding
 
-__all__ = ["pad", "PaddedLinear"]
+__all__ = ["pad", "PaddedLinear", "PaddedConv1D"]
 
 
 class PaddedLinear(nn.Module):
     """``nn.Linear`` computed at padded sizes; parameters stored padded, exposed unpadded."""
 
-    def __init__(self, linear: nn.Linear, pad_n: int, pad_k: int, pad_m: int | None = None,
+    #: the weight is stored ``[out, in]`` (``nn.Linear``); ``[in, out]`` when True (Conv1D)
+    transposed = False
+
+    def __init__(self, layer: nn.Module, pad_n: int, pad_k: int, pad_m: int | None = None,
                  weight: nn.Parameter | None = None):
         super().__init__()
-        self.in_features, self.out_features = linear.in_features, linear.out_features
+        self.in_features, self.out_features = _in_out(layer)
         self.pad_n, self.pad_k, self.pad_m = pad_n, pad_k, pad_m
-        self.weight = weight if weight is not None else _padded_param(linear.weight, pad_n,
-                                                                      pad_k)
-        self.bias = None if linear.bias is None else _padded_param(linear.bias, pad_n)
+        self.weight = weight if weight is not None else _padded_param(
+            layer.weight, *self.weight_shape(pad_n, pad_k))
+        self.bias = None if layer.bias is None else _padded_param(layer.bias, pad_n)
         self._register_state_dict_hook(_unpad_state)
         self._register_load_state_dict_pre_hook(_pad_incoming, with_module=True)
+
+    def weight_shape(self, n: int, k: int) -> tuple[int, int]:
+        return (k, n) if self.transposed else (n, k)
 
     def extra_repr(self) -> str:
         return (f"in_features={self.in_features}, out_features={self.out_features}, runs as "
                 f"K={self.pad_k}, N={self.pad_n}" + (f", M={self.pad_m}" if self.pad_m else ""))
 
+    def _gemm(self, x):
+        return F.linear(x, self.weight, self.bias)
+
     def forward(self, x):
         k_extra = self.pad_k - self.in_features
         lead = x.shape[:-1]
-        if self.pad_m is not None:
+        if self.pad_m is not None or self.transposed:
             x = x.reshape(-1, x.shape[-1])
+        if self.pad_m is not None:
             m = x.shape[0]
             x = F.pad(x, (0, k_extra, 0, max(0, self.pad_m - m)))
         elif k_extra:
             x = F.pad(x, (0, k_extra))
-        y = F.linear(x, self.weight, self.bias)
+        y = self._gemm(x)
         if self.pad_m is not None:
             y = y[:m]
         y = y[..., :self.out_features]
-        if self.pad_m is not None:
+        if self.pad_m is not None or self.transposed:
             y = y.reshape(*lead, self.out_features)
         return y.contiguous() if self.pad_n != self.out_features else y
+
+
+class PaddedConv1D(PaddedLinear):
+    """GPT-2's ``Conv1D`` (``y = x @ W + b`` with ``W[in, out]``) computed at padded sizes."""
+
+    transposed = True
+
+    def _gemm(self, x):
+        if self.bias is None:
+            return x @ self.weight
+        return torch.addmm(self.bias, x, self.weight)
+
+
+def _in_out(layer: nn.Module) -> tuple[int, int]:
+    if isinstance(layer, nn.Linear):
+        return layer.in_features, layer.out_features
+    return layer.weight.shape[0], layer.weight.shape[1]  # Conv1D: weight [in, out]
+
+
+def _is_conv1d(mod: nn.Module) -> bool:
+    """Hugging Face's Conv1D (GPT-2, GPT, ...), recognised without importing transformers."""
+    w = getattr(mod, "weight", None)
+    return (type(mod).__name__ == "Conv1D" and isinstance(w, torch.Tensor) and w.dim() == 2
+            and getattr(mod, "nf", None) == w.shape[1] and getattr(mod, "nx", None) == w.shape[0])
 
 
 def _padded_param(p: torch.Tensor, rows: int, cols: int | None = None) -> nn.Parameter:
@@ -75,7 +112,7 @@ def _padded_param(p: torch.Tensor, rows: int, cols: int | None = None) -> nn.Par
 
 
 def _unpad_state(module, state, prefix, local_metadata):
-    for name, size in (("weight", (module.out_features, module.in_features)),
+    for name, size in (("weight", module.weight_shape(module.out_features, module.in_features)),
                        ("bias", (module.out_features,))):
         key = prefix + name
         if key in state and state[key] is not None:
@@ -85,29 +122,31 @@ def _unpad_state(module, state, prefix, local_metadata):
 
 def _pad_incoming(module, state, prefix, *args, **kwargs):
     w, b = prefix + "weight", prefix + "bias"
-    if w in state and tuple(state[w].shape) == (module.out_features, module.in_features):
-        state[w] = _padded_param(state[w], module.pad_n, module.pad_k).data
+    if w in state and tuple(state[w].shape) == module.weight_shape(module.out_features,
+                                                                   module.in_features):
+        state[w] = _padded_param(state[w], *module.weight_shape(module.pad_n,
+                                                                module.pad_k)).data
     if b in state and state[b] is not None and tuple(state[b].shape) == (module.out_features,):
         state[b] = _padded_param(state[b], module.pad_n).data
 
 
-class _PaddedEmbeddingState:
-    """state_dict hooks for an embedding that shares a padded (tied) weight."""
+class _TiedState:
+    """state_dict hooks for another module's reference to a padded (tied) parameter: saved
+    at the original shape, loaded from it."""
 
-    def __init__(self, rows):
-        self.rows = rows
+    def __init__(self, leaf: str, shape: tuple):
+        self.leaf, self.shape = leaf, tuple(shape)
 
     def unpad(self, module, state, prefix, local_metadata):
-        key = prefix + "weight"
+        key = prefix + self.leaf
         if key in state:
-            state[key] = state[key][:self.rows]
+            state[key] = state[key][tuple(slice(0, s) for s in self.shape)]
         return state
 
     def pad(self, module, state, prefix, *args, **kwargs):
-        key = prefix + "weight"
-        if key in state and state[key].shape[0] == self.rows:
-            w = module.weight
-            state[key] = _padded_param(state[key], w.shape[0], w.shape[1]).data
+        key = prefix + self.leaf
+        if key in state and tuple(state[key].shape) == self.shape:
+            state[key] = _padded_param(state[key], *getattr(module, self.leaf).shape).data
 
 
 def _set_submodule(root: nn.Module, fqn: str, new: nn.Module) -> None:
@@ -116,10 +155,41 @@ def _set_submodule(root: nn.Module, fqn: str, new: nn.Module) -> None:
     setattr(parent, leaf, new)
 
 
+def _tie_actions(root, d, old, padded, params_by_id):
+    """How to keep the old layer's parameters tied after padding: a list of (owner module,
+    attribute, padded parameter, original shape), or a reason it cannot be done.
+
+    An ``nn.Embedding`` sharing the weight gets the padded weight when only its rows (the
+    vocabulary) grow: it indexes real rows only. A parent of the layer that holds the same
+    parameter (the ``self.decoder.bias = self.bias`` pattern) gets the padded one. Anything
+    else sharing a parameter with the layer keeps the layer unpadded.
+    """
+    actions = []
+    for leaf in ("weight", "bias"):
+        p = getattr(old, leaf, None)
+        if p is None:
+            continue
+        for name in params_by_id.get(id(p), []):
+            owner_name, _, attr = name.rpartition(".")
+            if owner_name == d.module:
+                continue
+            owner = root.get_submodule(owner_name)
+            rows_only = padded.weight.shape[1] == p.shape[1] if p.dim() == 2 else True
+            if leaf == "weight" and isinstance(owner, nn.Embedding) and rows_only \
+                    and not padded.transposed:
+                actions.append((owner, attr, padded.weight, tuple(p.shape)))
+            elif owner_name == "" or d.module.startswith(owner_name + "."):
+                actions.append((owner, attr, getattr(padded, leaf), tuple(p.shape)))
+            else:
+                return [], f"{leaf} tied to {type(owner).__name__} {owner_name}"
+    return actions, ""
+
+
 def pad(model: nn.Module, example_inputs=None, example_kwargs=None, *, gpu="h100",
         dtype=None, min_gain: float = DEFAULT_MIN_GAIN, multiples=DEFAULT_MULTIPLES,
         filter_fn=None, **analyze_kwargs) -> nn.Module:
-    """A copy of ``model`` whose planned-for ``nn.Linear`` GEMMs run at padded sizes.
+    """A copy of ``model`` whose planned-for linear layers (``nn.Linear``, ``Conv1D``) run
+    at padded sizes.
 
     The model itself is not changed. The plan (``fxshape.plan_padding``) decides from the
     performance model for ``gpu`` and ``dtype`` (the dtype the GEMMs run in; default: that of
@@ -157,31 +227,29 @@ def pad(model: nn.Module, example_inputs=None, example_kwargs=None, *, gpu="h100
         except AttributeError:
             skipped.append((d, "no such module"))
             continue
-        if not isinstance(mod, nn.Linear) or isinstance(mod, PaddedLinear):
-            skipped.append((d, f"{type(mod).__name__} layers are not rewritten yet"))
-            continue
-        old_weight = mod.weight
-        pad_m = d.pad_m if d.pad_m != d.m else None
-        padded = PaddedLinear(mod, d.pad_n, d.pad_k, pad_m)
-        _set_submodule(new, d.module, padded)
-        # keep tied parameters tied: every other user of the old weight gets the padded one
-        for other_name in params_by_id.get(id(old_weight), []):
-            owner_name = other_name.rpartition(".")[0]
-            if owner_name == d.module:
-                continue
-            owner = new.get_submodule(owner_name)
-            if isinstance(owner, nn.Embedding) and d.pad_k == d.k:
-                owner.weight = padded.weight
-                hooks = _PaddedEmbeddingState(old_weight.shape[0])
-                owner._register_state_dict_hook(hooks.unpad)
-                owner._register_load_state_dict_pre_hook(hooks.pad, with_module=True)
-            else:
-                # cannot share a reshaped tensor with this module: undo, keep the layer as is
-                _set_submodule(new, d.module, mod)
-                skipped.append((d, f"weight tied to {type(owner).__name__} {owner_name}"))
-                break
+        if isinstance(mod, PaddedLinear):
+            continue  # a layer called twice: padded once, for its first GEMM
+        if isinstance(mod, nn.Linear):
+            cls = PaddedLinear
+        elif _is_conv1d(mod):
+            cls = PaddedConv1D
         else:
-            applied.append(d)
+            skipped.append((d, f"{type(mod).__name__} layers are not rewritten (the "
+                               "torch.compile backend pads any mm/addmm/bmm)"))
+            continue
+        pad_m = d.pad_m if d.pad_m != d.m else None
+        padded = cls(mod, d.pad_n, d.pad_k, pad_m)
+        ties, why = _tie_actions(new, d, mod, padded, params_by_id)
+        if why:
+            skipped.append((d, why))
+            continue
+        _set_submodule(new, d.module, padded)
+        for owner, leaf, param, shape in ties:
+            setattr(owner, leaf, param)
+            hooks = _TiedState(leaf, shape)
+            owner._register_state_dict_hook(hooks.unpad)
+            owner._register_load_state_dict_pre_hook(hooks.pad, with_module=True)
+        applied.append(d)
     new.padding_plan = plan
     lines = [f"{d.module}: {d.op} M={d.m} N={d.n} K={d.k} runs as M={d.pad_m} N={d.pad_n} "
              f"K={d.pad_k} (predicted {100 * d.gain:.1f}% faster)" for d in applied]
