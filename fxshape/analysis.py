@@ -51,6 +51,9 @@ class GemmRow:
     flops: int
     time_s: float
     prediction: MatmulPrediction
+    #: what sets (M, N, K): a hyperparameter, an input size or a parameter axis
+    #: (``fxshape.provenance``); empty when not traced
+    set_by: tuple = ()
 
     @property
     def tflops(self) -> float:
@@ -130,6 +133,25 @@ def annotate(gm: torch.fx.GraphModule, *, gpu="h100", dtype=torch.bfloat16,
         node.meta[META_KEY] = node_rows
         rows.extend(node_rows)
     return rows, unsupported
+
+
+def _with_provenance(gm, rows, config, tp):
+    """Rows with ``set_by`` filled in (``fxshape.provenance``), also on ``node.meta``."""
+    from .provenance import dimension_sources
+
+    by_node: dict[str, list] = {}
+    for r in rows:
+        by_node.setdefault(r.node, []).append(r)
+    sources = dimension_sources(gm, by_node, config=config, tp=tp)
+    nodes = {n.name: n for n in gm.graph.nodes}
+    out = []
+    for name, rs in by_node.items():
+        new = tuple(dataclasses.replace(r, set_by=s) for r, s in zip(rs, sources[name]))
+        nodes[name].meta[META_KEY] = new
+        out.extend(new)
+    order = {r.node: i for i, r in enumerate(rows)}
+    out.sort(key=lambda r: order[r.node])  # stable: rows of one node keep their order
+    return out
 
 
 def _causal(node, g: Gemm, fqn: str) -> Gemm:
@@ -276,5 +298,6 @@ def analyze(model, example_inputs=None, example_kwargs=None, *, gpu="h100",
     rows, unsupported = annotate(gm, gpu=spec, dtype=dkey, tp=tp,
                                  features=_features(model) if tp > 1 else None,
                                  causal_decoder=_is_decoder(model), moe_routing=moe_routing)
+    rows = _with_provenance(gm, rows, getattr(model, "config", None), tp)
     return Report(rows=tuple(rows), unsupported=tuple(unsupported), gpu=spec.name,
                   dtype=dkey, model_name=type(model).__name__, graph_module=gm)

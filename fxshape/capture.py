@@ -285,6 +285,9 @@ def _label_joint(gm, sig) -> None:
     bw = sig.backward_signature
     grads = {name: _strip(fqn) for name, fqn in (bw.gradients_to_parameters if bw else {}).items()}
     nodes = {n.name: n for n in gm.graph.nodes}
+    for name, fqn in params.items():  # which parameter each placeholder is (provenance)
+        if name in nodes:
+            nodes[name].meta["fxshape_param"] = fqn
     # forward = everything the loss depends on
     forward = set()
     stack = [nodes[bw.loss_output]] if bw and bw.loss_output in nodes else []

@@ -1,4 +1,5 @@
-"""The ``fxshape`` command line: ``analyze``, ``presets``, ``predict``, ``gpus``."""
+"""The ``fxshape`` command line: ``analyze``, ``advise``, ``sweep``, ``presets``, ``predict``,
+``gpus``."""
 
 from __future__ import annotations
 
@@ -112,6 +113,63 @@ def _cmd_analyze(args) -> int:
     return 0
 
 
+def _model_config(target):
+    from .presets import load_target
+
+    model = load_target(target)
+    if getattr(model, "config", None) is None:
+        raise ValueError(f"{target}: advise and sweep need a Hugging Face model (a preset or "
+                         "a config.json); this target has no config")
+    return model
+
+
+def _cmd_advise(args) -> int:
+    from .advise import advise
+
+    advice = advise(_model_config(args.target), gpu=args.gpu, dtype=args.dtype,
+                    batch_size=args.batch_size, seq_len=args.seq_len, tp=args.tp,
+                    mode=args.mode, param_tolerance=args.tolerance,
+                    min_speedup=args.min_speedup)
+    if args.format == "json":
+        recs = [{"hyperparameter": r.hyperparameter, "current": r.current,
+                 "suggested": r.suggested, "predicted_speedup": r.predicted_speedup,
+                 "throughput_gain": r.throughput_gain, "param_delta": r.param_delta,
+                 "reason": r.reason} for r in advice.recommendations]
+        print(json.dumps({"model": advice.model_name, "gpu": advice.gpu, "dtype": advice.dtype,
+                          "mode": advice.mode, "tp": advice.tp, "params": advice.params,
+                          "time_s": advice.time_s, "recommendations": recs,
+                          "notes": list(advice.notes)}, indent=2, sort_keys=True))
+    else:
+        print(advice.table(fmt="github" if args.format == "markdown" else "simple"))
+    return 0
+
+
+def _cmd_sweep(args) -> int:
+    from .advise import parse_range, sweep
+    from .plot import plot_sweep
+
+    values = parse_range(args.range)
+    if args.out and not args.out.lower().endswith((".png", ".svg")):
+        raise ValueError(f"--out must end in .png or .svg, got {args.out!r}")
+    model = _model_config(args.target)
+    points = sweep(model, args.param, values, gpu=args.gpu, dtype=args.dtype,
+                   batch_size=args.batch_size, seq_len=args.seq_len, tp=args.tp,
+                   mode=args.mode)
+    rows = [(p.value, "-" if p.tflops is None else f"{p.tflops:.1f}",
+             "-" if p.time_s is None else f"{p.time_s * 1e3:.3f}",
+             "-" if p.params is None else f"{p.params:,}", p.note) for p in points]
+    print(tabulate(rows, headers=(args.param, "TFLOP/s", "GEMM ms/step", "params", "note"),
+                   disable_numparse=True))
+    if args.out:
+        title = f"{args.target}: {args.param} on {args.gpu} ({args.dtype}, {args.mode})"
+        if plot_sweep(points, args.param, args.out, title=title):
+            print(f"\nwrote {args.out}")
+        else:
+            print("\nmatplotlib is not installed (pip install 'fxshape[plot]'): table only",
+                  file=sys.stderr)
+    return 0
+
+
 def _cmd_presets(args) -> int:
     from .presets import list_presets
 
@@ -157,6 +215,39 @@ def build_parser() -> argparse.ArgumentParser:
                     help="add the backward GEMMs autograd runs (phase 'backward')")
     pa.add_argument("--format", choices=("table", "json", "csv", "markdown"), default="table")
     pa.set_defaults(func=_cmd_analyze)
+
+    def common(p, mode_default):
+        p.add_argument("target", help="preset name or path to a Hugging Face config.json")
+        p.add_argument("--gpu", default="h100", help="GPU name or alias (default h100)")
+        p.add_argument("--dtype", default="bf16", help="dtype the GEMMs run in (default bf16)")
+        p.add_argument("--batch-size", type=_positive_int, default=None,
+                       help="sequences per batch (default 1)")
+        p.add_argument("--seq-len", type=_positive_int, default=None,
+                       help="tokens per sequence (default min(1024, max positions))")
+        p.add_argument("--tp", type=_positive_int, default=1,
+                       help="tensor-parallel degree (default 1)")
+        p.add_argument("--mode", choices=("train", "inference"), default=mode_default,
+                       help=f"GEMMs of a training step or of inference (default {mode_default})")
+
+    pv = sub.add_parser("advise", help="recommend hyperparameters with efficient GEMM shapes",
+                        description="Search vocab, hidden size, heads and MLP width for "
+                                    "shapes the GPU runs faster; re-analyze each candidate.")
+    common(pv, "train")
+    pv.add_argument("--tolerance", type=float, default=0.02,
+                    help="largest relative change of the parameter count (default 0.02)")
+    pv.add_argument("--min-speedup", type=float, default=0.01,
+                    help="significance threshold (default 0.01 = 1%%)")
+    pv.add_argument("--format", choices=("table", "json", "markdown"), default="table")
+    pv.set_defaults(func=_cmd_advise)
+
+    ps = sub.add_parser("sweep", help="predicted throughput across a hyperparameter range",
+                        description="Predict GEMM TFLOP/s for each value of one config "
+                                    "attribute; draw it with --out (matplotlib).")
+    common(ps, "inference")
+    ps.add_argument("--param", required=True, help="config attribute, e.g. hidden_size")
+    ps.add_argument("--range", required=True, help="START:STOP[:STEP], STOP included")
+    ps.add_argument("--out", default=None, help="write a plot (.png or .svg)")
+    ps.set_defaults(func=_cmd_sweep)
 
     pl = sub.add_parser("presets", help="list the built-in model presets")
     pl.set_defaults(func=_cmd_presets)

@@ -32,6 +32,13 @@ def _flag(row) -> str:
     return ", ".join(f"{a.dim}={a.size}->{a.next_aligned}" for a in bad)
 
 
+def _set_by(row) -> str:
+    """``M: batch_size × seq_len; N: vocab_size; K: hidden_size`` (empty when unknown)."""
+    if not row.set_by:
+        return ""
+    return "; ".join(f"{d}: {s}" for d, s in zip("MNK", row.set_by))
+
+
 @dataclass(frozen=True)
 class Report:
     """What ``fxshape.analyze`` found. ``rows``: one record per GEMM node (not collapsed)."""
@@ -84,6 +91,9 @@ class Report:
             return msg + self._unsupported_text()
         head = ("module", "op", "phase", "count", "M", "N", "K", "batch", "tile", "tile eff",
                 "waves", "wave eff", "TFLOP/s", "% peak", "time %", "misaligned")
+        with_set_by = any(r.set_by for r in self.rows)
+        if with_set_by:
+            head += ("set by",)
         body = []
         groups = self.groups()
         for g in groups:
@@ -95,7 +105,7 @@ class Report:
                          f"{100 * p.tile_efficiency:.0f}%", p.waves,
                          f"{100 * p.wave_efficiency:.0f}%", f"{r.tflops:.0f}",
                          f"{100 * r.efficiency:.0f}%", f"{100 * g['share']:.1f}",
-                         _flag(r)))
+                         _flag(r)) + ((_set_by(r),) if with_set_by else ()))
         text = tabulate(body, headers=head, tablefmt=fmt, disable_numparse=True)
         return text + "\n\n" + self.summary(groups) + self._unsupported_text()
 
@@ -110,8 +120,8 @@ class Report:
         offenders = [g for g in (groups or self.groups()) if _flag(g["row"])][:3]
         if offenders:
             lines.append("top offenders (misaligned): " + "; ".join(
-                f"{g['module']} {g['op']} ({_flag(g['row'])}, {100 * g['share']:.1f}% of time)"
-                for g in offenders))
+                f"{g['module']} {g['op']} ({_flag(g['row'])}{_culprits(g['row'])}, "
+                f"{100 * g['share']:.1f}% of time)" for g in offenders))
         return "\n".join(lines)
 
     def _unsupported_text(self) -> str:
@@ -183,7 +193,8 @@ class Report:
         buf = io.StringIO()
         cols = ("node", "module", "module_type", "op", "phase", "batch", "m", "n", "k", "dtype",
                 "layout", "work", "flops", "time_s", "tflops", "efficiency", "tile",
-                "tile_efficiency", "waves", "wave_efficiency", "bound", "misaligned", "note")
+                "tile_efficiency", "waves", "wave_efficiency", "bound", "misaligned", "note",
+                "set_by_m", "set_by_n", "set_by_k")
         w = csv.writer(buf, lineterminator="\n")
         w.writerow(cols)
         for r in self.rows:
@@ -220,6 +231,15 @@ class Report:
         return g
 
 
+def _culprits(row) -> str:
+    """`` <- vocab_size`` for the misaligned dimensions of a row with provenance."""
+    if not row.set_by:
+        return ""
+    bad = [a.dim for a in row.prediction.alignment if a.status == "misaligned" and a.leading]
+    names = sorted({row.set_by["MNK".index(d)] for d in bad if d in "MNK"})
+    return f" <- {', '.join(names)}" if names else ""
+
+
 def _row_dict(r) -> dict:
     p = r.prediction
     return {
@@ -229,5 +249,6 @@ def _row_dict(r) -> dict:
         "tflops": r.tflops, "efficiency": r.efficiency, "tile": f"{p.tile[0]}x{p.tile[1]}",
         "tile_efficiency": p.tile_efficiency, "waves": p.waves,
         "wave_efficiency": p.wave_efficiency, "bound": p.bound, "misaligned": _flag(r),
-        "note": r.note,
+        "note": r.note, "set_by_m": r.set_by[0] if r.set_by else "",
+        "set_by_n": r.set_by[1] if r.set_by else "", "set_by_k": r.set_by[2] if r.set_by else "",
     }

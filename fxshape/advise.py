@@ -1,0 +1,514 @@
+"""Co-design advisor: which hyperparameter to change, to what, and how much faster it is.
+
+``advise(model_or_config)`` searches hyperparameter values with better GEMM shapes — vocabulary
+a multiple of 64 × tp, hidden size and head dimension with more factors of two, a
+flash-attention-friendly head dimension, the best MLP width near the current one — and
+re-analyzes the model with each candidate (``fxshape.analyze`` on a new model built from the
+changed config, on the meta device). A candidate is recommended when it is predicted at least
+``min_speedup`` faster per step *and* at least that much more efficient (achieved TFLOP/s), so
+that a smaller model never wins just for being smaller, and its parameter count stays within
+``param_tolerance`` of the original.
+
+Re-analysis runs at reduced depth: the model is built with one layer per stack and every GEMM
+of a repeated layer counts as many times as the original has layers (the layers of a stack are
+identical, so this is the same sum, 10-30x faster to capture).
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+import re
+from dataclasses import dataclass
+
+import torch
+from tabulate import tabulate
+
+from .provenance import hyperparameters
+
+__all__ = ["Advice", "Recommendation", "advise", "evaluate_config", "sweep", "SweepPoint"]
+
+_LAYER_FIELDS = ("num_hidden_layers", "n_layer", "num_layers", "num_decoder_layers",
+                 "encoder_layers", "decoder_layers")
+#: head dimensions flash-attention kernels run at full tile efficiency
+_FLASH_HEAD_DIMS = (64, 128)
+DEFAULT_TOLERANCE = 0.02
+DEFAULT_MIN_SPEEDUP = 0.01
+
+
+@dataclass(frozen=True)
+class Recommendation:
+    """One suggested change (one hyperparameter, or a few that must change together)."""
+
+    hyperparameter: str  # "vocab_size", or "hidden_size, num_attention_heads"
+    current: object  # an int, or a tuple for joint changes
+    suggested: object
+    predicted_speedup: float  # step time before / after - 1 (0.05 = 5% faster)
+    throughput_gain: float  # achieved GEMM TFLOP/s after / before - 1
+    param_delta: int  # change in parameter count
+    reason: str
+    changes: tuple  # ((config attribute, old, new), ...)
+
+
+@dataclass(frozen=True)
+class Evaluation:
+    time_s: float  # predicted GEMM time of one step (all layers)
+    flops: int
+    params: int
+
+
+@dataclass(frozen=True)
+class Advice:
+    model_name: str
+    gpu: str
+    dtype: str
+    mode: str
+    tp: int
+    params: int
+    time_s: float
+    tflops: float
+    recommendations: tuple
+    combined: Recommendation | None  # all non-overlapping recommendations applied together
+    notes: tuple  # rule checks and wave-boundary warnings, as sentences
+
+    def table(self, fmt: str = "simple") -> str:
+        head = ("hyperparameter", "current", "suggested", "speedup", "TFLOP/s gain",
+                "params", "reason")
+        rows = [(r.hyperparameter, _fmt(r.current), _fmt(r.suggested),
+                 f"{100 * r.predicted_speedup:+.1f}%", f"{100 * r.throughput_gain:+.1f}%",
+                 f"{r.param_delta:+,}", r.reason) for r in self.recommendations]
+        lines = [f"{self.model_name} on {self.gpu} ({self.dtype}, {self.mode}, tp={self.tp}): "
+                 f"{self.params:,} parameters, predicted GEMM time {self.time_s * 1e3:.3f} ms "
+                 f"per step, {self.tflops:.0f} TFLOP/s", ""]
+        if rows:
+            lines.append(tabulate(rows, headers=head, tablefmt=fmt, disable_numparse=True))
+        else:
+            lines.append("no change is predicted to pay (nothing above the significance "
+                         "threshold within the parameter tolerance)")
+        if self.combined is not None and len(self.recommendations) > 1:
+            c = self.combined
+            lines.append(f"\nall together ({c.hyperparameter} = {_fmt(c.suggested)}): "
+                         f"{100 * c.predicted_speedup:+.1f}% speed, "
+                         f"{c.param_delta:+,} parameters")
+        if self.notes:
+            lines.append("\nnotes:")
+            lines.extend(f"- {n}" for n in self.notes)
+        return "\n".join(lines)
+
+    def __str__(self) -> str:
+        return self.table()
+
+
+def _fmt(v) -> str:
+    return ", ".join(str(x) for x in v) if isinstance(v, tuple) else str(v)
+
+
+# -- building and evaluating models from configs ---------------------------------------------
+def _model_class(model_or_config):
+    """(config, class that builds a model from it)."""
+    if isinstance(model_or_config, torch.nn.Module):
+        cfg = getattr(model_or_config, "config", None)
+        if cfg is None or not hasattr(cfg, "to_dict"):
+            raise ValueError(
+                "advise needs a Hugging Face model or config to vary hyperparameters; got "
+                f"{type(model_or_config).__name__} without a .config (for plain modules use "
+                "fxshape.analyze, whose report names the parameter behind each dimension)")
+        return cfg, type(model_or_config)
+    if hasattr(model_or_config, "to_dict") and hasattr(model_or_config, "model_type"):
+        return model_or_config, None
+    raise TypeError(f"advise accepts an nn.Module or a Hugging Face config, got "
+                    f"{type(model_or_config).__name__}")
+
+
+def _build(cls, config):
+    import transformers
+
+    with torch.device("meta"):
+        if cls is not None:
+            return cls(config)
+        errors = []
+        for auto in ("AutoModelForCausalLM", "AutoModelForSeq2SeqLM", "AutoModelForMaskedLM",
+                     "AutoModel"):
+            try:
+                return getattr(transformers, auto).from_config(config)
+            except (ValueError, KeyError) as exc:
+                errors.append(str(exc).splitlines()[0])
+        raise ValueError(f"cannot build a model for config {type(config).__name__}: "
+                         + "; ".join(errors))
+
+
+def _shallow(config):
+    """A copy with one layer per stack; list fields sized per layer are cut to match."""
+    cfg = copy.deepcopy(config)
+    counts = {getattr(config, f) for f in _LAYER_FIELDS
+              if isinstance(getattr(config, f, None), int)}
+    for f in _LAYER_FIELDS:
+        if isinstance(getattr(config, f, None), int):
+            setattr(cfg, f, 1)
+    for k, v in list(vars(cfg).items()):
+        if isinstance(v, list) and v and len(v) in counts:
+            setattr(cfg, k, v[:1])
+    return cfg
+
+
+def _stack_lengths(model) -> dict:
+    return {name: len(m) for name, m in model.named_modules()
+            if isinstance(m, torch.nn.ModuleList) and name}
+
+
+def _scale(name: str, lengths: dict) -> int:
+    """How many copies of ``name`` the full model has (its layer stack's length)."""
+    best, n = "", 1
+    for prefix, length in lengths.items():
+        if (name == prefix + ".0" or name.startswith(prefix + ".0.")) and len(prefix) > len(best):
+            best, n = prefix, length
+    return n
+
+
+class _Evaluator:
+    """Analyze configs at reduced depth, scaled to the full depth; cached by changes."""
+
+    def __init__(self, config, cls, lengths, analyze_kwargs):
+        self.config, self.cls, self.lengths = config, cls, lengths
+        self.kw = analyze_kwargs
+        self.cache: dict = {}
+        self.report = None  # the baseline's (shallow) report
+
+    def config_with(self, changes):
+        cfg = copy.deepcopy(self.config)
+        for attr, _, new in changes:
+            setattr(cfg, attr, new)
+        return cfg
+
+    def __call__(self, changes=()) -> Evaluation:
+        key = tuple(sorted(changes))
+        if key not in self.cache:
+            from .analysis import analyze
+
+            model = _build(self.cls, _shallow(self.config_with(key)))
+            report = analyze(model, **self.kw)
+            if not key:
+                self.report = report
+            t = sum(r.time_s * _scale(r.module, self.lengths) for r in report.rows)
+            f = sum(r.flops * _scale(r.module, self.lengths) for r in report.rows)
+            seen, params = set(), 0
+            for name, p in model.named_parameters(remove_duplicate=False):
+                if id(p) in seen:
+                    continue
+                seen.add(id(p))
+                params += p.numel() * _scale(name.rpartition(".")[0], self.lengths)
+            self.cache[key] = Evaluation(t, f, params)
+        return self.cache[key]
+
+
+def evaluate_config(model_or_config, changes: dict | None = None, **analyze_kwargs):
+    """(predicted GEMM time per step, GEMM FLOPs, parameter count) of the model with
+    ``changes`` (config attribute -> value) applied, at full depth."""
+    config, cls = _model_class(model_or_config)
+    lengths = _stack_lengths(_build(cls, config))
+    ev = _Evaluator(config, cls, lengths, analyze_kwargs)
+    return ev(tuple((k, getattr(config, k, None), v) for k, v in (changes or {}).items()))
+
+
+# -- candidates ------------------------------------------------------------------------------
+def _attr(config, canonical):
+    """The settable config attribute for a canonical hyperparameter, or None if derived."""
+    hp = hyperparameters(config)
+    if canonical not in hp:
+        return None
+    label = hp[canonical][0]
+    return label if re.fullmatch(r"[A-Za-z_]\w*", label) else None
+
+
+def _round_up(x, m):
+    return -(-x // m) * m
+
+
+def _twos(x: int) -> int:
+    return (x & -x).bit_length() - 1 if x > 0 else 0
+
+
+def _head_changes(config, hp, h_new, a_new):
+    """Config changes for hidden size ``h_new`` with ``a_new`` heads (KV heads and an explicit
+    head_dim follow along)."""
+    h_attr, a_attr = _attr(config, "hidden_size"), _attr(config, "num_attention_heads")
+    h, a = hp["hidden_size"][1], hp["num_attention_heads"][1]
+    ch = []
+    if h_new != h:
+        ch.append((h_attr, h, h_new))
+    if a_new != a:
+        ch.append((a_attr, a, a_new))
+    kv = getattr(config, "num_key_value_heads", None)
+    if isinstance(kv, int) and a_new != a:
+        if kv == a:
+            ch.append(("num_key_value_heads", kv, a_new))  # multi-head attention stays so
+        elif a_new % kv:
+            return None  # grouped-query attention needs KV heads to divide the heads
+    hd = getattr(config, "head_dim", None)
+    if isinstance(hd, int) and hd == h // a and h_new // a_new != hd:
+        ch.append(("head_dim", hd, h_new // a_new))  # head_dim was the derived value
+    return tuple(ch)
+
+
+def _candidates(config, tp: int, gated: bool):
+    """(group, changes, reason) in a fixed order."""
+    hp = hyperparameters(config)
+    out = []
+    if "vocab_size" in hp and _attr(config, "vocab_size"):
+        v = hp["vocab_size"][1]
+        for mul in (64 * tp, 128 * tp):
+            if v % mul:
+                out.append(("vocab_size", (("vocab_size", v, _round_up(v, mul)),),
+                            f"vocabulary a multiple of {mul} (64 x tp): the LM head's N and "
+                            "the embedding tile evenly; odd sizes also lose 16-byte alignment"))
+    have_heads = "hidden_size" in hp and "num_attention_heads" in hp \
+        and _attr(config, "hidden_size") and _attr(config, "num_attention_heads")
+    if have_heads:
+        h, a = hp["hidden_size"][1], hp["num_attention_heads"][1]
+        hd = h // a if h % a == 0 else None
+        explicit_hd = isinstance(getattr(config, "head_dim", None), int) and \
+            config.head_dim != (h // a if h % a == 0 else None)
+        if not explicit_hd:
+            # heads only: a flash-attention-friendly head dimension at the same width
+            for hd_new in _FLASH_HEAD_DIMS:
+                if hd_new != hd and h % hd_new == 0 and (h // hd_new) % tp == 0:
+                    ch = _head_changes(config, hp, h, h // hd_new)
+                    if ch:
+                        why = ("a flash-attention tile size (64 or 128): no padded columns"
+                               if hd not in _FLASH_HEAD_DIMS else
+                               "larger attention GEMMs (K = head_dim) run closer to peak")
+                        out.append(("num_attention_heads", ch,
+                                    f"head_dim {hd} -> {hd_new}: {why}"))
+            # hidden size (and heads with it) with more factors of two
+            if _twos(h) < 6 or hd not in _FLASH_HEAD_DIMS:
+                for h_new in sorted({_round_up(h, 64), _round_up(h, 64) - 64,
+                                     _round_up(h, 128), _round_up(h, 128) - 128} - {h, 0}):
+                    if h_new <= 0:
+                        continue
+                    if h_new % a == 0 and (h_new // a) % 8 == 0:
+                        ch = _head_changes(config, hp, h_new, a)
+                        if ch:
+                            out.append(("hidden_size", ch,
+                                        f"hidden size {h} -> {h_new} (2^{_twos(h_new)} | h; "
+                                        f"head_dim {h_new // a})"))
+                    for hd_new in _FLASH_HEAD_DIMS:
+                        if h_new % hd_new == 0 and (h_new // hd_new) % tp == 0 \
+                                and h_new // hd_new != a:
+                            ch = _head_changes(config, hp, h_new, h_new // hd_new)
+                            if ch:
+                                out.append(("hidden_size, num_attention_heads", ch,
+                                            f"hidden size {h} -> {h_new} (2^{_twos(h_new)} | h) "
+                                            f"with head_dim {hd_new}: {h} has no such "
+                                            "split into heads"))
+    f_attr = _attr(config, "intermediate_size")
+    if "intermediate_size" in hp:
+        f = hp["intermediate_size"][1]
+        attr = f_attr or ("n_inner" if hasattr(config, "n_inner") else None)
+        if attr:
+            step = 64 * tp
+            centre = f
+            if gated and "hidden_size" in hp:
+                centre = 8 * hp["hidden_size"][1] // 3  # SwiGLU: ~8h/3 at the same parameters
+            lo, hi = int(min(f, centre) * 0.97), int(max(f, centre) * 1.03)
+            for f_new in range(_round_up(lo, step), hi + 1, step):
+                if f_new != f:
+                    out.append(("intermediate_size", ((attr, f, f_new),),
+                                f"MLP width {f} -> {f_new} (2^{_twos(f_new)} | d_ff): best "
+                                "tile and wave fit found by search" +
+                                (" near 8h/3" if gated else "")))
+    return out
+
+
+def _rule_notes(config, report, tp, batch_size):
+    """Rule checks (h/a, h/t, (b·a)/t) and sizes just past a wave boundary."""
+    hp = hyperparameters(config)
+    notes = []
+    h = hp.get("hidden_size", (None, None))[1]
+    a = hp.get("num_attention_heads", (None, None))[1]
+    if h and a:
+        if h % a:
+            notes.append(f"hidden size {h} is not divisible by {a} heads")
+        elif _twos(h // a) < 3:
+            notes.append(f"h/a = {h // a}: head dimension with fewer than 3 factors of two")
+    if h and tp > 1 and (h // tp) % 64:
+        notes.append(f"h/t = {h}/{tp} = {h / tp:g}: per-GPU hidden size not a multiple of 64")
+    if a and batch_size and tp > 1 and (batch_size * a) % tp:
+        notes.append(f"(b·a)/t = ({batch_size}·{a})/{tp} is not an integer")
+    if report is not None:
+        seen = set()
+        for g in report.groups():
+            r = g["row"]
+            p = r.prediction
+            if p.waves < 2 or p.bound != "compute" or g["share"] < 0.02:
+                continue
+            sms = max(1, round(p.ctas / max(p.wave_efficiency * p.waves, 1e-9) / p.waves))
+            tail = p.ctas - (p.waves - 1) * sms
+            if 0 < tail <= 0.15 * sms:
+                dims = ", ".join(f"{d} ({s})" for d, s in zip("MNK", r.set_by or ("",) * 3)
+                                 if d in "MN" and s)
+                key = (g["module"], r.op)
+                if key not in seen:
+                    seen.add(key)
+                    notes.append(f"{g['module']} {r.op} {r.m}x{r.n}x{r.k}: {p.ctas} tiles = "
+                                 f"{p.waves - 1} full waves + {tail} tiles: just past a wave "
+                                 f"boundary (wave efficiency {100 * p.wave_efficiency:.0f}%; "
+                                 f"set by {dims or 'its sizes'})")
+    return tuple(notes)
+
+
+def advise(model_or_config, *, gpu="h100", dtype=torch.bfloat16, batch_size=None,
+           seq_len=None, tp: int = 1, mode: str = "train",
+           param_tolerance: float = DEFAULT_TOLERANCE,
+           min_speedup: float = DEFAULT_MIN_SPEEDUP) -> Advice:
+    """Recommend hyperparameter changes with better GEMM shapes.
+
+    Args:
+        model_or_config: a Hugging Face model (weights are not used) or config.
+        gpu, dtype, batch_size, seq_len, tp, mode: as for :func:`fxshape.analyze`
+            (default: training, the forward and backward GEMMs).
+        param_tolerance: largest relative change of the parameter count (default 2%).
+        min_speedup: significance threshold: a change must be predicted at least this much
+            faster per step and this much more efficient (default 1%).
+
+    Returns:
+        An :class:`Advice`; ``advice.recommendations`` best first.
+    """
+    if not 0 <= param_tolerance < 1:
+        raise ValueError(f"param_tolerance must be in [0, 1), got {param_tolerance!r}")
+    if not 0 <= min_speedup < 1:
+        raise ValueError(f"min_speedup must be in [0, 1), got {min_speedup!r}")
+    config, cls = _model_class(model_or_config)
+    full = _build(cls, config)
+    lengths = _stack_lengths(full)
+    kw = dict(gpu=gpu, dtype=dtype, batch_size=batch_size, seq_len=seq_len, tp=tp, mode=mode)
+    ev = _Evaluator(config, cls, lengths, kw)
+    base = ev(())
+    report = ev.report
+    gated = any("gate" in r.module.rsplit(".", 1)[-1] for r in report.rows)
+    best: dict = {}
+    for group, changes, reason in _candidates(config, tp, gated):
+        try:
+            e = ev(changes)
+        except (ValueError, RuntimeError) as exc:  # an invalid combination for this model
+            if "tp" in str(exc) or "divisible" in str(exc) or "heads" in str(exc):
+                continue
+            raise
+        rec = _recommendation(group, changes, reason, base, e)
+        if abs(rec.param_delta) > param_tolerance * base.params:
+            continue
+        score = min(rec.predicted_speedup, rec.throughput_gain)
+        if score < min_speedup:
+            continue
+        if group not in best or score > min(best[group].predicted_speedup,
+                                            best[group].throughput_gain) + 1e-12:
+            best[group] = rec
+    recs = sorted(best.values(), key=lambda r: (-min(r.predicted_speedup, r.throughput_gain),
+                                                r.hyperparameter))
+    combined = None
+    if recs:
+        taken, attrs = [], set()
+        for r in recs:
+            if attrs.isdisjoint(a for a, _, _ in r.changes):
+                taken.extend(r.changes)
+                attrs.update(a for a, _, _ in r.changes)
+        e = ev(tuple(taken))
+        combined = _recommendation(", ".join(a for a, _, _ in taken), tuple(taken),
+                                   "all recommendations that do not overlap", base, e)
+    return Advice(model_name=type(full).__name__, gpu=report.gpu, dtype=report.dtype,
+                  mode=mode, tp=tp, params=base.params, time_s=base.time_s,
+                  tflops=base.flops / base.time_s / 1e12 if base.time_s else 0.0,
+                  recommendations=tuple(recs), combined=combined,
+                  notes=_rule_notes(config, report, tp, _batch(report)))
+
+
+def _batch(report):
+    from .provenance import input_sizes
+
+    return input_sizes(report.graph_module.graph)[0] if report.graph_module is not None \
+        else None
+
+
+def _recommendation(group, changes, reason, base: Evaluation, e: Evaluation) -> Recommendation:
+    cur = tuple(old for _, old, _ in changes)
+    new = tuple(n for _, _, n in changes)
+    speedup = base.time_s / e.time_s - 1 if e.time_s > 0 else 0.0
+    gain = (e.flops / e.time_s) / (base.flops / base.time_s) - 1 \
+        if e.time_s > 0 and base.time_s > 0 and base.flops else 0.0
+    return Recommendation(hyperparameter=", ".join(a for a, _, _ in changes) or group,
+                          current=cur[0] if len(cur) == 1 else cur,
+                          suggested=new[0] if len(new) == 1 else new,
+                          predicted_speedup=speedup, throughput_gain=gain,
+                          param_delta=e.params - base.params, reason=reason, changes=changes)
+
+
+# -- sweeps --------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class SweepPoint:
+    value: int
+    time_s: float | None  # None: the value is invalid for this model (see note)
+    tflops: float | None
+    params: int | None
+    note: str
+
+
+def sweep(model_or_config, param: str, values, *, gpu="h100", dtype=torch.bfloat16,
+          batch_size=None, seq_len=None, tp: int = 1, mode: str = "inference") -> list:
+    """Predicted GEMM throughput across values of one config attribute (the sawtooth plots).
+
+    Changing the hidden size or head count keeps a head_dim that was derived from them
+    derived; values the model rejects (not divisible by the heads, ...) give a point with
+    ``time_s=None`` and the reason.
+    """
+    config, cls = _model_class(model_or_config)
+    if not hasattr(config, param) and param not in getattr(config, "attribute_map", {}):
+        known = sorted(k for k, v in config.to_dict().items() if isinstance(v, int)
+                       and not isinstance(v, bool))
+        raise ValueError(f"{type(config).__name__} has no attribute {param!r}; integer "
+                         f"attributes: {', '.join(known)}")
+    values = list(values)
+    if not values:
+        raise ValueError("empty sweep range")
+    lengths = _stack_lengths(_build(cls, config))
+    kw = dict(gpu=gpu, dtype=dtype, batch_size=batch_size, seq_len=seq_len, tp=tp, mode=mode)
+    ev = _Evaluator(config, cls, lengths, kw)
+    hp = hyperparameters(config)
+    out = []
+    for v in values:
+        old = getattr(config, param)
+        changes = [(param, old, v)]
+        hd = getattr(config, "head_dim", None)
+        if isinstance(hd, int) and "hidden_size" in hp and "num_attention_heads" in hp:
+            h, a = hp["hidden_size"][1], hp["num_attention_heads"][1]
+            if h % a == 0 and hd == h // a:
+                h2 = v if param == _attr(config, "hidden_size") else h
+                a2 = v if param == _attr(config, "num_attention_heads") else a
+                if (h2, a2) != (h, a):
+                    if h2 % a2:
+                        out.append(SweepPoint(v, None, None, None,
+                                              f"{h2} not divisible by {a2} heads"))
+                        continue
+                    changes.append(("head_dim", hd, h2 // a2))
+        try:
+            e = ev(tuple(changes))
+        except (ValueError, RuntimeError) as exc:
+            out.append(SweepPoint(v, None, None, None, str(exc).splitlines()[0][:120]))
+            continue
+        out.append(SweepPoint(v, e.time_s, e.flops / e.time_s / 1e12 if e.time_s else 0.0,
+                              e.params, ""))
+    return out
+
+
+def parse_range(text: str) -> range:
+    """``start:stop:step`` (stop included) -> a range of positive integers."""
+    parts = text.split(":")
+    try:
+        nums = [int(p) for p in parts]
+    except ValueError:
+        nums = []
+    if len(nums) not in (2, 3) or any(n <= 0 for n in nums) or nums[1] < nums[0]:
+        raise ValueError(f"range must be START:STOP[:STEP] with positive integers and "
+                         f"START <= STOP, got {text!r}")
+    step = nums[2] if len(nums) == 3 else 1
+    if math.ceil((nums[1] - nums[0] + 1) / step) > 2000:
+        raise ValueError(f"range {text!r} has more than 2000 points")
+    return range(nums[0], nums[1] + 1, step)

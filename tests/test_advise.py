@@ -1,0 +1,166 @@
+"""Dimension provenance and the co-design advisor (fxshape.advise, fxshape advise / sweep)."""
+
+import copy
+
+import pytest
+import torch
+
+import fxshape
+from fxshape.advise import advise, parse_range, sweep
+from fxshape.provenance import hyperparameters
+
+from models import MLP
+
+transformers = pytest.importorskip("transformers")
+
+
+def _meta(name, **overrides):
+    from fxshape.presets import build_preset
+
+    model = build_preset(name)
+    if overrides:
+        cfg = copy.deepcopy(model.config)
+        for k, v in overrides.items():
+            setattr(cfg, k, v)
+        with torch.device("meta"):
+            model = type(model)(cfg)
+    return model
+
+
+def _expected(cfg, b, s):
+    """What each labelled dimension must equal, from the config (the test's own arithmetic)."""
+    hp = {k: v for k, (_, v) in hyperparameters(cfg).items()}
+    h, a = hp["hidden_size"], hp["num_attention_heads"]
+    hd = hp.get("head_dim", h // a)
+    kv = hp.get("num_key_value_heads", a)
+    vals = {
+        "batch_size × seq_len": b * s, "seq_len": s, "batch_size": b,
+        "vocab_size": hp.get("vocab_size"), "hidden_size": h,
+        "3 × hidden_size": 3 * h,
+        "num_key_value_heads × head_dim": kv * hd,
+    }
+    f = hp.get("intermediate_size")
+    for label in ("intermediate_size", "d_ff", "4 × hidden_size (n_inner unset)"):
+        vals[label] = f
+    for label in ("head_dim", "head_dim = hidden_size / num_attention_heads"):
+        vals[label] = hd
+    return vals
+
+
+@pytest.mark.parametrize("name", ["gpt2", "llama-3-8b", "bert-base", "t5-base"])
+def test_provenance_of_every_gemm_dimension(name):
+    model = _meta(name, **({"num_hidden_layers": 1} if name != "t5-base"
+                           else {"num_layers": 1, "num_decoder_layers": 1}))
+    b, s = 2, 96  # sizes that coincide with no hyperparameter of these models
+    # BERT's pooler and T5's tied head leave parameters without gradients, which the joint
+    # (train) capture rejects: their forward GEMMs only
+    mode = "train" if name in ("gpt2", "llama-3-8b") else "inference"
+    report = fxshape.analyze(model, batch_size=b, seq_len=s, mode=mode)
+    vals = _expected(model.config, b, s)
+    assert report.rows
+    for r in report.rows:
+        assert len(r.set_by) == 3, r
+        for dim, label in zip((r.m, r.n, r.k), r.set_by):
+            assert label in vals, (r.module, r.op, r.phase, label)
+            assert vals[label] == dim, (r.module, r.op, r.phase, label, dim)
+    # the headline cases, by name
+    lm = [r for r in report.rows if r.module.endswith("lm_head") and r.phase == "forward"]
+    if lm:
+        assert lm[0].set_by == ("batch_size × seq_len", "vocab_size", "hidden_size")
+    # attention (fused sdpa, or the bmm pairs autograd runs): some dimension is head_dim
+    attn = [r for r in report.rows if r.op in ("sdpa.qk", "sdpa.pv", "bmm")]
+    assert attn and all(any(x.startswith("head_dim") for x in r.set_by) for r in attn)
+    assert "set by" in report.table() and "set_by_n" in report.to_csv()
+    assert "batch_size × seq_len" in report.to_csv()
+
+
+def test_provenance_without_config_names_parameters_and_inputs():
+    report = fxshape.analyze(MLP(d_in=64, d_hidden=200, d_out=10), (torch.randn(32, 64),))
+    fc1 = [r for r in report.rows if r.module == "fc1"][0]
+    # M = 32 rows of the input x; N = fc1.weight's 200 rows; K = its 64 columns
+    assert fc1.set_by[1] == "fc1.weight[0]" and fc1.set_by[2] == "fc1.weight[1]"
+    assert fc1.set_by[0].startswith("input ") and "shape[0]" in fc1.set_by[0]
+
+
+@pytest.fixture(scope="module")
+def gpt2_advice():
+    return advise(_meta("gpt2"), gpu="h100", dtype=torch.bfloat16)
+
+
+def test_advise_gpt2_pads_the_vocabulary(gpt2_advice):
+    recs = {r.hyperparameter: r for r in gpt2_advice.recommendations}
+    assert "vocab_size" in recs
+    v = recs["vocab_size"]
+    assert v.current == 50257 and v.suggested % 64 == 0 and v.suggested > 50257
+    assert v.predicted_speedup > 0 and v.throughput_gain > 0
+    # param delta: (suggested - 50257) more rows of the tied 768-wide embedding
+    assert v.param_delta == (v.suggested - 50257) * 768
+    assert "vocab_size" in gpt2_advice.table()
+
+
+def test_advise_is_deterministic(gpt2_advice):
+    again = advise(_meta("gpt2"), gpu="h100", dtype=torch.bfloat16)
+    assert again.recommendations == gpt2_advice.recommendations
+    assert again.table() == gpt2_advice.table()
+
+
+def test_advise_fixes_a_bad_config():
+    cfg = transformers.LlamaConfig(hidden_size=4100, num_attention_heads=41,
+                                   num_key_value_heads=41, vocab_size=32001,
+                                   intermediate_size=11008, num_hidden_layers=4)
+    adv = advise(cfg, mode="inference", batch_size=4, seq_len=512)
+    touched = {a for r in adv.recommendations for a, _, _ in r.changes}
+    assert {"hidden_size", "num_attention_heads", "vocab_size"} <= touched, adv.table()
+    for r in adv.recommendations:
+        assert r.predicted_speedup >= 0.01 and abs(r.param_delta) <= 0.02 * adv.params
+        for attr, _, new in r.changes:
+            if attr == "hidden_size":
+                assert new % 64 == 0
+            if attr == "vocab_size":
+                assert new % 64 == 0
+
+
+def test_advise_llama3_recommends_nothing_large():
+    adv = advise(_meta("llama-3-8b"), mode="inference", batch_size=4, seq_len=1024)
+    assert all(r.predicted_speedup < 0.05 for r in adv.recommendations), adv.table()
+
+
+def test_advise_bad_input():
+    with pytest.raises(ValueError, match="Hugging Face"):
+        advise(MLP())
+    with pytest.raises(TypeError, match="nn.Module or a Hugging Face config"):
+        advise("gpt2")
+    with pytest.raises(ValueError, match="param_tolerance"):
+        advise(_meta("gpt2"), param_tolerance=2)
+
+
+def test_sweep_and_range():
+    pts = sweep(_meta("gpt2", n_layer=1), "n_embd", range(760, 777, 8), batch_size=4,
+                seq_len=256)
+    assert [p.value for p in pts] == [760, 768, 776]
+    # 760 and 776 are not divisible by GPT-2's 12 heads; 768 is
+    assert pts[0].time_s is None and "divisible" in pts[0].note
+    assert pts[1].tflops > 0 and pts[2].time_s is None
+    assert list(parse_range("64:256:64")) == [64, 128, 192, 256]
+    for bad in ("64", "a:b", "256:64", "0:10", "1:100000:1"):
+        with pytest.raises(ValueError, match="range"):
+            parse_range(bad)
+    with pytest.raises(ValueError, match="no attribute 'hiden_size'"):
+        sweep(_meta("gpt2"), "hiden_size", [768])
+
+
+def test_cli_advise_and_sweep_plot(tmp_path, capsys):
+    from fxshape.cli import main
+
+    assert main(["advise", "gpt2", "--mode", "inference", "--batch-size", "4"]) == 0
+    out = capsys.readouterr().out
+    assert "vocab_size" in out and "50257" in out
+    svg = tmp_path / "sweep.svg"
+    assert main(["sweep", "gpt2", "--param", "vocab_size", "--range", "50240:50304:16",
+                 "--batch-size", "4", "--seq-len", "256", "--out", str(svg)]) == 0
+    out = capsys.readouterr().out
+    assert "50257" not in out and "50256" in out and "TFLOP/s" in out
+    pytest.importorskip("matplotlib")
+    assert svg.stat().st_size > 1000 and svg.read_text().lstrip().startswith("<?xml")
+    assert main(["sweep", "gpt2", "--param", "vocab_size", "--range", "1:2", "--out",
+                 str(tmp_path / "x.pdf")]) == 2
