@@ -99,7 +99,8 @@ def _cmd_analyze(args) -> int:
             print(report.to_json())
         else:
             print(report.table(fmt="github" if args.format == "markdown" else "simple"))
-            print("\npadding plan (fxshape.pad would apply it to nn.Linear layers):")
+            print("\npadding plan (fxshape.pad applies it to linear layers; the compile backend to "
+                  "any mm/addmm/bmm):")
             print(plan.table())
         return 0
     if args.format == "json":
