@@ -224,19 +224,23 @@ def dimension_sources(gm: torch.fx.GraphModule, rows_by_node: dict, *, config=No
     inputs = {n.name: n for n in _user_inputs(gm.graph)}
     batch, seq = input_sizes(gm.graph, config)
     w_expr, a_expr = expressions(config, batch_size=batch, seq_len=seq, tp=tp)
+    # batched GEMMs (attention: batch = batch_size x heads) run per sequence: when
+    # batch_size is 1, "seq_len" is the right name for a dimension equal to both
+    a_batched = sorted(a_expr, key=lambda e: e[0] != "seq_len")
     out = {}
     for name, rows in rows_by_node.items():
         node = nodes[name]
         res = []
         for row in rows:
+            a_list = a_batched if (row.batch > 1 or row.op.startswith("sdpa")) else a_expr
             a, b, kops = _operands(node, row.op)
             conv_k = _conv_k(config) if row.op == "conv" else []
             res.append((
                 "batch_size × seq_len × top-k / experts (routing)"
                 if row.op.startswith("grouped") and batch and seq
-                else _label(row.m, (a,), row.op, g, inputs, w_expr, a_expr),
-                _label(row.n, (b,), row.op, g, inputs, w_expr, a_expr),
-                _label(row.k, kops, row.op, g, inputs, conv_k + w_expr, a_expr)))
+                else _label(row.m, (a,), row.op, g, inputs, w_expr, a_list),
+                _label(row.n, (b,), row.op, g, inputs, w_expr, a_list),
+                _label(row.k, kops, row.op, g, inputs, conv_k + w_expr, a_list)))
         out[name] = res
     return out
 
