@@ -168,8 +168,13 @@ def _scale(name: str, lengths: dict) -> int:
 class _Evaluator:
     """Analyze configs at reduced depth, scaled to the full depth; cached by changes."""
 
-    def __init__(self, config, cls, lengths, analyze_kwargs):
-        self.config, self.cls, self.lengths = config, cls, lengths
+    def __init__(self, model_or_config, analyze_kwargs):
+        self.config, self.cls = _model_class(model_or_config)
+        # the layer stacks' lengths, from the model itself (a config is built on meta)
+        full = model_or_config if isinstance(model_or_config, torch.nn.Module) \
+            else _build(self.cls, self.config)
+        self.lengths = _stack_lengths(full)
+        self.model_name = type(full).__name__
         self.kw = analyze_kwargs
         self.cache: dict = {}
         self.report = None  # the baseline's (shallow) report
@@ -204,16 +209,14 @@ class _Evaluator:
 def evaluate_config(model_or_config, changes: dict | None = None, **analyze_kwargs):
     """(predicted GEMM time per step, GEMM FLOPs, parameter count) of the model with
     ``changes`` (config attribute -> value) applied, at full depth."""
-    config, cls = _model_class(model_or_config)
-    lengths = _stack_lengths(_build(cls, config))
-    ev = _Evaluator(config, cls, lengths, analyze_kwargs)
-    return ev(tuple((k, getattr(config, k, None), v) for k, v in (changes or {}).items()))
+    ev = _Evaluator(model_or_config, analyze_kwargs)
+    return ev(tuple((k, getattr(ev.config, k, None), v) for k, v in (changes or {}).items()))
 
 
 # -- candidates ------------------------------------------------------------------------------
-def _attr(config, canonical):
-    """The settable config attribute for a canonical hyperparameter, or None if derived."""
-    hp = hyperparameters(config)
+def _attr(hp, canonical):
+    """The settable config attribute for a canonical hyperparameter (``hp``: from
+    :func:`hyperparameters`), or None if derived."""
     if canonical not in hp:
         return None
     label = hp[canonical][0]
@@ -231,7 +234,7 @@ def _twos(x: int) -> int:
 def _head_changes(config, hp, h_new, a_new):
     """Config changes for hidden size ``h_new`` with ``a_new`` heads (KV heads and an explicit
     head_dim follow along)."""
-    h_attr, a_attr = _attr(config, "hidden_size"), _attr(config, "num_attention_heads")
+    h_attr, a_attr = _attr(hp, "hidden_size"), _attr(hp, "num_attention_heads")
     h, a = hp["hidden_size"][1], hp["num_attention_heads"][1]
     ch = []
     if h_new != h:
@@ -254,7 +257,7 @@ def _candidates(config, tp: int, gated: bool):
     """(group, changes, reason) in a fixed order."""
     hp = hyperparameters(config)
     out = []
-    if "vocab_size" in hp and _attr(config, "vocab_size"):
+    if "vocab_size" in hp and _attr(hp, "vocab_size"):
         v = hp["vocab_size"][1]
         for mul in (64 * tp, 128 * tp):
             if v % mul:
@@ -262,7 +265,7 @@ def _candidates(config, tp: int, gated: bool):
                             f"vocabulary a multiple of {mul} (64 x tp): the LM head's N and "
                             "the embedding tile evenly; odd sizes also lose 16-byte alignment"))
     have_heads = "hidden_size" in hp and "num_attention_heads" in hp \
-        and _attr(config, "hidden_size") and _attr(config, "num_attention_heads")
+        and _attr(hp, "hidden_size") and _attr(hp, "num_attention_heads")
     if have_heads:
         h, a = hp["hidden_size"][1], hp["num_attention_heads"][1]
         hd = h // a if h % a == 0 else None
@@ -300,7 +303,7 @@ def _candidates(config, tp: int, gated: bool):
                                             f"hidden size {h} -> {h_new} (2^{_twos(h_new)} | h) "
                                             f"with head_dim {hd_new}: {h} has no such "
                                             "split into heads"))
-    f_attr = _attr(config, "intermediate_size")
+    f_attr = _attr(hp, "intermediate_size")
     if "intermediate_size" in hp:
         f = hp["intermediate_size"][1]
         attr = f_attr or ("n_inner" if hasattr(config, "n_inner") else None)
@@ -377,11 +380,9 @@ def advise(model_or_config, *, gpu="h100", dtype=torch.bfloat16, batch_size=None
         raise ValueError(f"param_tolerance must be in [0, 1), got {param_tolerance!r}")
     if not 0 <= min_speedup < 1:
         raise ValueError(f"min_speedup must be in [0, 1), got {min_speedup!r}")
-    config, cls = _model_class(model_or_config)
-    full = _build(cls, config)
-    lengths = _stack_lengths(full)
     kw = dict(gpu=gpu, dtype=dtype, batch_size=batch_size, seq_len=seq_len, tp=tp, mode=mode)
-    ev = _Evaluator(config, cls, lengths, kw)
+    ev = _Evaluator(model_or_config, kw)
+    config = ev.config
     base = ev(())
     report = ev.report
     gated = any("gate" in r.module.rsplit(".", 1)[-1] for r in report.rows)
@@ -414,7 +415,7 @@ def advise(model_or_config, *, gpu="h100", dtype=torch.bfloat16, batch_size=None
         e = ev(tuple(taken))
         combined = _recommendation(", ".join(a for a, _, _ in taken), tuple(taken),
                                    "all recommendations that do not overlap", base, e)
-    return Advice(model_name=type(full).__name__, gpu=report.gpu, dtype=report.dtype,
+    return Advice(model_name=ev.model_name, gpu=report.gpu, dtype=report.dtype,
                   mode=mode, tp=tp, params=base.params, time_s=base.time_s,
                   tflops=base.flops / base.time_s / 1e12 if base.time_s else 0.0,
                   recommendations=tuple(recs), combined=combined,
@@ -459,7 +460,7 @@ def sweep(model_or_config, param: str, values, *, gpu="h100", dtype=torch.bfloat
     derived; values the model rejects (not divisible by the heads, ...) give a point with
     ``time_s=None`` and the reason.
     """
-    config, cls = _model_class(model_or_config)
+    config, _ = _model_class(model_or_config)
     if not hasattr(config, param) and param not in getattr(config, "attribute_map", {}):
         known = sorted(k for k, v in config.to_dict().items() if isinstance(v, int)
                        and not isinstance(v, bool))
@@ -468,9 +469,8 @@ def sweep(model_or_config, param: str, values, *, gpu="h100", dtype=torch.bfloat
     values = list(values)
     if not values:
         raise ValueError("empty sweep range")
-    lengths = _stack_lengths(_build(cls, config))
     kw = dict(gpu=gpu, dtype=dtype, batch_size=batch_size, seq_len=seq_len, tp=tp, mode=mode)
-    ev = _Evaluator(config, cls, lengths, kw)
+    ev = _Evaluator(model_or_config, kw)
     hp = hyperparameters(config)
     out = []
     for v in values:
@@ -480,8 +480,8 @@ def sweep(model_or_config, param: str, values, *, gpu="h100", dtype=torch.bfloat
         if isinstance(hd, int) and "hidden_size" in hp and "num_attention_heads" in hp:
             h, a = hp["hidden_size"][1], hp["num_attention_heads"][1]
             if h % a == 0 and hd == h // a:
-                h2 = v if param == _attr(config, "hidden_size") else h
-                a2 = v if param == _attr(config, "num_attention_heads") else a
+                h2 = v if param == _attr(hp, "hidden_size") else h
+                a2 = v if param == _attr(hp, "num_attention_heads") else a
                 if (h2, a2) != (h, a):
                     if h2 % a2:
                         out.append(SweepPoint(v, None, None, None,

@@ -148,9 +148,7 @@ def _with_provenance(gm, rows, config, tp):
     for name, rs in by_node.items():
         new = tuple(dataclasses.replace(r, set_by=s) for r, s in zip(rs, sources[name]))
         nodes[name].meta[META_KEY] = new
-        out.extend(new)
-    order = {r.node: i for i, r in enumerate(rows)}
-    out.sort(key=lambda r: order[r.node])  # stable: rows of one node keep their order
+        out.extend(new)  # annotate adds each node's rows together: graph order is kept
     return out
 
 

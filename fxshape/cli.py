@@ -178,6 +178,19 @@ def _cmd_presets(args) -> int:
     return 0
 
 
+def _workload_args(p: argparse.ArgumentParser, target_help: str) -> None:
+    """The target and the workload options analyze, advise and sweep share."""
+    p.add_argument("target", help=target_help)
+    p.add_argument("--gpu", default="h100", help="GPU name or alias (default h100)")
+    p.add_argument("--dtype", default="bf16", help="dtype the GEMMs run in (default bf16)")
+    p.add_argument("--batch-size", type=_positive_int, default=None,
+                   help="sequences per batch (default 1)")
+    p.add_argument("--seq-len", type=_positive_int, default=None,
+                   help="tokens per sequence (default min(1024, max positions))")
+    p.add_argument("--tp", type=_positive_int, default=1,
+                   help="Megatron tensor-parallel degree: per-GPU shapes (default 1)")
+
+
 def build_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="fxshape", description="GEMM shape efficiency on GPUs.")
     sub = ap.add_subparsers(dest="command", metavar="COMMAND")
@@ -200,16 +213,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     pa = sub.add_parser("analyze", help="predict every GEMM of a model on a GPU",
                         description="Capture a model (no weights) and print its GEMMs.")
-    pa.add_argument("target", help="preset name (see `fxshape presets`), path to a Hugging "
-                                   "Face config.json, or package.module:factory")
-    pa.add_argument("--gpu", default="h100", help="GPU name or alias (default h100)")
-    pa.add_argument("--dtype", default="bf16", help="dtype the GEMMs run in (default bf16)")
-    pa.add_argument("--batch-size", type=_positive_int, default=None,
-                    help="sequences per batch (default 1)")
-    pa.add_argument("--seq-len", type=_positive_int, default=None,
-                    help="tokens per sequence (default min(1024, max positions))")
-    pa.add_argument("--tp", type=_positive_int, default=1,
-                    help="Megatron tensor-parallel degree: per-GPU shapes (default 1)")
+    _workload_args(pa, "preset name (see `fxshape presets`), path to a Hugging Face "
+                       "config.json, or package.module:factory")
     pa.add_argument("--pad", action="store_true",
                     help="also print the padding plan: per GEMM before/after and totals")
     pa.add_argument("--train", action="store_true",
@@ -218,15 +223,7 @@ def build_parser() -> argparse.ArgumentParser:
     pa.set_defaults(func=_cmd_analyze)
 
     def common(p, mode_default):
-        p.add_argument("target", help="preset name or path to a Hugging Face config.json")
-        p.add_argument("--gpu", default="h100", help="GPU name or alias (default h100)")
-        p.add_argument("--dtype", default="bf16", help="dtype the GEMMs run in (default bf16)")
-        p.add_argument("--batch-size", type=_positive_int, default=None,
-                       help="sequences per batch (default 1)")
-        p.add_argument("--seq-len", type=_positive_int, default=None,
-                       help="tokens per sequence (default min(1024, max positions))")
-        p.add_argument("--tp", type=_positive_int, default=1,
-                       help="tensor-parallel degree (default 1)")
+        _workload_args(p, "preset name or path to a Hugging Face config.json")
         p.add_argument("--mode", choices=("train", "inference"), default=mode_default,
                        help=f"GEMMs of a training step or of inference (default {mode_default})")
 

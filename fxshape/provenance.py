@@ -23,7 +23,9 @@ import math
 import networkx as nx
 import torch
 
-__all__ = ["hyperparameters", "expressions", "dimension_sources", "SetBy"]
+from .capture import _VIEW_OPS, _op_name
+
+__all__ = ["hyperparameters", "expressions", "dimension_sources", "input_sizes"]
 
 #: canonical hyperparameter -> config attribute names that hold it, first found wins
 _FIELDS = {
@@ -35,9 +37,6 @@ _FIELDS = {
     "intermediate_size": ("intermediate_size", "n_inner", "d_ff", "ffn_dim"),
     "num_local_experts": ("num_local_experts", "num_experts"),
 }
-
-SetBy = tuple  # (M label, N label, K label)
-
 
 def _field(config, canonical):
     for name in _FIELDS[canonical]:
@@ -68,8 +67,7 @@ def hyperparameters(config) -> dict:
 
 def expressions(config, *, batch_size=None, seq_len=None, tp: int = 1):
     """(weight expressions, activation expressions): ordered lists of (label, value)."""
-    hp = hyperparameters(config) if config is not None else {}
-    g = {k: v for k, v in hp.items()}
+    g = hyperparameters(config) if config is not None else {}
 
     def lab(k):
         return g[k][0]
@@ -130,16 +128,6 @@ def _conv_k(config):
     return []
 
 
-_VIEWS = {"permute", "t", "transpose", "view", "reshape", "_unsafe_view", "expand", "clone",
-          "detach", "alias", "contiguous", "_to_copy", "squeeze", "unsqueeze", "to", "type_as",
-          "_reshape_alias", "lift_fresh_copy", "numpy_T"}
-
-
-def _op_name(node) -> str:
-    t = node.target
-    return getattr(t, "__name__", str(t)).split(".")[0]
-
-
 def _param_name(node) -> str | None:
     if node.op == "get_attr":
         return str(node.target)
@@ -156,7 +144,7 @@ def _weight_of(node) -> tuple[str, tuple] | None:
         if name is not None:
             val = node.meta.get("val")
             return name, tuple(val.shape) if val is not None else ()
-        if node.op != "call_function" or _op_name(node) not in _VIEWS:
+        if node.op != "call_function" or _op_name(node) not in _VIEW_OPS:
             return None
         tensors = [a for a in node.args if isinstance(a, torch.fx.Node)]
         if len(tensors) != 1:
@@ -214,7 +202,7 @@ def _int(x):
 
 def dimension_sources(gm: torch.fx.GraphModule, rows_by_node: dict, *, config=None,
                       tp: int = 1) -> dict:
-    """``{node name: [SetBy per row]}`` for every node of ``rows_by_node`` (its GemmRows)."""
+    """``{node name: [(M, N, K) labels per row]}`` for every node of ``rows_by_node`` (its GemmRows)."""
     g = nx.DiGraph()
     for n in gm.graph.nodes:
         g.add_node(n.name)

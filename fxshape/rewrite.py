@@ -35,16 +35,16 @@ class PaddedLinear(nn.Module):
     #: the weight is stored ``[out, in]`` (``nn.Linear``); ``[in, out]`` when True (Conv1D)
     transposed = False
 
-    def __init__(self, layer: nn.Module, pad_n: int, pad_k: int, pad_m: int | None = None,
-                 weight: nn.Parameter | None = None):
+    def __init__(self, layer: nn.Module, pad_n: int, pad_k: int, pad_m: int | None = None):
         super().__init__()
         self.in_features, self.out_features = _in_out(layer)
         self.pad_n, self.pad_k, self.pad_m = pad_n, pad_k, pad_m
-        self.weight = weight if weight is not None else _padded_param(
-            layer.weight, *self.weight_shape(pad_n, pad_k))
+        self.weight = _padded_param(layer.weight, *self.weight_shape(pad_n, pad_k))
         self.bias = None if layer.bias is None else _padded_param(layer.bias, pad_n)
-        self._register_state_dict_hook(_unpad_state)
-        self._register_load_state_dict_pre_hook(_pad_incoming, with_module=True)
+        _keep_state_unpadded(self, "weight", self.weight_shape(self.out_features,
+                                                               self.in_features))
+        if self.bias is not None:
+            _keep_state_unpadded(self, "bias", (self.out_features,))
 
     def weight_shape(self, n: int, k: int) -> tuple[int, int]:
         return (k, n) if self.transposed else (n, k)
@@ -111,28 +111,9 @@ def _padded_param(p: torch.Tensor, rows: int, cols: int | None = None) -> nn.Par
     return nn.Parameter(out, requires_grad=p.requires_grad)
 
 
-def _unpad_state(module, state, prefix, local_metadata):
-    for name, size in (("weight", module.weight_shape(module.out_features, module.in_features)),
-                       ("bias", (module.out_features,))):
-        key = prefix + name
-        if key in state and state[key] is not None:
-            state[key] = state[key][tuple(slice(0, s) for s in size)]
-    return state
-
-
-def _pad_incoming(module, state, prefix, *args, **kwargs):
-    w, b = prefix + "weight", prefix + "bias"
-    if w in state and tuple(state[w].shape) == module.weight_shape(module.out_features,
-                                                                   module.in_features):
-        state[w] = _padded_param(state[w], *module.weight_shape(module.pad_n,
-                                                                module.pad_k)).data
-    if b in state and state[b] is not None and tuple(state[b].shape) == (module.out_features,):
-        state[b] = _padded_param(state[b], module.pad_n).data
-
-
-class _TiedState:
-    """state_dict hooks for another module's reference to a padded (tied) parameter: saved
-    at the original shape, loaded from it."""
+class _UnpaddedState:
+    """state_dict hooks for a padded parameter: saved at its original shape, loaded from it
+    (zero-padded back to the stored shape)."""
 
     def __init__(self, leaf: str, shape: tuple):
         self.leaf, self.shape = leaf, tuple(shape)
@@ -147,6 +128,13 @@ class _TiedState:
         key = prefix + self.leaf
         if key in state and tuple(state[key].shape) == self.shape:
             state[key] = _padded_param(state[key], *getattr(module, self.leaf).shape).data
+
+
+def _keep_state_unpadded(module: nn.Module, leaf: str, shape: tuple) -> None:
+    """``module.<leaf>`` is stored padded; its state_dict entry keeps the original ``shape``."""
+    hooks = _UnpaddedState(leaf, shape)
+    module._register_state_dict_hook(hooks.unpad)
+    module._register_load_state_dict_pre_hook(hooks.pad, with_module=True)
 
 
 def _set_submodule(root: nn.Module, fqn: str, new: nn.Module) -> None:
@@ -246,9 +234,7 @@ def pad(model: nn.Module, example_inputs=None, example_kwargs=None, *, gpu="h100
         _set_submodule(new, d.module, padded)
         for owner, leaf, param, shape in ties:
             setattr(owner, leaf, param)
-            hooks = _TiedState(leaf, shape)
-            owner._register_state_dict_hook(hooks.unpad)
-            owner._register_load_state_dict_pre_hook(hooks.pad, with_module=True)
+            _keep_state_unpadded(owner, leaf, shape)
         applied.append(d)
     new.padding_plan = plan
     lines = [f"{d.module}: {d.op} M={d.m} N={d.n} K={d.k} runs as M={d.pad_m} N={d.pad_n} "

@@ -104,8 +104,8 @@ def _check(name, ref32, ref, out, m32, m_ref, m_out, dtype):
     assert n > 0
 
 
-def _three(model, dtype):
-    """fp32 reference, unpadded copy in dtype (grads zeroed), a second copy to pad."""
+def _references(model, dtype):
+    """Two unpadded copies: the fp32 reference and one in ``dtype``."""
     m32 = copy.deepcopy(model)
     ref = copy.deepcopy(model).to(dtype)
     return m32, ref
@@ -130,7 +130,7 @@ def test_eager_pad_zoo(zoo, name, dtype):
     assert list(sd) == list(ref_sd) and all(sd[k].shape == v.shape for k, v in ref_sd.items())
 
     idx = torch.randint(0, _vocab(model), (2, 16), generator=torch.Generator().manual_seed(1))
-    m32, m_ref = _three(model, dtype)
+    m32, m_ref = _references(model, dtype)
     m_out = copy.deepcopy(padded).to(dtype)
     ref32 = _run(m32, name, idx)
     ref, out = _run(m_ref, name, idx), _run(m_out, name, idx)
@@ -152,7 +152,7 @@ def test_compiled_zoo(zoo, name, dtype):
     # 2 x 256 tokens: the backend plans at the compiled sizes (static: dynamic=False), as fp16
     # on an A100, padding whatever is predicted faster at all
     idx = torch.randint(0, _vocab(model), (2, 256), generator=torch.Generator().manual_seed(2))
-    m32, m_ref = _three(model, dtype)
+    m32, m_ref = _references(model, dtype)
     m_out = copy.deepcopy(model).to(dtype)
     backend = fc.make_backend(gpu="a100", dtype="fp16", min_gain=0.0, inner="eager")
     ref32 = _run(m32, name, idx)
