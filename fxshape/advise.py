@@ -24,6 +24,7 @@ from dataclasses import dataclass
 import torch
 from tabulate import tabulate
 
+from .gpus import get_gpu
 from .provenance import hyperparameters
 
 __all__ = ["Advice", "Recommendation", "advise", "evaluate_config", "sweep", "SweepPoint"]
@@ -338,13 +339,13 @@ def _rule_notes(config, report, tp, batch_size):
     if a and batch_size and tp > 1 and (batch_size * a) % tp:
         notes.append(f"(b·a)/t = ({batch_size}·{a})/{tp} is not an integer")
     if report is not None:
+        sms = get_gpu(report.gpu).sm_count  # one tile per SM per wave, as in fxshape.perf
         seen = set()
         for g in report.groups():
             r = g["row"]
             p = r.prediction
             if p.waves < 2 or p.bound != "compute" or g["share"] < 0.02:
                 continue
-            sms = max(1, round(p.ctas / max(p.wave_efficiency * p.waves, 1e-9) / p.waves))
             tail = p.ctas - (p.waves - 1) * sms
             if 0 < tail <= 0.15 * sms:
                 dims = ", ".join(f"{d} ({s})" for d, s in zip("MNK", r.set_by or ("",) * 3)

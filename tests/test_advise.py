@@ -164,3 +164,24 @@ def test_cli_advise_and_sweep_plot(tmp_path, capsys):
     assert svg.stat().st_size > 1000 and svg.read_text().lstrip().startswith("<?xml")
     assert main(["sweep", "gpt2", "--param", "vocab_size", "--range", "1:2", "--out",
                  str(tmp_path / "x.pdf")]) == 2
+
+
+def test_wave_boundary_note():
+    from types import SimpleNamespace
+
+    from fxshape.advise import _rule_notes
+
+    # H100 SXM has 132 SMs: 140 tiles = 1 full wave + 8 tiles (8 <= 15% of 132), so the
+    # second wave is 8/132 full and wave efficiency 140 / (2 * 132) = 53%
+    pred = SimpleNamespace(waves=2, ctas=140, wave_efficiency=140 / 264, bound="compute")
+    row = SimpleNamespace(prediction=pred, m=4096, n=4480, k=4096, op="linear",
+                          set_by=("batch_size × seq_len", "intermediate_size", "hidden_size"))
+    group = {"row": row, "module": "mlp.up", "share": 0.5}
+    report = SimpleNamespace(gpu="h100", groups=lambda: [group])
+    notes = _rule_notes(SimpleNamespace(), report, tp=1, batch_size=None)
+    assert len(notes) == 1 and "1 full waves + 8 tiles" in notes[0]
+    assert "N (intermediate_size)" in notes[0]
+    # 200 tiles = 1 wave + 68: well into the second wave, no note
+    pred2 = SimpleNamespace(waves=2, ctas=200, wave_efficiency=200 / 264, bound="compute")
+    group["row"] = SimpleNamespace(**{**vars(row), "prediction": pred2})
+    assert _rule_notes(SimpleNamespace(), report, tp=1, batch_size=None) == ()
