@@ -1,12 +1,14 @@
 """fxshape: see how efficiently every matmul in a model runs on a GPU, and why.
 
 Public API: the GPU table (:func:`get_gpu`, :func:`list_gpus`), the GEMM performance model
-(:func:`predict_matmul`), graph capture (:func:`capture`) and the per-GEMM analysis
+(:func:`predict_matmul`), the attention performance model (:func:`predict_attention`),
+graph capture (:func:`capture`) and the per-GEMM analysis
 (:func:`analyze` -> :class:`Report`), with a registry of per-op GEMM handlers
 (:func:`register_gemm_handler`).
 """
 
 from .analysis import GemmRow, Unsupported, analyze
+from .attention import AttentionPrediction, AttentionShape, predict_attention
 from .capture import CaptureError, capture
 from .dtypes import canonical_dtype
 from .gpus import GPUSpec, Peaks, get_gpu, list_gpus
@@ -27,6 +29,9 @@ __all__ = [
     "DimAlignment",
     "ModelParams",
     "model_params",
+    "predict_attention",
+    "AttentionShape",
+    "AttentionPrediction",
     "capture",
     "CaptureError",
     "analyze",

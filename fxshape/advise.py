@@ -56,6 +56,8 @@ class Evaluation:
     time_s: float  # predicted GEMM time of one step (all layers)
     flops: int
     params: int
+    attention_s: float = 0.0  # of which attention kernels (forward and backward)
+    kernel: str = ""  # the attention kernel(s) they were predicted as
 
 
 @dataclass(frozen=True)
@@ -71,6 +73,7 @@ class Advice:
     recommendations: tuple
     combined: Recommendation | None  # all non-overlapping recommendations applied together
     notes: tuple  # rule checks and wave-boundary warnings, as sentences
+    attention: str = "flash"  # the attention= choice the predictions were made with
 
     def table(self, fmt: str = "simple") -> str:
         head = ("hyperparameter", "current", "suggested", "speedup", "TFLOP/s gain",
@@ -78,7 +81,8 @@ class Advice:
         rows = [(r.hyperparameter, _fmt(r.current), _fmt(r.suggested),
                  f"{100 * r.predicted_speedup:+.1f}%", f"{100 * r.throughput_gain:+.1f}%",
                  f"{r.param_delta:+,}", r.reason) for r in self.recommendations]
-        lines = [f"{self.model_name} on {self.gpu} ({self.dtype}, {self.mode}, tp={self.tp}): "
+        lines = [f"{self.model_name} on {self.gpu} ({self.dtype}, {self.mode}, tp={self.tp}, "
+                 f"attention={self.attention}): "
                  f"{self.params:,} parameters, predicted GEMM time {self.time_s * 1e3:.3f} ms "
                  f"per step, {self.tflops:.0f} TFLOP/s", ""]
         if rows:
@@ -197,13 +201,16 @@ class _Evaluator:
                 self.report = report
             t = sum(r.time_s * _scale(r.module, self.lengths) for r in report.rows)
             f = sum(r.flops * _scale(r.module, self.lengths) for r in report.rows)
+            ta = sum(r.time_s * _scale(r.module, self.lengths) for r in report.rows
+                     if r.kernel)
+            kernels = "/".join(sorted({r.kernel for r in report.rows if r.kernel}))
             seen, params = set(), 0
             for name, p in model.named_parameters(remove_duplicate=False):
                 if id(p) in seen:
                     continue
                 seen.add(id(p))
                 params += p.numel() * _scale(name.rpartition(".")[0], self.lengths)
-            self.cache[key] = Evaluation(t, f, params)
+            self.cache[key] = Evaluation(t, f, params, ta, kernels)
         return self.cache[key]
 
 
@@ -361,15 +368,17 @@ def _rule_notes(config, report, tp, batch_size):
 
 
 def advise(model_or_config, *, gpu="h100", dtype=torch.bfloat16, batch_size=None,
-           seq_len=None, tp: int = 1, mode: str = "train",
+           seq_len=None, tp: int = 1, mode: str = "train", attention: str = "flash",
            param_tolerance: float = DEFAULT_TOLERANCE,
            min_speedup: float = DEFAULT_MIN_SPEEDUP) -> Advice:
     """Recommend hyperparameter changes with better GEMM shapes.
 
     Args:
         model_or_config: a Hugging Face model (weights are not used) or config.
-        gpu, dtype, batch_size, seq_len, tp, mode: as for :func:`fxshape.analyze`
-            (default: training, the forward and backward GEMMs).
+        gpu, dtype, batch_size, seq_len, tp, mode, attention: as for
+            :func:`fxshape.analyze` (default: training, the forward and backward GEMMs;
+            attention as PyTorch's SDPA runs it on ``gpu``). A change of head count or head
+            dimension says in its reason how much of its gain is the attention kernel's.
         param_tolerance: largest relative change of the parameter count (default 2%).
         min_speedup: significance threshold: a change must be predicted at least this much
             faster per step and this much more efficient (default 1%).
@@ -381,7 +390,8 @@ def advise(model_or_config, *, gpu="h100", dtype=torch.bfloat16, batch_size=None
         raise ValueError(f"param_tolerance must be in [0, 1), got {param_tolerance!r}")
     if not 0 <= min_speedup < 1:
         raise ValueError(f"min_speedup must be in [0, 1), got {min_speedup!r}")
-    kw = dict(gpu=gpu, dtype=dtype, batch_size=batch_size, seq_len=seq_len, tp=tp, mode=mode)
+    kw = dict(gpu=gpu, dtype=dtype, batch_size=batch_size, seq_len=seq_len, tp=tp, mode=mode,
+              attention=attention)
     ev = _Evaluator(model_or_config, kw)
     config = ev.config
     base = ev(())
@@ -420,7 +430,7 @@ def advise(model_or_config, *, gpu="h100", dtype=torch.bfloat16, batch_size=None
                   mode=mode, tp=tp, params=base.params, time_s=base.time_s,
                   tflops=base.flops / base.time_s / 1e12 if base.time_s else 0.0,
                   recommendations=tuple(recs), combined=combined,
-                  notes=_rule_notes(config, report, tp, _batch(report)))
+                  notes=_rule_notes(config, report, tp, _batch(report)), attention=attention)
 
 
 def _batch(report):
@@ -436,6 +446,15 @@ def _recommendation(group, changes, reason, base: Evaluation, e: Evaluation) -> 
     speedup = base.time_s / e.time_s - 1 if e.time_s > 0 else 0.0
     gain = (e.flops / e.time_s) / (base.flops / base.time_s) - 1 \
         if e.time_s > 0 and base.time_s > 0 and base.flops else 0.0
+    attrs = {a for a, _, _ in changes}
+    if attrs & {"num_attention_heads", "n_head", "num_heads", "head_dim"} and base.kernel:
+        if base.kernel == "math":
+            reason += ("; unfused attention moves the batch × heads × seq² score matrix "
+                       "through memory, so fewer heads move less")
+        reason += (f"; attention predicted as {base.kernel}: "
+                   f"{base.attention_s * 1e3:.3f} -> {e.attention_s * 1e3:.3f} ms, "
+                   f"other GEMMs {(base.time_s - base.attention_s) * 1e3:.3f} -> "
+                   f"{(e.time_s - e.attention_s) * 1e3:.3f} ms per step")
     return Recommendation(hyperparameter=", ".join(a for a, _, _ in changes) or group,
                           current=cur[0] if len(cur) == 1 else cur,
                           suggested=new[0] if len(new) == 1 else new,
@@ -454,7 +473,8 @@ class SweepPoint:
 
 
 def sweep(model_or_config, param: str, values, *, gpu="h100", dtype=torch.bfloat16,
-          batch_size=None, seq_len=None, tp: int = 1, mode: str = "inference") -> list:
+          batch_size=None, seq_len=None, tp: int = 1, mode: str = "inference",
+          attention: str = "flash") -> list:
     """Predicted GEMM throughput across values of one config attribute (the sawtooth plots).
 
     Changing the hidden size or head count keeps a head_dim that was derived from them
@@ -470,7 +490,8 @@ def sweep(model_or_config, param: str, values, *, gpu="h100", dtype=torch.bfloat
     values = list(values)
     if not values:
         raise ValueError("empty sweep range")
-    kw = dict(gpu=gpu, dtype=dtype, batch_size=batch_size, seq_len=seq_len, tp=tp, mode=mode)
+    kw = dict(gpu=gpu, dtype=dtype, batch_size=batch_size, seq_len=seq_len, tp=tp, mode=mode,
+              attention=attention)
     ev = _Evaluator(model_or_config, kw)
     hp = hyperparameters(config)
     out = []

@@ -9,7 +9,6 @@ stores a tuple of :class:`GemmRow` records on ``node.meta["fxshape"]``. The resu
 from __future__ import annotations
 
 import dataclasses
-import math
 import re
 from dataclasses import dataclass
 
@@ -54,6 +53,12 @@ class GemmRow:
     #: what sets (M, N, K): a hyperparameter, an input size or a parameter axis
     #: (``fxshape.provenance``); empty when not traced
     set_by: tuple = ()
+    #: the kernel an attention GEMM was predicted as ("fa2", "fa3", "mem_efficient",
+    #: "math"); empty for ordinary GEMMs
+    kernel: str = ""
+    #: the whole attention call's prediction (``fxshape.attention.AttentionPrediction``),
+    #: shared by the rows of one call; None for ordinary GEMMs
+    attention: object = None
 
     @property
     def tflops(self) -> float:
@@ -91,7 +96,7 @@ def module_of(node: torch.fx.Node) -> tuple[str, str]:
 
 def annotate(gm: torch.fx.GraphModule, *, gpu="h100", dtype=torch.bfloat16,
              phase: str = "forward", tp: int = 1, features=None, causal_decoder=False,
-             moe_routing=None):
+             moe_routing=None, attention: str = "flash"):
     """Put GEMM rows on every matmul-like node; return (rows, unsupported).
 
     ``tp`` > 1 shards each GEMM Megatron-style (``fxshape.parallel``); ``features`` maps a
@@ -99,7 +104,9 @@ def annotate(gm: torch.fx.GraphModule, *, gpu="h100", dtype=torch.bfloat16,
     backward GEMMs. ``causal_decoder``: attention that gets a mask tensor over a square
     (query = key length) self-attention is the causal mask of a decoder (Hugging Face decoders
     pass the causal mask as a tensor, not ``is_causal``). ``moe_routing``: fractions of the
-    routed rows per expert; default balanced.
+    routed rows per expert; default balanced. ``attention``: the kernel attention calls are
+    predicted as (``fxshape.attention.ATTENTION_CHOICES``; ``"flash"``: what PyTorch's SDPA
+    runs on the GPU).
     """
     spec = get_gpu(gpu)
     dkey = canonical_dtype(dtype)
@@ -127,9 +134,11 @@ def annotate(gm: torch.fx.GraphModule, *, gpu="h100", dtype=torch.bfloat16,
             gemms = [x for g in gemms for x in _route(g, moe_routing)]
         if tp > 1:
             gemms = [_shard(g, fqn, node_phase, tp, features or {}) for g in gemms]
-        node_rows = tuple(_row(node, g, fqn, cls, node_phase, dkey, spec) for g in gemms)
-        if gemms and all(g.op.startswith("sdpa") for g in gemms):
-            node_rows = _flash(node, node_rows, spec, dkey)
+        if gemms and all(g.attn is not None for g in gemms):
+            node_rows = _attention_rows(node, gemms, fqn, cls, node_phase, dkey, spec,
+                                        attention)
+        else:
+            node_rows = tuple(_row(node, g, fqn, cls, node_phase, dkey, spec) for g in gemms)
         node.meta[META_KEY] = node_rows
         rows.extend(node_rows)
     return rows, unsupported
@@ -153,15 +162,16 @@ def _with_provenance(gm, rows, config, tp):
 
 
 def _causal(node, g: Gemm, fqn: str) -> Gemm:
-    if not g.op.startswith("sdpa") or g.work != 1.0:
+    """A masked square self-attention outside an encoder is a decoder's causal mask."""
+    a = g.attn
+    if a is None or a.shape.causal or not a.masked:
         return g
-    has_mask = (len(node.args) > 3 and node.args[3] is not None) or \
-        node.kwargs.get("attn_mask") is not None
-    square = g.m == (g.n if g.op == "sdpa.qk" else g.k)
     cross = any(s in fqn.lower() for s in ("encdec", "cross"))
-    if has_mask and square and not cross and ("decoder" in fqn or "encoder" not in fqn):
+    square = a.shape.seq_q == a.shape.seq_k
+    if square and not cross and ("decoder" in fqn or "encoder" not in fqn):
+        call = dataclasses.replace(a, shape=dataclasses.replace(a.shape, causal=True))
         note = (g.note + "; " if g.note else "") + "causal (decoder mask): half the blocks"
-        return dataclasses.replace(g, work=0.5, note=note)
+        return dataclasses.replace(g, work=call.shape.causal_fraction, note=note, attn=call)
     return g
 
 
@@ -186,29 +196,43 @@ def _route(g: Gemm, routing):
     return out
 
 
-def _flash(node, rows, spec, dkey):
-    """Attention runs as one fused flash kernel: both GEMMs' compute, the Q/K/V/O traffic
-    (the score matrix never reaches memory), one launch. Split over the two rows by compute."""
-    from .ops import input_shapes
-    from .perf import model_params
-    from .dtypes import itemsize
+def _attention_rows(node, gemms, fqn, cls, phase, dkey, spec, attention):
+    """Rows of one attention call, predicted as the kernel it runs (``fxshape.attention``).
 
-    if len(rows) != 2:
-        return rows
-    q, k, v = input_shapes(node)[:3]
-    e = itemsize(dkey)
-    prod = lambda s: math.prod(s)  # noqa: E731
-    bytes_ = (prod(q) + prod(k) + prod(v) + prod(q[:-1]) * v[-1]) * e
-    p = model_params(spec)
-    mem = bytes_ / (spec.memory_bandwidth_gbs * 1e9 * p.dram_eff)
-    comp = [r.prediction.compute_time_s for r in rows]
-    total = max(sum(comp), mem) + p.launch_s
-    out = []
-    for r, c in zip(rows, comp):
-        t = total * (c / sum(comp)) * r.work
-        out.append(dataclasses.replace(r, time_s=t))
-    node.meta[META_KEY] = tuple(out)
-    return tuple(out)
+    A fused kernel's time is split over its GEMMs by FLOPs, so every row shows the kernel's
+    throughput. The math path runs its GEMMs unfused (each predicted by the GEMM model; no
+    recomputed QKᵀ in the backward; the full score matrix even when causal), and the
+    elementwise kernels between them are split over its rows by FLOPs."""
+    from .attention import predict_attention
+
+    call = gemms[0].attn
+    pred = predict_attention(call.shape, direction=call.direction, attention=attention,
+                             dtype=dkey, gpu=spec)
+    if pred.kernel == "math":
+        gemms = [dataclasses.replace(g, work=1.0, note=_join(g.note, pred.note))
+                 for g in gemms if g.op != "sdpa.bwd.qk"]
+    elif pred.note:
+        gemms = [dataclasses.replace(g, note=_join(g.note, pred.note)) for g in gemms]
+    rows = [_row(node, g, fqn, cls, phase, dkey, spec) for g in gemms]
+    total = sum(r.flops for r in rows) or 1
+    if pred.kernel == "math":
+        rest = max(0.0, pred.time_s - sum(r.prediction.time_s for r in rows))
+        times = [r.prediction.time_s + rest * r.flops / total for r in rows]
+    else:
+        times = [pred.time_s * r.flops / total for r in rows]
+    return tuple(dataclasses.replace(r, time_s=t, kernel=pred.kernel, attention=pred)
+                 for r, t in zip(rows, times))
+
+
+def _join(a: str, b: str) -> str:
+    return f"{a}; {b}" if a and b else (a or b)
+
+
+def _check_attention(attention, spec, dkey) -> None:
+    """Fail before capturing on an unknown kernel choice or FA3 off Hopper."""
+    from .attention import resolve_kernel
+
+    resolve_kernel(attention, spec, dkey, 128)
 
 
 def _shard(g: Gemm, fqn: str, phase: str, tp: int, features) -> Gemm:
@@ -263,7 +287,7 @@ def _row(node, g: Gemm, fqn, cls, phase, dkey, spec) -> GemmRow:
 
 def analyze(model, example_inputs=None, example_kwargs=None, *, gpu="h100",
             dtype=torch.bfloat16, batch_size=None, seq_len=None, mode="inference", tp=1,
-            moe_routing=None):
+            moe_routing=None, attention="flash"):
     """Capture ``model`` and predict every GEMM in it on ``gpu``.
 
     Args:
@@ -279,6 +303,10 @@ def analyze(model, example_inputs=None, example_kwargs=None, *, gpu="h100",
             must divide the number of attention heads.
         moe_routing: for MoE layers, the fraction of routed rows each expert gets (one per
             expert, summing to 1). Default: balanced routing, said in each row's note.
+        attention: the kernel ``scaled_dot_product_attention`` calls are predicted as:
+            ``"flash"`` (default: what PyTorch runs on ``gpu``, FlashAttention-2 on Ampere
+            and Hopper), ``"fa2"``, ``"fa3"`` (FlashAttention-3, Hopper only) or ``"math"``
+            (unfused, as ``attn_implementation="eager"`` runs). Rows carry ``kernel``.
 
     Returns:
         A :class:`fxshape.report.Report`.
@@ -291,11 +319,13 @@ def analyze(model, example_inputs=None, example_kwargs=None, *, gpu="h100",
     spec = get_gpu(gpu)
     dkey = canonical_dtype(dtype)
     spec.peak_tflops(dkey)  # fail before capturing
+    _check_attention(attention, spec, dkey)
     gm = capture(model, example_inputs, example_kwargs, batch_size=batch_size,
                  seq_len=seq_len, train=mode == "train")
     rows, unsupported = annotate(gm, gpu=spec, dtype=dkey, tp=tp,
                                  features=_features(model) if tp > 1 else None,
-                                 causal_decoder=_is_decoder(model), moe_routing=moe_routing)
+                                 causal_decoder=_is_decoder(model), moe_routing=moe_routing,
+                                 attention=attention)
     rows = _with_provenance(gm, rows, getattr(model, "config", None), tp)
     return Report(rows=tuple(rows), unsupported=tuple(unsupported), gpu=spec.name,
                   dtype=dkey, model_name=type(model).__name__, graph_module=gm)

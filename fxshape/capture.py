@@ -15,6 +15,8 @@ import traceback
 
 import torch
 
+from .attnops import keep_attention_fused
+
 __all__ = ["CaptureError", "capture", "example_inputs_for", "DEFAULT_SEQ_LEN",
            "DEFAULT_BATCH_SIZE"]
 
@@ -165,13 +167,14 @@ def capture(model, example_inputs=None, example_kwargs=None, *, batch_size=None,
 
     errors = []
     if train:
-        with _preserve_training_flags(model, True):
+        with _preserve_training_flags(model, True), keep_attention_fused():
             try:
                 return _joint(model, args, kwargs)
             except Exception as exc:  # noqa: BLE001 - reported below
-                errors.append(("torch.export + joint forward/backward (aot_autograd)", exc))
+                errors.append(("torch.export + joint forward/backward (make_fx + autograd)",
+                               exc))
         raise CaptureError(_failure_text(model, errors))
-    with _preserve_training_flags(model, train):
+    with _preserve_training_flags(model, train), keep_attention_fused():
         for name, fn in (("torch.export (non-strict)", lambda: _export(model, args, kwargs,
                                                                         strict=False)),
                          ("torch.export (strict)", lambda: _export(model, args, kwargs,
@@ -219,7 +222,9 @@ _VIEW_OPS = {"permute", "t", "transpose", "view", "reshape", "_unsafe_view", "ex
 
 class _ScalarLoss(torch.nn.Module):
     """The model with a scalar loss on its first floating output (the GEMMs autograd runs
-    do not depend on which loss: the gradient reaches every op the same way)."""
+    do not depend on which loss: the gradient reaches every op the same way). The other
+    floating outputs are returned detached, so the forward work behind them (BertModel's
+    pooler) stays in the graph without a gradient."""
 
     def __init__(self, model, static_kwargs):
         super().__init__()
@@ -227,23 +232,28 @@ class _ScalarLoss(torch.nn.Module):
         self.static = static_kwargs
 
     def forward(self, *args, **kwargs):
-        out = self.m(*args, **kwargs, **self.static)
-        return (_first_float(out).float().sum(),)
+        outs = _float_outputs(self.m(*args, **kwargs, **self.static))
+        if not outs:
+            raise ValueError("the model returned no floating-point tensor to put a loss on")
+        return (outs[0].float().sum(), *(o.detach() for o in outs[1:]))
 
 
-def _first_float(out):
+def _float_outputs(out) -> list:
+    """Floating-point tensors of a (nested) model output, in order, without repeats."""
     if isinstance(out, torch.Tensor):
-        return out
-    values = out.values() if isinstance(out, dict) else out
+        return [out] if out.is_floating_point() else []
+    if isinstance(out, dict):
+        values = out.values()
+    elif isinstance(out, (tuple, list)):
+        values = out
+    else:
+        return []
+    found = []
     for v in values:
-        if isinstance(v, torch.Tensor) and v.is_floating_point():
-            return v
-        if isinstance(v, (tuple, list, dict)):
-            try:
-                return _first_float(v)
-            except ValueError:
-                continue
-    raise ValueError("the model returned no floating-point tensor to put a loss on")
+        for t in _float_outputs(v):
+            if not any(t is f for f in found):
+                found.append(t)
+    return found
 
 
 def _op_name(node) -> str:
@@ -251,26 +261,52 @@ def _op_name(node) -> str:
 
 
 def _joint(model, args, kwargs):
-    import torch.export.experimental as export_experimental
+    """The joint forward + backward graph: ``torch.export`` of the model with a scalar loss,
+    then ``make_fx`` over that program and ``torch.autograd.grad`` of the loss with respect
+    to every parameter (aten-level, core decompositions, fake tensors). Parameters the loss
+    does not reach (BertModel's pooler, unused tied copies) get no gradient and so no
+    weight-gradient GEMM."""
+    from torch._decomp import core_aten_decompositions
+    from torch._guards import detect_fake_mode
     from torch.export.graph_signature import InputKind
+    from torch.fx.experimental.proxy_tensor import make_fx
 
     tensors = {k: v for k, v in kwargs.items() if isinstance(v, torch.Tensor)}
     static = {k: v for k, v in kwargs.items() if not isinstance(v, torch.Tensor)}
-    wrapper = _ScalarLoss(model, static)
-    ep = torch.export.export(wrapper, args, tensors, strict=False)
-    sig = ep.graph_signature
-    ph = {n.name: n for n in ep.graph.nodes if n.op == "placeholder"}
-    # Tied weights (GPT-2's wte/lm_head) leave one parameter placeholder unused, which the
-    # joint tracer rejects: drop it from this private copy of the program.
-    for spec in list(sig.input_specs):
-        if spec.kind == InputKind.PARAMETER and not ph[spec.arg.name].users:
-            ep.graph.erase_node(ph[spec.arg.name])
-            sig.input_specs.remove(spec)
-            ep.state_dict.pop(spec.target, None)
-    ep.graph_module.recompile()
-    jep = export_experimental._export_forward_backward(ep, joint_loss_index=0)
-    gm = jep.graph_module
-    _label_joint(gm, jep.graph_signature)
+    ep = torch.export.export(_ScalarLoss(model, static), args, tensors, strict=False)
+    program = ep.graph_module
+    placeholders = [n for n in program.graph.nodes if n.op == "placeholder"]
+    specs = ep.graph_signature.input_specs
+    fake_args = [n.meta["val"] for n in placeholders]
+    is_param = [s.kind == InputKind.PARAMETER for s in specs]
+    fqns = [_strip(s.target) if s.kind == InputKind.PARAMETER else None for s in specs]
+    # differentiate with respect to the parameters and to user inputs that require grad
+    wrt = [p or (isinstance(a, torch.Tensor) and a.requires_grad)
+           for a, p in zip(fake_args, is_param)]
+    with_grad: list[int] = []  # which of them got a gradient (filled while tracing)
+
+    def joint(*flat):
+        loss = program(*flat)[0]
+        grads = torch.autograd.grad(loss, [x for x, w in zip(flat, wrt) if w],
+                                    allow_unused=True)
+        with_grad[:] = [i for i, g in enumerate(grads) if g is not None]
+        return (loss, *(g for g in grads if g is not None))
+
+    fake_args = [a.detach().requires_grad_(w) if isinstance(a, torch.Tensor)
+                 and a.is_floating_point() else a for a, w in zip(fake_args, wrt)]
+    with detect_fake_mode(fake_args) or contextlib.nullcontext():
+        gm = make_fx(joint, decomposition_table=core_aten_decompositions())(*fake_args)
+    jph = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    for n, spec in zip(jph, specs):  # buffers and constants are not the user's inputs
+        if spec.kind not in (InputKind.USER_INPUT, InputKind.PARAMETER):
+            n.meta["fxshape_buffer"] = spec.target
+    params = {n.name: fqn for n, fqn in zip(jph, fqns) if fqn is not None}
+    out = next(n for n in gm.graph.nodes if n.op == "output")
+    loss, grads = out.args[0][0], out.args[0][1:]
+    owners = [f for f, w in zip(fqns, wrt) if w]  # parameter name, or None for an input
+    grad_of = {g.name: owners[i] for g, i in zip(grads, with_grad)
+               if isinstance(g, torch.fx.Node) and owners[i] is not None}
+    _label_joint(gm, params, grad_of, loss)
     return gm
 
 
@@ -278,32 +314,29 @@ def _strip(fqn: str) -> str:
     return fqn[2:] if fqn.startswith("m.") else fqn
 
 
-def _label_joint(gm, sig) -> None:
+def _label_joint(gm, params: dict, grad_of: dict, loss) -> None:
+    """Phase and owning module of every GEMM node of a joint graph. ``params``: placeholder
+    name -> parameter name; ``grad_of``: output node name -> the parameter it is the gradient
+    of; ``loss``: the loss node."""
     from .ops import gemm_handler
 
-    params = {name: _strip(fqn) for name, fqn in sig.inputs_to_parameters.items()}
-    bw = sig.backward_signature
-    grads = {name: _strip(fqn) for name, fqn in (bw.gradients_to_parameters if bw else {}).items()}
     nodes = {n.name: n for n in gm.graph.nodes}
     for name, fqn in params.items():  # which parameter each placeholder is (provenance)
         if name in nodes:
             nodes[name].meta["fxshape_param"] = fqn
-    # forward = everything the loss depends on
-    forward = set()
-    stack = [nodes[bw.loss_output]] if bw and bw.loss_output in nodes else []
+    # backward = everything computed from the loss (the gradient seed is made from it);
+    # forward = the rest, including work the loss does not depend on (BertModel's pooler)
+    backward = set()
+    stack = list(loss.users) if isinstance(loss, torch.fx.Node) else []
     while stack:
         n = stack.pop()
-        if n.name in forward:
+        if n.name in backward or n.op == "output":
             continue
-        forward.add(n.name)
-        stack.extend(n.all_input_nodes)
-    out_node = next(n for n in gm.graph.nodes if n.op == "output")
-    grad_of = {}
-    for arg in out_node.args[0]:
-        if isinstance(arg, torch.fx.Node) and arg.name in grads:
-            grad_of[arg.name] = grads[arg.name]
+        backward.add(n.name)
+        stack.extend(n.users)
+    forward = {n.name for n in gm.graph.nodes} - backward
 
-    def first_hit(starts, step, hit):
+    def first_hit(starts, step, hit, through=_VIEW_OPS):
         """Walk from ``starts`` through view-like ops (``step``: next nodes); the first
         value ``hit`` returns for a node, else None."""
         seen, stack = set(), list(starts)
@@ -315,7 +348,7 @@ def _label_joint(gm, sig) -> None:
             found = hit(n)
             if found is not None:
                 return found
-            if n.op == "call_function" and _op_name(n) in _VIEW_OPS:
+            if n.op == "call_function" and _op_name(n) in through:
                 stack.extend(step(n))
         return None
 
@@ -327,8 +360,9 @@ def _label_joint(gm, sig) -> None:
             # ... or the parameter gradient it produces (weight gradients)
             found = grad_of.get(node.name)
             if found is None:
+                # through views and the adds that sum a tied weight's gradients (T5)
                 found = first_hit(node.users, lambda n: n.users,
-                                  lambda n: grad_of.get(n.name))
+                                  lambda n: grad_of.get(n.name), _VIEW_OPS | {"add"})
         return found
 
     gemm_nodes = [n for n in gm.graph.nodes

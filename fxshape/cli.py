@@ -10,6 +10,7 @@ import sys
 from tabulate import tabulate
 
 from .gpus import get_gpu, list_gpus, ALIASES
+from .attention import ATTENTION_CHOICES
 from .perf import LAYOUTS, predict_matmul
 
 __all__ = ["main", "format_prediction"]
@@ -87,7 +88,7 @@ def _cmd_analyze(args) -> int:
     try:
         report = analyze(model, gpu=args.gpu, dtype=args.dtype, batch_size=args.batch_size,
                          seq_len=args.seq_len, mode="train" if args.train else "inference",
-                         tp=args.tp)
+                         tp=args.tp, attention=args.attention)
     except CaptureError as exc:
         raise ValueError(str(exc).splitlines()[0] + " (see fxshape.capture for details)") \
             from None
@@ -129,7 +130,7 @@ def _cmd_advise(args) -> int:
 
     advice = advise(_model_config(args.target), gpu=args.gpu, dtype=args.dtype,
                     batch_size=args.batch_size, seq_len=args.seq_len, tp=args.tp,
-                    mode=args.mode, param_tolerance=args.tolerance,
+                    mode=args.mode, attention=args.attention, param_tolerance=args.tolerance,
                     min_speedup=args.min_speedup)
     if args.format == "json":
         recs = [{"hyperparameter": r.hyperparameter, "current": r.current,
@@ -155,7 +156,7 @@ def _cmd_sweep(args) -> int:
     model = _model_config(args.target)
     points = sweep(model, args.param, values, gpu=args.gpu, dtype=args.dtype,
                    batch_size=args.batch_size, seq_len=args.seq_len, tp=args.tp,
-                   mode=args.mode)
+                   mode=args.mode, attention=args.attention)
     rows = [(p.value, "-" if p.tflops is None else f"{p.tflops:.1f}",
              "-" if p.time_s is None else f"{p.time_s * 1e3:.3f}",
              "-" if p.params is None else f"{p.params:,}", p.note) for p in points]
@@ -189,6 +190,9 @@ def _workload_args(p: argparse.ArgumentParser, target_help: str) -> None:
                    help="tokens per sequence (default min(1024, max positions))")
     p.add_argument("--tp", type=_positive_int, default=1,
                    help="Megatron tensor-parallel degree: per-GPU shapes (default 1)")
+    p.add_argument("--attention", choices=ATTENTION_CHOICES, default="flash",
+                   help="kernel attention is predicted as: flash (what PyTorch's SDPA runs "
+                        "on the GPU; default), fa2, fa3 (Hopper only) or math (unfused)")
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -51,6 +51,13 @@ class GPUSpec:
             cache line per row of a tile).
         tiles: CTA tile shapes (tm, tn) the vendor GEMM library chooses among.
         source: where the numbers come from.
+        sfu_per_clk_per_sm: transcendental results (``exp2``) per clock per SM or CU: the
+            special-function units a softmax's exponentials run on. 16 everywhere in this
+            table: NVIDIA's Volta, Turing, Ampere, Ada and Hopper whitepapers draw 4 SFUs in
+            each of an SM's 4 partitions (the FlashAttention-3 paper quotes H100 SXM5 at
+            3.9 TFLOP/s of special functions = 16 x 132 SMs x 1.83 GHz); Blackwell
+            (B200) keeps 4 per partition; AMD CDNA runs transcendentals at a quarter of the
+            64-lane FP32 rate per CU (CDNA2/CDNA3 ISA guides).
     """
 
     name: str
@@ -66,6 +73,7 @@ class GPUSpec:
     align_best_bytes: int
     tiles: tuple[tuple[int, int], ...]
     source: str = field(default="", compare=False)
+    sfu_per_clk_per_sm: int = 16
 
     def __post_init__(self):
         if self.sm_count <= 0 or self.boost_clock_mhz <= 0:
@@ -76,6 +84,13 @@ class GPUSpec:
             raise ValueError(f"{self.name}: tiles must be a non-empty list of positive shapes")
         if self.align_best_bytes < self.align_min_bytes:
             raise ValueError(f"{self.name}: align_best_bytes < align_min_bytes")
+        if self.sfu_per_clk_per_sm <= 0:
+            raise ValueError(f"{self.name}: sfu_per_clk_per_sm must be positive")
+
+    @property
+    def fp32_lanes_per_sm(self) -> float:
+        """FP32 FMA lanes per SM (CU), from the non-tensor fp32 peak (2 FLOP per FMA)."""
+        return self.peaks.fp32 * 1e12 / (2 * self.sm_count * self.boost_clock_mhz * 1e6)
 
     def peak_tflops(self, dtype) -> float:
         """Dense peak TFLOP/s for ``dtype``; ValueError if there is no tensor-core path."""

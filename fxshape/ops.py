@@ -24,10 +24,27 @@ from typing import Callable
 
 import torch
 
-__all__ = ["Gemm", "register_gemm_handler", "flash_head_dim", "FLASH_HEAD_DIMS", "gemm_handler", "gemms_for_node", "input_shapes",
+from .attention import FLASH_HEAD_DIMS, AttentionShape, flash_head_dim
+from .attnops import ATTENTION_OPS
+
+__all__ = ["Gemm", "AttentionCall", "register_gemm_handler", "flash_head_dim",
+           "FLASH_HEAD_DIMS", "gemm_handler", "gemms_for_node", "input_shapes",
            "looks_like_matmul", "registered_targets"]
 
 aten = torch.ops.aten
+
+
+@dataclass(frozen=True)
+class AttentionCall:
+    """The fused attention call a GEMM belongs to (all GEMMs of one call share it).
+
+    ``masked``: an ``attn_mask`` tensor was passed (Hugging Face decoders pass their causal
+    mask that way; the analysis decides whether it is causal).
+    """
+
+    shape: AttentionShape
+    direction: str  # "forward" or "backward"
+    masked: bool = False
 
 
 @dataclass(frozen=True)
@@ -40,8 +57,10 @@ class Gemm:
         layout: operand storage (``nn``: both row-major; ``nt``: B stored (N, K) as in F.linear).
         work: fraction of the full GEMM actually computed (0.5 for causal attention).
         note: why the shape is what it is, when that is not obvious (e.g. MoE routing).
-        run_n, run_k: the N / K the kernel actually runs at when it pads (flash attention
-            runs head_dim 80 at 96); 0 means the same as ``n`` / ``k``.
+        run_n, run_k: the N / K the kernel actually runs at when it pads; 0 means the same
+            as ``n`` / ``k``.
+        attn: for the GEMMs of a fused attention call, the call (predicted as one kernel by
+            ``fxshape.attention``); None for ordinary GEMMs.
     """
 
     op: str
@@ -54,6 +73,7 @@ class Gemm:
     note: str = ""
     run_n: int = 0
     run_k: int = 0
+    attn: AttentionCall | None = None
 
 
 Handler = Callable[[torch.fx.Node], "list[Gemm]"]
@@ -209,32 +229,65 @@ def _matmul(node):
     return [Gemm("matmul", _prod(batch), a[-2], b[-1], a[-1], "nn")]
 
 
-#: Head dimensions flash-attention kernels are instantiated for; others run padded up.
-FLASH_HEAD_DIMS = (32, 64, 96, 128, 160, 192, 224, 256)
+def _attention(q, k, v, *, causal: bool, masked: bool, gqa: bool, direction: str):
+    """The GEMMs of one attention call, per (batch, query head): forward S = QKᵀ and O = PV;
+    backward (FlashAttention-2's algorithm) the recomputed S = QKᵀ, dV = Pᵀ·dO, dP = dO·Vᵀ,
+    dQ = dS·K and dK = dSᵀ·Q. A causal mask keeps half the blocks (the papers' convention).
+    Grouped-query K/V heads (``enable_gqa``) are shared by the query heads: the GEMMs run per
+    query head either way."""
+    if len(q) < 2 or len(k) < 2 or len(v) < 2:
+        raise ValueError(f"attention needs [..., seq, head_dim] inputs, got q{q} k{k} v{v}")
+    lead = q[:-2]
+    heads = lead[-1] if len(lead) >= 2 else 1
+    batch = _prod(lead) // heads
+    kv_heads = k[-3] if (gqa and len(k) >= 3 and k[-3] != heads and heads % k[-3] == 0) \
+        else heads
+    sq, d, sk, dv = q[-2], q[-1], k[-2], v[-1]
+    shape = AttentionShape(batch, heads, kv_heads, sq, sk, d, dv, causal)
+    call = AttentionCall(shape, direction, masked)
+    bh, w = batch * heads, shape.causal_fraction
+    note = ("causal: half the blocks" if w == 0.5 else f"causal: {w:.1%} of the scores") \
+        if causal else ""
+
+    def g(op, m, n, kk, layout):
+        return Gemm(op, bh, m, n, kk, layout, w, note, attn=call)
+
+    if direction == "forward":
+        return [g("sdpa.qk", sq, sk, d, "nt"), g("sdpa.pv", sq, dv, sk, "nn")]
+    return [g("sdpa.bwd.qk", sq, sk, d, "nt"),   # recompute S = Q Kᵀ
+            g("sdpa.bwd.dv", sk, dv, sq, "tn"),  # dV = Pᵀ dO
+            g("sdpa.bwd.dp", sq, sk, dv, "nt"),  # dP = dO Vᵀ
+            g("sdpa.bwd.dq", sq, d, sk, "nn"),   # dQ = dS K
+            g("sdpa.bwd.dk", sk, d, sq, "tn")]   # dK = dSᵀ Q
 
 
-def flash_head_dim(d: int) -> int:
-    """The head dimension a flash-attention kernel runs ``d`` at (80 -> 96, 100 -> 128)."""
-    for h in FLASH_HEAD_DIMS:
-        if d <= h:
-            return h
-    return -(-d // 64) * 64
+def _arg(node, i, name, default):
+    return node.args[i] if len(node.args) > i else node.kwargs.get(name, default)
 
 
 @register_gemm_handler(aten.scaled_dot_product_attention)
 def _sdpa(node):
     q, k, v = _require(input_shapes(node), 3, node)
-    causal = bool(node.kwargs.get("is_causal", node.args[5] if len(node.args) > 5 else False))
-    bh = _prod(q[:-2])  # batch x heads (grouped-query K/V heads are broadcast to q's heads)
-    sq, d = q[-2], q[-1]
-    sk, dv = k[-2], v[-1]
-    work = 0.5 if causal else 1.0
-    notes = ["causal: half the blocks"] if causal else []
-    if flash_head_dim(d) != d or flash_head_dim(dv) != dv:
-        notes.append(f"flash kernel runs head_dim {d} as {flash_head_dim(d)}")
-    note = "; ".join(notes)
-    return [Gemm("sdpa.qk", bh, sq, sk, d, "nt", work, note, run_k=flash_head_dim(d)),
-            Gemm("sdpa.pv", bh, sq, dv, sk, "nn", work, note, run_n=flash_head_dim(dv))]
+    return _attention(q, k, v, causal=bool(_arg(node, 5, "is_causal", False)),
+                      masked=_arg(node, 3, "attn_mask", None) is not None,
+                      gqa=bool(_arg(node, 7, "enable_gqa", False)), direction="forward")
+
+
+@register_gemm_handler(ATTENTION_OPS[0])
+def _fused_attention(node):
+    # fxshape::attention(q, k, v, attn_mask, dropout_p, is_causal, scale, enable_gqa)
+    q, k, v = _require(input_shapes(node), 3, node)
+    return _attention(q, k, v, causal=bool(node.args[5]), masked=node.args[3] is not None,
+                      gqa=bool(node.args[7]), direction="forward")
+
+
+@register_gemm_handler(ATTENTION_OPS[1])
+def _fused_attention_backward(node):
+    # fxshape::attention_backward(grad_out, q, k, v, out, lse, attn_mask, dropout_p,
+    #                             is_causal, scale, enable_gqa, mask_grad)
+    _, q, k, v = _require(input_shapes(node), 4, node)
+    return _attention(q, k, v, causal=bool(node.args[8]), masked=node.args[6] is not None,
+                      gqa=bool(node.args[10]), direction="backward")
 
 
 @register_gemm_handler(aten.convolution, aten.conv1d, aten.conv2d, aten.conv3d)

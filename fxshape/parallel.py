@@ -75,7 +75,15 @@ def shard_gemm(g: Gemm, kind: str, tp: int, phase: str, features: int | None = N
         return g
     note = f"TP {tp}: {kind}-parallel"
     if kind == "attention":
-        return dataclasses.replace(g, batch=_div(g.batch, tp), note=_join(g.note, note))
+        if g.attn is None:
+            return dataclasses.replace(g, batch=_div(g.batch, tp), note=_join(g.note, note))
+        # a fused call: heads / tp per GPU; K/V heads too when they split, else each GPU
+        # keeps a copy for each of its query heads
+        s = g.attn.shape
+        heads = _div(s.heads, tp)
+        kv = s.kv_heads // tp if s.kv_heads % tp == 0 else heads
+        call = dataclasses.replace(g.attn, shape=dataclasses.replace(s, heads=heads, kv_heads=kv))
+        return dataclasses.replace(g, batch=s.batch * heads, note=_join(g.note, note), attn=call)
     if phase == "forward" or features is None:
         dim = "n" if kind == "column" else "k"
     else:

@@ -171,7 +171,8 @@ def _user_inputs(graph: torch.fx.Graph):
     """Placeholders that are the user's inputs (not parameters, buffers or gradients)."""
     out = []
     for n in graph.nodes:
-        if n.op != "placeholder" or n.meta.get("fxshape_param"):
+        if n.op != "placeholder" or n.meta.get("fxshape_param") or \
+                n.meta.get("fxshape_buffer"):
             continue
         if n.name.startswith(("p_", "b_", "c_", "tangents")):
             continue

@@ -28,6 +28,10 @@ def _pattern(module: str) -> str:
 
 
 def _flag(row) -> str:
+    if row.kernel not in ("", "math"):
+        # a fused attention kernel handles any sequence length (predicated tail blocks);
+        # its head-dimension padding shows as tile efficiency and in the note
+        return ""
     bad = [a for a in row.prediction.alignment if a.status == "misaligned" and a.leading]
     return ", ".join(f"{a.dim}={a.size}->{a.next_aligned}" for a in bad)
 
@@ -98,12 +102,12 @@ class Report:
         groups = self.groups()
         for g in groups:
             r = g["row"]
-            p = r.prediction
+            k = _kernel_figures(r)
             name = g["module"] + (f" x{g['count']}" if g["count"] > 1 else "")
-            body.append((name, r.op, r.phase, g["count"], r.m, r.n, r.k, r.batch,
-                         f"{p.tile[0]}x{p.tile[1]}" + (f"/s{p.split_k}" if p.split_k > 1 else ""),
-                         f"{100 * p.tile_efficiency:.0f}%", p.waves,
-                         f"{100 * p.wave_efficiency:.0f}%", f"{r.tflops:.0f}",
+            op = f"{r.op} ({r.kernel})" if r.kernel else r.op
+            body.append((name, op, r.phase, g["count"], r.m, r.n, r.k, r.batch,
+                         k["tile"], f"{100 * k['tile_efficiency']:.0f}%", k["waves"],
+                         f"{100 * k['wave_efficiency']:.0f}%", f"{r.tflops:.0f}",
                          f"{100 * r.efficiency:.0f}%", f"{100 * g['share']:.1f}",
                          _flag(r)) + ((_set_by(r),) if with_set_by else ()))
         text = tabulate(body, headers=head, tablefmt=fmt, disable_numparse=True)
@@ -191,8 +195,8 @@ class Report:
 
     def to_csv(self) -> str:
         buf = io.StringIO()
-        cols = ("node", "module", "module_type", "op", "phase", "batch", "m", "n", "k", "dtype",
-                "layout", "work", "flops", "time_s", "tflops", "efficiency", "tile",
+        cols = ("node", "module", "module_type", "op", "kernel", "phase", "batch", "m", "n", "k",
+                "dtype", "layout", "work", "flops", "time_s", "tflops", "efficiency", "tile",
                 "tile_efficiency", "waves", "wave_efficiency", "bound", "misaligned", "note",
                 "set_by_m", "set_by_n", "set_by_k")
         w = csv.writer(buf, lineterminator="\n")
@@ -240,15 +244,30 @@ def _culprits(row) -> str:
     return f" <- {', '.join(names)}" if names else ""
 
 
+def _kernel_figures(r) -> dict:
+    """Tile, tile/wave efficiency, waves and bound of the kernel a row runs in: a fused
+    attention kernel's own (its Br x Bc tile over the padded head dimension), else the
+    GEMM's."""
+    a, p = r.attention, r.prediction
+    if a is not None and r.kernel != "math":
+        s = a.shape
+        dims = max(s.head_dim, s.head_dim_v)
+        return dict(tile=f"{a.tile[0]}x{a.tile[1]}", tile_efficiency=dims / a.run_head_dim,
+                    waves=a.waves, wave_efficiency=a.wave_efficiency, bound=a.bound)
+    return dict(tile=f"{p.tile[0]}x{p.tile[1]}" + (f"/s{p.split_k}" if p.split_k > 1 else ""),
+                tile_efficiency=p.tile_efficiency, waves=p.waves,
+                wave_efficiency=p.wave_efficiency, bound=p.bound)
+
+
 def _row_dict(r) -> dict:
-    p = r.prediction
+    k = _kernel_figures(r)
     return {
         "node": r.node, "module": r.module, "module_type": r.module_type, "op": r.op,
-        "phase": r.phase, "batch": r.batch, "m": r.m, "n": r.n, "k": r.k, "dtype": r.dtype,
-        "layout": r.layout, "work": r.work, "flops": r.flops, "time_s": r.time_s,
-        "tflops": r.tflops, "efficiency": r.efficiency, "tile": f"{p.tile[0]}x{p.tile[1]}",
-        "tile_efficiency": p.tile_efficiency, "waves": p.waves,
-        "wave_efficiency": p.wave_efficiency, "bound": p.bound, "misaligned": _flag(r),
+        "kernel": r.kernel, "phase": r.phase, "batch": r.batch, "m": r.m, "n": r.n, "k": r.k,
+        "dtype": r.dtype, "layout": r.layout, "work": r.work, "flops": r.flops,
+        "time_s": r.time_s, "tflops": r.tflops, "efficiency": r.efficiency,
+        "tile": k["tile"], "tile_efficiency": k["tile_efficiency"], "waves": k["waves"],
+        "wave_efficiency": k["wave_efficiency"], "bound": k["bound"], "misaligned": _flag(r),
         "note": r.note, "set_by_m": r.set_by[0] if r.set_by else "",
         "set_by_n": r.set_by[1] if r.set_by else "", "set_by_k": r.set_by[2] if r.set_by else "",
     }

@@ -104,6 +104,19 @@ def test_advise_is_deterministic(gpt2_advice):
     assert again.table() == gpt2_advice.table()
 
 
+def test_head_count_advice_depends_on_the_attention_kernel(gpt2_advice):
+    # GPT-2 at 1 x 1024 tokens, training: with FlashAttention-2 (PyTorch's SDPA on an H100)
+    # 6 heads of 128 would leave 6 x 8 = 48 causal CTAs for 132 SMs: no head change pays
+    assert "num_attention_heads" not in {r.hyperparameter for r in gpt2_advice.recommendations}
+    # unfused attention streams the batch x heads x seq^2 score matrix through memory, which
+    # halves with the heads: the change pays, and the reason says which kernel says so
+    math = advise(_meta("gpt2"), gpu="h100", attention="math")
+    heads = {r.hyperparameter: r for r in math.recommendations}["num_attention_heads"]
+    assert (heads.current, heads.suggested) == (12, 6) and heads.predicted_speedup > 0.05
+    assert "attention predicted as math" in heads.reason and "score matrix" in heads.reason
+    assert "attention=math" in math.table()
+
+
 def test_advise_fixes_a_bad_config():
     cfg = transformers.LlamaConfig(hidden_size=4100, num_attention_heads=41,
                                    num_key_value_heads=41, vocab_size=32001,

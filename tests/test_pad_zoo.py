@@ -88,6 +88,10 @@ def _check(name, ref32, ref, out, m32, m_ref, m_out, dtype):
         assert (out - ref).abs().max() <= 2 ** -6 * scale, name
         assert (out - ref32).abs().max() <= 2 * (ref - ref32).abs().max() + 2 ** -8 * scale
     n = 0
+    # A gradient that is zero in exact arithmetic (attention's key bias: softmax ignores a
+    # per-query constant) is pure rounding noise (~1e-13 here): differences below fp32's
+    # resolution (2^-23) of the model's largest gradient are not told apart from it.
+    ulp = 2.0 ** -23 * max(p.grad.abs().max() for p in m32.parameters() if p.grad is not None)
     for (pname, p32), pr, po in zip(m32.named_parameters(), m_ref.parameters(),
                                     m_out.parameters()):
         if p32.grad is None:
@@ -96,7 +100,7 @@ def _check(name, ref32, ref, out, m32, m_ref, m_out, dtype):
         go = po.grad.float()[tuple(slice(0, s) for s in gr.shape)]  # eager pad: padded params
         gscale = g32.abs().max()
         if dtype == torch.float32:
-            assert (go - gr).abs().max() <= 1e-5 * gscale, (name, pname)
+            assert (go - gr).abs().max() <= 1e-5 * gscale + ulp, (name, pname)
         else:
             assert (go - g32).abs().max() <= 2 * (gr - g32).abs().max() + 2 ** -8 * gscale, \
                 (name, pname)

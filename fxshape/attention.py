@@ -1,0 +1,523 @@
+"""The attention performance model: predicted time of one fused attention call on a GPU.
+
+Pure functions of (batch, heads, kv heads, seq_q, seq_k, head_dim, causal, dtype, direction,
+kernel, GPU). The model, in one paragraph (docs/attention.md has the long version):
+
+A flash kernel (FlashAttention-2, the kernel PyTorch's ``scaled_dot_product_attention`` runs
+on Ampere and Hopper; FlashAttention-3 on Hopper) gives one CTA a tile of ``Br`` query rows
+(forward) or ``Bc`` key rows (backward) of one (batch, head) and loops over the other sequence
+in blocks. Each block costs, in SM clocks: the tensor-core work of its GEMMs at the rate the
+kernel's MMA instructions sustain (FA2's ``mma.sync`` also bounded by the shared-memory
+stream its warps load their operands from, 128 bytes per clock per SM: on Hopper that, not
+the tensor cores, sets its pace), the softmax's exponentials on the special-function units
+(16 per clock per SM) or its other FP32 work, whichever is longer, the online-softmax
+rescale of the output tile, and a fixed cost per block and warp; FA2 runs these one after
+the other, FA3 overlaps the softmax with the GEMMs. The K/V (forward) or Q/dO (backward)
+tile loads from L2 bound a block from below. A CTA adds a fixed cost and the load and store
+of its own tiles at one SM's streaming rate. CTAs are scheduled over the SMs in waves; a
+causal mask skips the blocks above the diagonal, and the uneven CTAs that leaves cost
+``(longest - mean) / waves`` over the mean. The backward runs its five GEMMs at a fitted
+fraction of the forward's rate. The chip's power limit (the GEMM fit's ``power_eff``), the
+DRAM traffic (Q, K, V, O, and the backward's fp32 dQ accumulator) and the launch latencies
+come from the GEMM model's constants for the same GPU. The unfused ``math`` path
+(``attn_implementation="eager"``) is the GEMM model's two batched GEMMs (four in the
+backward) plus elementwise kernels streaming the score matrix (softmax, mask, casts) and
+layout copies of Q, K, V and O, at fitted bytes per score.
+
+Constants are fitted by ``bench/fit_attention.py`` to ``../shared/calibration/attention/``
+(H100, FA2 and unfused, forward) and to the FlashAttention-3 paper's other H100 figures
+(``bench/attention_published.csv``: backward, FA3, head_dim 256), and read from
+``fxshape/data/attention_params.json``. They are algorithm constants (fractions of an
+instruction's rate, clocks per block), so other GPUs get predictions from their own SM
+count, clocks, tensor-core and FP32 rates, SFUs, L2 and DRAM bandwidth; those predictions
+are not validated against measurements (``AttentionPrediction.validated`` says which are).
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+from dataclasses import asdict, dataclass, replace
+
+from .dtypes import canonical_dtype, itemsize
+from .gpus import GPUSpec, get_gpu
+
+__all__ = ["AttentionShape", "AttentionParams", "AttentionPrediction", "predict_attention",
+           "resolve_kernel", "attention_params", "ATTENTION_CHOICES", "KERNELS",
+           "FLASH_HEAD_DIMS", "FA3_HEAD_DIMS", "flash_head_dim", "DIRECTIONS"]
+
+#: what ``analyze(..., attention=)`` accepts: ``"flash"`` is what PyTorch's
+#: ``scaled_dot_product_attention`` runs on the GPU; the others name a kernel.
+ATTENTION_CHOICES = ("flash", "fa2", "fa3", "math")
+#: kernels the model predicts (``mem_efficient``: PyTorch's flash backend is sm80+, so Volta
+#: and Turing run the CUTLASS memory-efficient kernel, the same algorithm)
+KERNELS = ("fa2", "fa3", "mem_efficient", "math")
+DIRECTIONS = ("forward", "backward")
+#: head dimensions FlashAttention-2 is compiled for; others run padded up to the next
+FLASH_HEAD_DIMS = (32, 64, 96, 128, 160, 192, 224, 256)
+#: head dimensions FlashAttention-3 is compiled for
+FA3_HEAD_DIMS = (64, 96, 128, 192, 256)
+_FUSED_DTYPES = {"fa2": ("fp16", "bf16"), "mem_efficient": ("fp16", "bf16", "fp32"),
+                 "fa3": ("fp16", "bf16", "fp8")}
+# architectures whose native tensor-core instruction is not Ampere's mma.sync (FA2 and the
+# memory-efficient kernel use mma.sync there, at a fraction of the dense peak)
+_NEWER_MMA = ("hopper", "blackwell")
+# the data in ../shared/calibration/attention/: (kernel, architecture) pairs measured
+# Shared-memory bandwidth per SM (CU): 32 banks x 4 bytes per clock on every NVIDIA SM since
+# Volta (CUDA C++ Programming Guide, "Shared Memory"); AMD CDNA's LDS also serves 128 bytes
+# per clock per CU (CDNA ISA guides).
+_SMEM_BYTES_PER_CLK = 128
+_MEASURED = {(k, "hopper", d) for k in ("fa2", "fa3", "math") for d in DIRECTIONS}
+_DEFAULT_PARAMS_PATH = os.path.join(os.path.dirname(__file__), "data", "attention_params.json")
+
+
+def flash_head_dim(d: int, dims=FLASH_HEAD_DIMS) -> int:
+    """The head dimension a flash kernel runs ``d`` at (80 -> 96, 100 -> 128); beyond the
+    largest, the next multiple of 64 (reported, never silently)."""
+    for h in dims:
+        if d <= h:
+            return h
+    return -(-d // 64) * 64
+
+
+@dataclass(frozen=True)
+class AttentionShape:
+    """One attention call: ``softmax(Q Kᵀ · scale + mask) V`` per (batch, head).
+
+    ``heads`` query heads share ``kv_heads`` K/V heads (grouped-query attention; equal for
+    multi-head attention). ``head_dim_v`` is V's head dimension (usually ``head_dim``).
+    """
+
+    batch: int
+    heads: int
+    kv_heads: int
+    seq_q: int
+    seq_k: int
+    head_dim: int
+    head_dim_v: int
+    causal: bool = False
+
+    def __post_init__(self):
+        for name in ("batch", "heads", "kv_heads", "seq_q", "seq_k", "head_dim", "head_dim_v"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, int) or v <= 0:
+                raise ValueError(f"attention {name} must be a positive integer, got {v!r}")
+        if self.heads % self.kv_heads:
+            raise ValueError(f"{self.heads} query heads cannot share {self.kv_heads} K/V heads "
+                             "(kv_heads must divide heads)")
+
+    @property
+    def causal_fraction(self) -> float:
+        """Fraction of the score matrix a causal mask keeps: 1/2 when ``seq_q == seq_k``
+        (the papers' convention), else the exact top-left-aligned share, as
+        ``F.scaled_dot_product_attention(is_causal=True)`` masks."""
+        if not self.causal:
+            return 1.0
+        sq, sk = self.seq_q, self.seq_k
+        if sq == sk:
+            return 0.5
+        kept = sum(min(i + 1, sk) for i in range(sq)) if sq <= 1 << 16 else \
+            min(sq, sk) * (min(sq, sk) + 1) // 2 + max(0, sq - sk) * sk
+        return kept / (sq * sk)
+
+    def flops(self, direction: str = "forward") -> int:
+        """The papers' FLOP count: forward ``2·b·h·sq·sk·(d + dv)`` (= 4·b·h·s²·d), backward
+        ``2·b·h·sq·sk·(3d + 2dv)`` (= 2.5 × forward when d = dv), times the causal share."""
+        per = (self.head_dim + self.head_dim_v) if direction == "forward" else \
+            (3 * self.head_dim + 2 * self.head_dim_v)
+        return int(round(2 * self.batch * self.heads * self.seq_q * self.seq_k * per
+                         * self.causal_fraction))
+
+
+@dataclass(frozen=True)
+class AttentionParams:
+    """Fitted algorithm constants of the attention model (see the module docstring).
+
+    Attributes:
+        sync_mma_frac: fraction of the GEMM model's large-tile rate (``e_max`` of the dense
+            peak) that FA2's ``mma.sync`` reaches on GPUs with a newer MMA (Hopper).
+        fp32_ops_per_score: FP32 operations per score element (max, scale, subtract, sum,
+            convert) in the softmax: counted from the kernel's instructions, not fitted.
+        block_cycles: fixed SM clocks per K/V block of a CTA's loop (barriers, pipeline).
+        cta_cycles: fixed SM clocks per CTA (Q load, prologue, epilogue, O store).
+        bwd_mma_frac: the backward kernel's tensor-core rate as a fraction of its forward's
+            (five dependent GEMMs per block with barriers between them, operands and the
+            P and dS tiles through shared memory, twice the warps and registers).
+        bwd_cta_cycles: fixed SM clocks per backward CTA (beside its tile loads and stores).
+        fa3_mma_frac: fraction of the GEMM model's large-tile rate FA3's ``wgmma`` reaches
+            inside the attention pipeline.
+        fa3_bwd_mma_frac: ``bwd_mma_frac`` for FA3's backward.
+        math_bytes_per_score: DRAM bytes per score element moved by the unfused path's
+            elementwise kernels (scale, mask, softmax, dropout, casts) between its GEMMs.
+        math_copy_passes: read+write passes over a Q-sized tensor the unfused path spends
+            on layout copies (heads to the batch dimension and back, for ``bmm``).
+        math_bwd_bytes_per_score: the same per score for the unfused backward (softmax
+            backward, dropout backward, casts).
+    """
+
+    sync_mma_frac: float
+    fp32_ops_per_score: float
+    block_cycles: float
+    cta_cycles: float
+    bwd_mma_frac: float
+    bwd_cta_cycles: float
+    fa3_mma_frac: float
+    fa3_bwd_mma_frac: float
+    math_bytes_per_score: float
+    math_copy_passes: float
+    math_bwd_bytes_per_score: float
+
+    FIELDS = ("sync_mma_frac", "fp32_ops_per_score", "block_cycles", "cta_cycles",
+              "bwd_mma_frac", "bwd_cta_cycles", "fa3_mma_frac", "fa3_bwd_mma_frac",
+              "math_bytes_per_score",
+              "math_copy_passes", "math_bwd_bytes_per_score")
+
+
+@dataclass(frozen=True)
+class AttentionPrediction:
+    """What the model predicts for one attention call. Times in seconds."""
+
+    gpu: str
+    dtype: str
+    kernel: str
+    direction: str
+    shape: AttentionShape
+    flops: int  # the papers' convention (causal halved)
+    time_s: float
+    tflops: float
+    efficiency: float  # of the dtype's dense peak
+    peak_tflops: float
+    tile: tuple[int, int]  # (Br, Bc) for fused kernels; the largest GEMM's tile for math
+    run_head_dim: int  # head_dim the kernel runs at (padded up)
+    ctas: int
+    waves: int
+    wave_efficiency: float  # CTA work / (waves x SMs x the longest CTA's work)
+    compute_time_s: float
+    memory_time_s: float
+    bound: str  # "compute", "memory" or "latency"
+    validated: bool  # measured data for this GPU architecture, kernel and direction exist
+    note: str = ""
+
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        d["tile"] = list(self.tile)
+        return d
+
+
+# ---------------------------------------------------------------------------------------
+# Parameters
+# ---------------------------------------------------------------------------------------
+
+@functools.lru_cache(maxsize=None)
+def _load(path: str) -> AttentionParams:
+    with open(path) as f:
+        data = json.load(f)
+    return AttentionParams(**{k: float(data["params"][k]) for k in AttentionParams.FIELDS})
+
+
+def attention_params(params_path: str | None = None) -> AttentionParams:
+    """The fitted constants (``bench/fit_attention.py``; ``$FXSHAPE_ATTENTION_PARAMS``
+    overrides the packaged file)."""
+    return _load(params_path or os.environ.get("FXSHAPE_ATTENTION_PARAMS")
+                 or _DEFAULT_PARAMS_PATH)
+
+
+# ---------------------------------------------------------------------------------------
+# Which kernel
+# ---------------------------------------------------------------------------------------
+
+def resolve_kernel(attention: str, gpu, dtype, head_dim: int) -> tuple[str, str]:
+    """``(kernel, note)``: the kernel an ``attention=`` choice runs on ``gpu`` for this dtype
+    and head dimension.
+
+    ``"flash"`` is what PyTorch's ``scaled_dot_product_attention`` picks: FlashAttention-2 on
+    sm80+ NVIDIA GPUs and AMD (the ROCm flash backend), the memory-efficient kernel on Volta
+    and Turing, the math path where no fused kernel takes the dtype or head dimension (fp32
+    on sm80+, head_dim > 256), said in the note.
+
+    Raises:
+        ValueError: an unknown choice; ``"fa3"`` on a GPU that is not Hopper, or with a dtype
+            or head dimension FA3 does not take; ``"fa2"`` with a dtype or head dimension
+            FA2 does not take.
+    """
+    if attention not in ATTENTION_CHOICES:
+        raise ValueError(f"unknown attention kernel {attention!r}; accepted: "
+                         f"{', '.join(repr(a) for a in ATTENTION_CHOICES)}")
+    spec = get_gpu(gpu)
+    dkey = canonical_dtype(dtype)
+    if attention == "math":
+        return "math", ""
+    if attention == "fa3":
+        if spec.arch != "hopper":
+            raise ValueError(f"attention='fa3' (FlashAttention-3) runs on Hopper GPUs only "
+                             f"(H100, H200); {spec.name} is {spec.arch}. Use 'flash' or 'math'.")
+        if dkey not in _FUSED_DTYPES["fa3"] or head_dim > FA3_HEAD_DIMS[-1]:
+            raise ValueError(f"FlashAttention-3 takes fp16/bf16/fp8 and head_dim <= 256; got "
+                             f"{dkey}, head_dim {head_dim}")
+        return "fa3", ""
+    fused = "mem_efficient" if spec.arch in ("volta", "turing") else "fa2"
+    ok = dkey in _FUSED_DTYPES[fused] and head_dim <= FLASH_HEAD_DIMS[-1]
+    if attention == "fa2":
+        if spec.arch in ("volta", "turing"):
+            raise ValueError(f"FlashAttention-2 needs sm80 or newer; {spec.name} is "
+                             f"{spec.arch}. Use 'flash' (its memory-efficient kernel) or 'math'.")
+        if not ok:
+            raise ValueError(f"FlashAttention-2 takes fp16/bf16 and head_dim <= 256; got "
+                             f"{dkey}, head_dim {head_dim}")
+        return "fa2", ""
+    if not ok:
+        why = (f"head_dim {head_dim} > 256" if head_dim > FLASH_HEAD_DIMS[-1]
+               else f"{dkey} inputs")
+        return "math", f"no flash kernel for {why}: PyTorch falls back to the math path"
+    return fused, ""
+
+
+# ---------------------------------------------------------------------------------------
+# Tiles
+# ---------------------------------------------------------------------------------------
+
+def _tile(kernel: str, arch: str, direction: str, d: int) -> tuple[int, int]:
+    """(Br, Bc): query rows x key rows per block, from the kernels' launch templates
+    (flash-attention ``flash_fwd_launch_template.h`` / ``flash_bwd_launch_template.h`` for
+    sm80/sm90, FA3's ``hopper/`` templates, PyTorch's CUTLASS memory-efficient kernel)."""
+    if kernel == "mem_efficient":
+        return (64, 64)
+    if kernel == "fa3":
+        if direction == "forward":
+            return (192, 128) if d <= 64 else (128, 128) if d <= 128 else (128, 80)
+        return (128, 128) if d <= 64 else (64, 128) if d <= 128 else (64, 64)
+    if direction == "forward":
+        if d <= 64:
+            return (128, 128)
+        if arch in ("ampere-ga10x", "ada") and d <= 128:
+            return (128, 32)  # sm86/sm89: 100 KB of shared memory
+        return (128, 64)
+    return (128, 128) if d <= 64 else (64, 128) if d <= 128 else (64, 64)
+
+
+# ---------------------------------------------------------------------------------------
+# The core
+# ---------------------------------------------------------------------------------------
+
+def _smooth_max(a: float, b: float, q: float) -> float:
+    return (a ** q + b ** q) ** (1.0 / q)
+
+
+def _imbalance(blocks: list[int], per_cta: int, sms: int) -> tuple[float, float, int]:
+    """(mean blocks per CTA, longest, waves) for ``per_cta`` repeats of the CTAs whose K/V
+    (or Q) block counts are ``blocks``."""
+    n = len(blocks) * per_cta
+    mean = sum(blocks) / len(blocks)
+    return mean, max(blocks), -(-n // sms)
+
+
+def _fused(shape: AttentionShape, direction: str, kernel: str, spec: GPUSpec, dkey: str,
+           gp, ap: AttentionParams):
+    """Figures of a fused kernel: (time, tile, run_d, ctas, waves, wave_eff, t_comp, t_mem)."""
+    fa3 = kernel == "fa3"
+    d = flash_head_dim(shape.head_dim, FA3_HEAD_DIMS if fa3 else FLASH_HEAD_DIMS)
+    dv = flash_head_dim(shape.head_dim_v, FA3_HEAD_DIMS if fa3 else FLASH_HEAD_DIMS)
+    run_d = max(d, dv)
+    br, bc = _tile(kernel, spec.arch, direction, run_d)
+    e = itemsize(dkey)
+    clock = spec.boost_clock_mhz * 1e6
+    sms = spec.sm_count
+    peak = spec.peak_tflops(dkey) * 1e12
+    if fa3:
+        mma_eff = gp.e_max * ap.fa3_mma_frac
+    else:  # mma.sync: the native instruction before Hopper, a fraction of wgmma's rate after
+        mma_eff = gp.e_max * (ap.sync_mma_frac if spec.arch in _NEWER_MMA else 1.0)
+    if direction == "backward":
+        mma_eff *= ap.fa3_bwd_mma_frac if fa3 else ap.bwd_mma_frac
+    rate = peak / sms / clock * mma_eff  # FLOP per clock per SM
+    lanes = spec.fp32_lanes_per_sm
+    l2 = gp.l2_bytes_per_clk_per_sm
+    scores = br * bc
+    warps = 8 if (run_d > 128 and not fa3) else 4
+    exp = scores / spec.sfu_per_clk_per_sm
+    if direction == "forward":
+        mma = 2.0 * scores * (d + dv) / rate
+        fp32 = scores * ap.fp32_ops_per_score / lanes
+        other = br * dv / lanes  # online softmax: rescale the output tile each block
+        load = bc * (d + dv) * e / l2  # the next K and V tiles
+        if not fa3:
+            # mma.sync takes its operands from registers that each warp loads from shared
+            # memory: the Q rows it owns and the whole K and V tiles (FA2 splits Q over its
+            # warps: 4, or 8 above head_dim 128). Hopper's tensor cores outrun that stream.
+            smem = 2.0 * (d * (br + warps * bc) + warps * bc * dv) / _SMEM_BYTES_PER_CLK
+            mma = max(mma, smem)
+        # a CTA loads its Q tile and stores its O tile at what one SM streams alone
+        cta = ap.cta_cycles + br * (d + dv) * e * 2 / gp.sm_stream_bytes_per_clk
+    else:
+        # recompute S = QKᵀ, dP = dO·Vᵀ, dV += Pᵀ·dO, dK += dSᵀ·Q, dQ += dS·K
+        mma = 2.0 * scores * (3 * d + 2 * dv) / rate
+        # recompute the softmax (P = exp(S - lse)) and dS = P ∘ (dP - D)
+        fp32 = scores * (ap.fp32_ops_per_score + 2.0) / lanes
+        other = 0.0
+        load = (br * (d + dv) * e + br * d * 4) / l2  # Q and dO tiles; dQ fp32 atomics
+        # a CTA loads its K and V tiles and stores dK and dV
+        cta = ap.bwd_cta_cycles + bc * (d + dv) * e * 2 / gp.sm_stream_bytes_per_clk
+    soft = max(exp, fp32) + other
+    # FA2 runs the softmax between its GEMMs; FA3's ping-pong warpgroups overlap the two,
+    # as imperfectly as the GEMM fit says compute and memory overlap on this GPU (smooth_q)
+    block = _smooth_max(mma, soft, gp.smooth_q) if fa3 else mma + soft
+    # the fixed per-block cost (barriers, pipeline waits) is paid per warp: FA2 runs 4
+    # warps per CTA, 8 above head_dim 128 (FA3's warpgroups: counted as 4)
+    block = max(block, load) + ap.block_cycles * warps / 4
+    b, h = shape.batch, shape.heads
+    sq, sk = shape.seq_q, shape.seq_k
+    if direction == "forward":
+        # one CTA per (batch, head, block of Br query rows), looping over K/V blocks
+        nq = -(-sq // br)
+        if shape.causal:
+            blocks = [-(-min(sk, (i + 1) * br) // bc) for i in range(nq)]
+        else:
+            blocks = [-(-sk // bc)]
+        per_cta = b * h * (nq if not shape.causal else 1)
+    else:
+        # one CTA per (batch, head, block of Bc key rows), looping over query blocks
+        nk = -(-sk // bc)
+        if shape.causal:
+            blocks = [max(1, -(-(sq - j * bc) // br)) for j in range(nk)]
+        else:
+            blocks = [-(-sq // br)]
+        per_cta = b * h * (nk if not shape.causal else 1)
+    mean, longest, waves = _imbalance(blocks, per_cta, sms)
+    ctas = len(blocks) * per_cta
+    t_mean = (mean * block + cta) / clock
+    t_long = (longest * block + cta) / clock
+    t_waves = waves * t_mean + (t_long - t_mean) / waves
+    # the power limit: the whole chip cannot sustain more than power_eff of the peak
+    mma_flops = ctas * mean * 2.0 * scores * ((d + dv) if direction == "forward"
+                                              else (3 * d + 2 * dv))
+    t_comp = max(t_waves, mma_flops / (peak * gp.power_eff))
+    bw = spec.memory_bandwidth_gbs * 1e9 * gp.dram_eff
+    q_rows, kv_rows = b * h * sq, b * shape.kv_heads * sk
+    d, dv = shape.head_dim, shape.head_dim_v  # memory holds the unpadded head dimension
+    if direction == "forward":
+        nbytes = e * (q_rows * (d + dv) + kv_rows * (d + dv)) + 4 * q_rows
+        launches = 1
+    else:
+        # preprocess D = rowsum(dO ∘ O); main kernel; dQ fp32 accumulator -> dQ
+        nbytes = (e * (2 * q_rows * dv)  # preprocess reads O and dO
+                  + e * (q_rows * (d + dv) + kv_rows * (d + dv)) + 8 * q_rows  # Q dO K V lse D
+                  + e * b * h * sk * (d + dv)  # dK, dV per query head (summed for GQA)
+                  + 4 * q_rows * d * 2 + e * q_rows * d)  # dQ accumulator and dQ
+        launches = 3
+    t_mem = nbytes / bw
+    t = _smooth_max(t_comp, t_mem, gp.smooth_q) + launches * gp.launch_s
+    wave_eff = ctas * mean / (waves * sms * longest)
+    return t, (br, bc), run_d, ctas, waves, wave_eff, t_comp, t_mem
+
+
+def _math(shape: AttentionShape, direction: str, spec: GPUSpec, dkey: str, gp,
+          ap: AttentionParams, gemm_times):
+    """The unfused path: its GEMMs (``gemm_times``: their predicted times), the elementwise
+    kernels streaming the score matrix and the layout copies of Q, K, V and O. Returns
+    (time, t_gemm, t_other)."""
+    bw = spec.memory_bandwidth_gbs * 1e9 * gp.dram_eff
+    scores = shape.batch * shape.heads * shape.seq_q * shape.seq_k
+    per_score = ap.math_bytes_per_score if direction == "forward" \
+        else ap.math_bwd_bytes_per_score
+    if shape.causal and direction == "forward":
+        # adding the mask: the scores read and written again, and the mask read with them
+        # once it no longer fits in L2 (it is broadcast over batch and heads)
+        e = itemsize(dkey)
+        per_score += 2 * e + (e if shape.seq_q * shape.seq_k * e > spec.l2_mb * 1e6 else 0)
+    copies = 2 * itemsize(dkey) * shape.batch * shape.heads * shape.seq_q * shape.head_dim
+    t_other = (per_score * scores + ap.math_copy_passes * copies) / bw + 3 * gp.launch_s
+    t_gemm = sum(gemm_times)
+    return t_gemm + t_other, t_gemm, t_other
+
+
+def math_gemms(shape: AttentionShape, direction: str):
+    """The unfused path's batched GEMMs as ``(name, batch, M, N, K, layout)``: forward
+    S = QKᵀ and O = PV; backward dV = Pᵀ·dO, dP = dO·Vᵀ, dQ = dS·K, dK = dSᵀ·Q."""
+    bh, sq, sk = shape.batch * shape.heads, shape.seq_q, shape.seq_k
+    d, dv = shape.head_dim, shape.head_dim_v
+    if direction == "forward":
+        return [("qk", bh, sq, sk, d, "nt"), ("pv", bh, sq, dv, sk, "nn")]
+    return [("dv", bh, sk, dv, sq, "tn"), ("dp", bh, sq, sk, dv, "nt"),
+            ("dq", bh, sq, d, sk, "nn"), ("dk", bh, sk, d, sq, "tn")]
+
+
+def predict_attention(shape: AttentionShape, *, direction: str = "forward",
+                      attention: str = "flash", dtype="bf16", gpu="h100",
+                      params_path: str | None = None) -> AttentionPrediction:
+    """Predict one attention call (forward, or its backward) on ``gpu``.
+
+    Args:
+        shape: the :class:`AttentionShape`.
+        direction: ``"forward"`` or ``"backward"``.
+        attention: ``"flash"`` (what PyTorch's SDPA runs there), ``"fa2"``, ``"fa3"``
+            (Hopper only) or ``"math"`` (unfused); see :func:`resolve_kernel`.
+        dtype: the dtype of Q, K and V.
+        gpu: name, alias or ``GPUSpec``.
+        params_path: another ``attention_params.json`` (``bench/fit_attention.py --out``).
+
+    Raises:
+        ValueError: unknown direction, kernel, dtype or GPU; a kernel that cannot run this.
+
+    Example:
+        >>> s = AttentionShape(4, 16, 16, 4096, 4096, 128, 128)
+        >>> predict_attention(s, gpu="h100").tflops  # doctest: +SKIP
+    """
+    if not isinstance(shape, AttentionShape):
+        raise ValueError(f"shape must be an AttentionShape, got {type(shape).__name__}")
+    if direction not in DIRECTIONS:
+        raise ValueError(f"unknown direction {direction!r}; accepted: 'forward', 'backward'")
+    spec = get_gpu(gpu)
+    dkey = canonical_dtype(dtype)
+    spec.peak_tflops(dkey)
+    path = params_path or os.environ.get("FXSHAPE_ATTENTION_PARAMS") or _DEFAULT_PARAMS_PATH
+    return _predict_cached(shape, direction, attention, dkey, spec, path)
+
+
+@functools.lru_cache(maxsize=1 << 14)
+def _predict_cached(shape, direction, attention, dkey, spec, path) -> AttentionPrediction:
+    return predict_with(_load(path), shape, direction, attention, dkey, spec)
+
+
+def predict_with(ap: AttentionParams, shape: AttentionShape, direction: str, attention: str,
+                 dkey: str, spec: GPUSpec) -> AttentionPrediction:
+    """The model with the given constants (``bench/fit_attention.py`` fits through this,
+    so the model that is fitted is the model that ships)."""
+    from .perf import model_params, predict_matmul
+
+    kernel, note = resolve_kernel(attention, spec, dkey, max(shape.head_dim, shape.head_dim_v))
+    gp = model_params(spec)
+    peak = spec.peak_tflops(dkey) * 1e12
+    flops = shape.flops(direction)
+    if kernel == "math":
+        preds = [predict_matmul(m, n, k, batch=b, dtype=dkey, gpu=spec, layout=lay)
+                 for _, b, m, n, k, lay in math_gemms(shape, direction)]
+        t, t_gemm, t_elem = _math(shape, direction, spec, dkey, gp, ap,
+                                  [p.time_s for p in preds])
+        big = max(preds, key=lambda p: p.time_s)
+        tile, run_d, ctas, waves, wave_eff = (big.tile, max(shape.head_dim, shape.head_dim_v),
+                                              big.ctas, big.waves, big.wave_efficiency)
+        t_comp = sum(p.compute_time_s for p in preds)
+        t_mem = sum(p.memory_time_s for p in preds) + t_elem
+        if shape.causal:
+            note = (note + "; " if note else "") + \
+                "causal mask applied to the full score matrix (no blocks skipped)"
+            flops = replace(shape, causal=False).flops(direction)
+    else:
+        t, tile, run_d, ctas, waves, wave_eff, t_comp, t_mem = _fused(
+            shape, direction, kernel, spec, dkey, gp, ap)
+        if run_d != max(shape.head_dim, shape.head_dim_v):
+            note = (note + "; " if note else "") + \
+                f"{kernel} runs head_dim {max(shape.head_dim, shape.head_dim_v)} as {run_d}"
+    if gp.launch_s >= max(t_comp, t_mem):
+        bound = "latency"
+    else:
+        bound = "memory" if t_mem > t_comp else "compute"
+    validated = (kernel, spec.arch, direction) in _MEASURED
+    tflops = flops / t / 1e12
+    return AttentionPrediction(
+        gpu=spec.name, dtype=dkey, kernel=kernel, direction=direction, shape=shape,
+        flops=flops, time_s=float(t), tflops=tflops, efficiency=tflops * 1e12 / peak,
+        peak_tflops=peak / 1e12, tile=tuple(tile), run_head_dim=int(run_d), ctas=int(ctas),
+        waves=int(waves), wave_efficiency=float(wave_eff), compute_time_s=float(t_comp),
+        memory_time_s=float(t_mem), bound=bound, validated=validated, note=note)
