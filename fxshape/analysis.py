@@ -185,12 +185,13 @@ def _route(g: Gemm, routing):
                          f"{g.batch} experts")
     if any(f < 0 for f in fractions) or abs(sum(fractions) - 1.0) > 1e-6:
         raise ValueError("moe_routing fractions must be non-negative and sum to 1")
-    rows = g.m * g.batch
+    dim = "k" if g.op.endswith(".dw") else "m"  # weight gradients reduce over the rows
+    rows = getattr(g, dim) * g.batch
     out = []
     for e, f in enumerate(fractions):
         m = round(rows * f)
         if m > 0:
-            out.append(dataclasses.replace(g, batch=1, m=m,
+            out.append(dataclasses.replace(g, batch=1, **{dim: m},
                                            note=f"MoE expert {e}: {m} of {rows} routed rows "
                                                 "(routing given)"))
     return out

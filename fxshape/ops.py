@@ -311,6 +311,24 @@ def _conv(node):
     return [Gemm("conv", groups, m, n, k, "nt")]
 
 
+@register_gemm_handler(aten.convolution_backward)
+def _conv_backward(node):
+    # convolution_backward(grad_output, input, weight, bias_sizes, stride, padding, dilation,
+    #                      transposed, output_padding, groups, output_mask)
+    dy, x, w = _require(input_shapes(node), 3, node)
+    if node.args[7]:
+        raise ValueError(f"{node.target}: transposed convolutions are not supported")
+    groups, mask = node.args[9], node.args[10]
+    out_px, in_px, kernel = _prod(dy[2:]), _prod(x[2:]), _prod(w[2:])
+    c_out, c_in = w[0] // groups, w[1]
+    gemms = []
+    if mask[0]:  # input gradient: an implicit GEMM over the input pixels
+        gemms.append(Gemm("conv.dgrad", groups, x[0] * in_px, c_in, c_out * kernel, "nn"))
+    if mask[1]:  # weight gradient: reduces over every output pixel of the batch
+        gemms.append(Gemm("conv.wgrad", groups, c_out, c_in * kernel, dy[0] * out_px, "tn"))
+    return gemms
+
+
 _EINSUM_TERM = re.compile(r"^[a-zA-Z]*$")
 
 
@@ -354,9 +372,25 @@ if hasattr(aten, "_grouped_mm"):
         return _grouped(node, "grouped_mm")
 
 
+def _grouped_backward(node):
+    """``transformers::grouped_mm_fallback_backward(input, weight, offs, grad_output)``: per
+    expert dX = dY·Wᵀ (M = its rows, N = in, K = out) and dW = Xᵀ·dY (M = in, N = out, K = its
+    rows), balanced routing assumed."""
+    x, w = _require(input_shapes(node), 2, node)
+    experts, k_in, n_out = w
+    m = max(1, -(-x[0] // experts))
+    note = f"MoE: {x[0]} routed rows over {experts} experts, balanced routing assumed"
+    return [Gemm("grouped_mm.dx", experts, m, k_in, n_out, "nt", note=note),
+            Gemm("grouped_mm.dw", experts, k_in, n_out, m, "tn", note=note)]
+
+
 def register_transformers_ops() -> None:
     """Handlers for ops that the ``transformers`` package registers (if it is imported)."""
     ns = getattr(torch.ops, "transformers", None)
-    op = getattr(ns, "grouped_mm_fallback", None) if ns is not None else None
-    if op is not None and gemm_handler(op) is None:
-        register_gemm_handler(op)(lambda node: _grouped(node, "grouped_mm"))
+    if ns is None:
+        return
+    for name, handler in (("grouped_mm_fallback", lambda node: _grouped(node, "grouped_mm")),
+                          ("grouped_mm_fallback_backward", _grouped_backward)):
+        op = getattr(ns, name, None)
+        if op is not None and gemm_handler(op) is None:
+            register_gemm_handler(op)(handler)

@@ -161,6 +161,10 @@ def _operands(node, op: str):
         return args[1], args[2], (args[1], args[2])
     if op == "sdpa.pv":  # P[M, seq_k] @ V[seq_k, N]: M from q, N from v, K from k
         return args[0], args[2], (args[1], args[2])
+    if op == "grouped_mm.dx":  # dY[rows, out] @ W[e]ᵀ: M from dY, N and K from the weight
+        return args[3] if len(args) > 3 else None, args[1], (args[1],)
+    if op == "grouped_mm.dw":  # X[rows, in]ᵀ @ dY[rows, out]: M and N from the weight
+        return args[1], args[1], (args[0],)
     if op == "einsum" and isinstance(node.args[1], (list, tuple)):
         a, b = (list(node.args[1]) + [None, None])[:2]
         return a, b, (a, b)
@@ -224,12 +228,15 @@ def dimension_sources(gm: torch.fx.GraphModule, rows_by_node: dict, *, config=No
             a_list = a_batched if (row.batch > 1 or row.op.startswith("sdpa")) else a_expr
             a, b, kops = _operands(node, row.op)
             conv_k = _conv_k(config) if row.op == "conv" else []
+            routed = "batch_size × seq_len × top-k / experts (routing)" \
+                if row.op.startswith("grouped") and batch and seq else None
+            dw = row.op == "grouped_mm.dw"  # the routed rows are its reduction
             res.append((
-                "batch_size × seq_len × top-k / experts (routing)"
-                if row.op.startswith("grouped") and batch and seq
+                routed if routed and not dw
                 else _label(row.m, (a,), row.op, g, inputs, w_expr, a_list),
                 _label(row.n, (b,), row.op, g, inputs, w_expr, a_list),
-                _label(row.k, kops, row.op, g, inputs, conv_k + w_expr, a_list)))
+                routed if routed and dw
+                else _label(row.k, kops, row.op, g, inputs, conv_k + w_expr, a_list)))
         out[name] = res
     return out
 

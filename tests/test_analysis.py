@@ -495,3 +495,44 @@ def test_moe_routing_given():
         analyze(model, seq_len=64, moe_routing=[0.5, 0.5])
     with pytest.raises(ValueError, match="sum to 1"):
         analyze(model, seq_len=64, moe_routing=[0.5, 0.5, 0.5, 0.5])
+
+
+# ---------------------------------------------------------------------------------------
+# training mode across the model zoo
+# ---------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("name", ["gpt2", "llama3", "bert", "t5", "mixtral", "nanogpt", "vit"])
+def test_train_mode_captures_every_zoo_model_with_nothing_unsupported(name):
+    from test_pad_zoo import _build
+
+    with torch.device("meta"):
+        model = transformers.ViTModel(transformers.ViTConfig(
+            hidden_size=192, num_attention_heads=3, intermediate_size=512, num_hidden_layers=1,
+            image_size=64, patch_size=16)) if name == "vit" else _build(name)
+    if name == "nanogpt":
+        rep = analyze(model, (torch.zeros(2, 128, dtype=torch.long, device="meta"),),
+                      mode="train")
+    else:
+        rep = analyze(model, seq_len=None if name == "vit" else 128, mode="train")
+    assert not rep.unsupported, rep.unsupported
+    # every attention call has its fused backward
+    ops = Counter(r.op for r in rep.rows)
+    assert ops["sdpa.qk"] >= 1 and ops["sdpa.bwd.qk"] == ops["sdpa.qk"]
+    if name == "vit":
+        # patch embedding: 3 -> 192 channels, 16 x 16 kernel, stride 16 on 64 x 64: 4 x 4 = 16
+        # patches. Weight gradient: M = 192, N = 3 * 16 * 16 = 768, K = 1 image x 16 patches;
+        # no input gradient (the pixels need none)
+        conv = {(r.op, r.m, r.n, r.k) for r in rep.rows if r.op.startswith("conv")}
+        assert conv == {("conv", 16, 192, 768), ("conv.wgrad", 192, 768, 16)}
+    if name == "mixtral":
+        # 4 experts, hidden 256, intermediate 512 (gate and up fused: 1024); 128 tokens x top-2
+        # = 256 routed rows, 64 per expert. dX = dY W^T: (64, in, out); dW = X^T dY: (in, out, 64)
+        back = {(r.op, r.batch, r.m, r.n, r.k) for r in rep.rows
+                if r.op.startswith("grouped") and r.phase == "backward"}
+        assert back == {("grouped_mm.dx", 4, 64, 256, 1024), ("grouped_mm.dw", 4, 256, 1024, 64),
+                        ("grouped_mm.dx", 4, 64, 512, 256), ("grouped_mm.dw", 4, 512, 256, 64)}
+        # given routing splits the weight gradients along their reduction (the rows):
+        # 256 rows x (0.5, 0.25, 0.25, 0) = 128, 64, 64 and none
+        routed = analyze(model, seq_len=128, mode="train", moe_routing=[0.5, 0.25, 0.25, 0.0])
+        dw = sorted(r.k for r in routed.rows if r.op == "grouped_mm.dw")
+        assert dw == [64, 64, 64, 64, 128, 128]
