@@ -8,6 +8,8 @@ graph capture (:func:`capture`) and the per-GEMM analysis
 """
 
 from .analysis import GemmRow, Unsupported, analyze
+# the functions, not the submodule of the same name: ``fxshape.advise(...)`` as documented
+from .advise import Advice, Recommendation, advise, sweep
 from .attention import AttentionPrediction, AttentionShape, predict_attention
 from .capture import CaptureError, capture
 from .dtypes import canonical_dtype
@@ -35,6 +37,10 @@ __all__ = [
     "capture",
     "CaptureError",
     "analyze",
+    "advise",
+    "sweep",
+    "Advice",
+    "Recommendation",
     "Report",
     "GemmRow",
     "Unsupported",

@@ -198,3 +198,14 @@ def test_wave_boundary_note():
     pred2 = SimpleNamespace(waves=2, ctas=200, wave_efficiency=200 / 264, bound="compute")
     group["row"] = SimpleNamespace(**{**vars(row), "prediction": pred2})
     assert _rule_notes(SimpleNamespace(), report, tp=1, batch_size=None) == ()
+
+
+def test_advise_and_sweep_are_the_package_level_functions():
+    # the README calls fxshape.advise(...): the function, not the submodule of that name
+    import subprocess
+    import sys
+
+    code = ("import fxshape, fxshape.advise; "
+            "assert callable(fxshape.advise) and callable(fxshape.sweep); "
+            "assert fxshape.advise.__module__ == 'fxshape.advise'")
+    subprocess.run([sys.executable, "-c", code], check=True)
