@@ -64,6 +64,9 @@ def example_inputs_for(model, *, batch_size=None, seq_len=None, device=None) -> 
       ``max_position_embeddings``); encoder-decoders also get ``decoder_input_ids``;
     - vision models (``main_input_name == "pixel_values"``): ``pixel_values`` of
       ``batch_size x num_channels x image_size x image_size`` from the config;
+    - speech models (``main_input_name == "input_features"``, Whisper): ``input_features`` of
+      ``batch_size x num_mel_bins x 2·max_source_positions``, and ``decoder_input_ids`` of
+      ``batch_size x seq_len`` (capped at ``max_target_positions``);
     - ``use_cache=False`` when the forward takes it.
 
     Raises:
@@ -80,22 +83,25 @@ def example_inputs_for(model, *, batch_size=None, seq_len=None, device=None) -> 
         raise ValueError(f"batch_size must be positive, got {batch_size}")
     kwargs = {}
     main = getattr(model, "main_input_name", "input_ids")
-    if main == "pixel_values":
+    if main == "input_features":
+        # speech encoders (Whisper): log-mel features, num_mel_bins x the frames its two
+        # convolutions (the second of stride 2) turn into max_source_positions positions
+        mels, positions = getattr(cfg, "num_mel_bins", None), getattr(cfg, "max_source_positions", None)
+        if not (isinstance(mels, int) and isinstance(positions, int)):
+            raise ValueError(f"{type(model).__name__} takes input_features, but its config has "
+                             "no num_mel_bins / max_source_positions to size them: pass "
+                             "example_kwargs={'input_features': ...}")
+        kwargs["input_features"] = torch.zeros(b, mels, 2 * positions, device=device)
+        if getattr(cfg, "is_encoder_decoder", False):
+            s = _seq_len(cfg, seq_len, "max_target_positions")
+            kwargs["decoder_input_ids"] = torch.zeros(b, s, dtype=torch.long, device=device)
+    elif main == "pixel_values":
         size = getattr(cfg, "image_size", 224)
         size = size if isinstance(size, int) else size[0]
         ch = getattr(cfg, "num_channels", 3)
         kwargs["pixel_values"] = torch.zeros(b, ch, size, size, device=device)
     else:
-        max_pos = getattr(cfg, "max_position_embeddings", None) or getattr(cfg, "n_positions",
-                                                                            None)
-        s = seq_len if seq_len is not None else (
-            min(DEFAULT_SEQ_LEN, max_pos) if max_pos else DEFAULT_SEQ_LEN)
-        s = int(s)
-        if s <= 0:
-            raise ValueError(f"seq_len must be positive, got {seq_len}")
-        if max_pos and s > max_pos:
-            raise ValueError(f"seq_len {s} exceeds the model's max_position_embeddings "
-                             f"({max_pos})")
+        s = _seq_len(cfg, seq_len)
         ids = torch.zeros(b, s, dtype=torch.long, device=device)
         kwargs["input_ids"] = ids
         if getattr(cfg, "is_encoder_decoder", False):
@@ -103,6 +109,24 @@ def example_inputs_for(model, *, batch_size=None, seq_len=None, device=None) -> 
     if _accepts(model, "use_cache") and getattr(cfg, "use_cache", None) is not None:
         kwargs["use_cache"] = False
     return kwargs
+
+
+def _seq_len(cfg, seq_len, *position_attrs) -> int:
+    """``seq_len``, or the default (1024, capped at the model's positions), checked against
+    the positions the config allows (``position_attrs`` first, then the usual names)."""
+    max_pos = None
+    for attr in position_attrs + ("max_position_embeddings", "n_positions"):
+        max_pos = getattr(cfg, attr, None)
+        if isinstance(max_pos, int):
+            break
+    s = int(seq_len if seq_len is not None else
+            (min(DEFAULT_SEQ_LEN, max_pos) if max_pos else DEFAULT_SEQ_LEN))
+    if s <= 0:
+        raise ValueError(f"seq_len must be positive, got {seq_len}")
+    if max_pos and s > max_pos:
+        raise ValueError(f"seq_len {s} exceeds the model's max_position_embeddings "
+                         f"({max_pos})")
+    return s
 
 
 def _to_device(obj, device):
@@ -162,9 +186,36 @@ def capture(model, example_inputs=None, example_kwargs=None, *, batch_size=None,
         example_inputs = (example_inputs,)
     args = tuple(example_inputs or ())
     kwargs = dict(example_kwargs or {})
+    if "use_cache" not in kwargs and _is_hf(model) and _accepts(model, "use_cache") and \
+            getattr(model.config, "use_cache", None) is not None:
+        kwargs["use_cache"] = False  # a KV-cache object in the output breaks export
     if device.type == "meta":  # keep everything on meta: no real memory anywhere
         args, kwargs = _to_device(args, device), _to_device(kwargs, device)
 
+    with _quiet_torch_logs():
+        return _capture(model, args, kwargs, train)
+
+
+@contextlib.contextmanager
+def _quiet_torch_logs():
+    """Keep torch's own tracebacks of a failing capture path off stderr (the fake-tensor
+    "failed while attempting to run meta" logs): CaptureError reports every path."""
+    import logging
+
+    loggers = [logging.getLogger(n) for n in ("torch._subclasses.fake_tensor",
+                                              "torch._dynamo", "torch.export")]
+    levels = [lg.level for lg in loggers]
+    for lg in loggers:
+        lg.setLevel(logging.CRITICAL)
+    try:
+        yield
+    finally:
+        for lg, level in zip(loggers, levels):
+            lg.setLevel(level)
+
+
+def _capture(model, args, kwargs, train):
+    """Try the capture paths in order; CaptureError lists every failure."""
     errors = []
     if train:
         with _preserve_training_flags(model, True), keep_attention_fused():

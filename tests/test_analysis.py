@@ -536,3 +536,49 @@ def test_train_mode_captures_every_zoo_model_with_nothing_unsupported(name):
         routed = analyze(model, seq_len=128, mode="train", moe_routing=[0.5, 0.25, 0.25, 0.0])
         dw = sorted(r.k for r in routed.rows if r.op == "grouped_mm.dw")
         assert dw == [64, 64, 64, 64, 128, 128]
+
+
+# ---------------------------------------------------------------------------------------
+# input synthesis and capture robustness
+# ---------------------------------------------------------------------------------------
+
+def _whisper():
+    cfg = transformers.WhisperConfig(d_model=128, encoder_layers=1, decoder_layers=1,
+                                     encoder_attention_heads=2, decoder_attention_heads=2,
+                                     encoder_ffn_dim=256, decoder_ffn_dim=256, num_mel_bins=80,
+                                     max_source_positions=1500, vocab_size=51865)
+    return _meta(transformers.WhisperModel, cfg)
+
+
+@pytest.mark.parametrize("mode", ["inference", "train"])
+def test_whisper_gets_input_features(mode):
+    rep = analyze(_whisper(), seq_len=64, mode=mode)
+    assert not rep.unsupported
+    conv = {(r.module, r.op, r.m, r.n, r.k) for r in rep.rows if r.op.startswith("conv")}
+    # input_features 1 x 80 mels x 3000 frames (2 x 1500 positions). conv1 (kernel 3, stride 1):
+    # M = 3000 frames, N = 128 channels, K = 80 x 3 = 240; conv2 (stride 2): M = 1500,
+    # K = 128 x 3 = 384
+    assert ("encoder.conv1", "conv", 3000, 128, 240) in conv
+    assert ("encoder.conv2", "conv", 1500, 128, 384) in conv
+    qk = {r.module: (r.m, r.n, r.work) for r in rep.rows if r.op == "sdpa.qk"}
+    # encoder self-attention over 1500 positions; causal decoder over 64 tokens; cross 64 x 1500
+    assert qk == {"encoder.layers.0.self_attn": (1500, 1500, 1.0),
+                  "decoder.layers.0.self_attn": (64, 64, 0.5),
+                  "decoder.layers.0.encoder_attn": (64, 1500, 1.0)}
+    if mode == "train":  # conv2's input needs a gradient, conv1's (the features) does not
+        assert {op for _, op, *_ in conv} == {"conv", "conv.dgrad", "conv.wgrad"}
+        assert sum(1 for c in conv if c[0] == "encoder.conv1") == 2  # forward + wgrad
+
+
+def test_user_kwargs_default_use_cache_off():
+    # a KV cache object in the output would break export: off unless the user says so
+    cfg = transformers.GPT2Config(n_layer=1, n_embd=128, n_head=2, vocab_size=512)
+    model = _meta(transformers.GPT2LMHeadModel, cfg)
+    rep = analyze(model, example_kwargs={"input_ids": torch.zeros(2, 64, dtype=torch.long)})
+    assert any(r.n == 512 and r.m == 128 for r in rep.rows)  # the LM head over 2 x 64 tokens
+
+
+def test_failed_capture_keeps_torch_tracebacks_off_stderr(capfd):
+    with pytest.raises(CaptureError, match="same reduction dim"):
+        analyze(MLP(), (torch.randn(4, 63),))  # MLP takes 64 features
+    assert "failed while attempting to run meta" not in capfd.readouterr().err
