@@ -63,3 +63,22 @@ def test_console_snippet_runs(cmd, tmp_path):
     proc = subprocess.run(argv, cwd=tmp_path, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert proc.stdout.strip(), "printed nothing"
+
+
+def test_every_name_the_docs_use_is_importable():
+    # `fxshape.NAME(...)` must be a callable of the package itself (not a submodule of that
+    # name); any other `fxshape.NAME` must be an attribute or an importable submodule
+    import importlib
+
+    import fxshape
+
+    for name in FILES:
+        with open(os.path.join(ROOT, name)) as f:
+            text = f.read()
+        for attr in sorted(set(re.findall(r"\bfxshape\.([A-Za-z_]\w*)\s*\(", text))):
+            assert callable(getattr(fxshape, attr, None)), f"fxshape.{attr}( in {name}"
+            assert not isinstance(getattr(fxshape, attr), type(fxshape)), attr
+        for attr in sorted(set(re.findall(r"\bfxshape\.([A-Za-z_]\w*)", text))):
+            assert hasattr(fxshape, attr) or importlib.util.find_spec(f"fxshape.{attr}"), \
+                f"fxshape.{attr} in {name}"
+    assert set(fxshape.__all__) <= set(dir(fxshape))
