@@ -1,12 +1,21 @@
 #!/usr/bin/env python
-"""How long ``fxshape.analyze`` takes next to a bare ``torch.export``, and its peak memory.
+"""How long ``fxshape.analyze``, ``advise`` and ``sweep`` take, next to a bare ``torch.export``.
 
-    python bench/analyze_speed.py [--models llama-3-8b llama-2-70b] [--seq-len 4096]
+    python bench/analyze_speed.py [--seq-len 4096] [--repeats 2] [--skip-sweep]
 
-For each preset (built on the meta device): the time of ``torch.export.export`` alone, then of
-``fxshape.analyze`` (capture + annotation + report), in the same process, alternating, best of
-``--repeats``; then the process's peak RSS. Targets (issue 3): Llama-3-8B within 1.3x of the
-bare export; Llama-2-70B under 20 s on a 2-core machine; peak RSS <= 2 GB.
+In one process, on presets built on the meta device:
+
+- Llama-2-70B inference: ``fxshape.analyze`` against a bare ``torch.export.export`` of the
+  whole model (target, issue 10: <= 0.25x);
+- Llama-3-8B ``mode="train"``: ``fxshape.analyze`` against a bare export of its forward
+  (target <= 1.0x);
+- ``fxshape.advise`` on Llama-2-7B (target <= 30 s);
+- ``fxshape.sweep`` of GPT-2's vocab_size over 50200..50456 step 1, 257 points (target
+  <= 60 s);
+- and the process's peak RSS at the end (target <= 1 GB).
+
+Export and analyze alternate, best of ``--repeats``; ``analyze(..., dedup=False)`` (every
+layer traced) is timed beside the default for comparison.
 """
 
 from __future__ import annotations
@@ -26,28 +35,48 @@ from fxshape.capture import example_inputs_for  # noqa: E402
 from fxshape.presets import build_preset  # noqa: E402
 
 
+def _best(fn, repeats):
+    times = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        out = fn()
+        times.append(time.perf_counter() - t0)
+    return min(times), out
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[1])
-    ap.add_argument("--models", nargs="*", default=["llama-3-8b", "llama-2-70b"])
     ap.add_argument("--seq-len", type=int, default=4096)
     ap.add_argument("--repeats", type=int, default=2)
+    ap.add_argument("--skip-sweep", action="store_true")
     args = ap.parse_args(argv)
-    for name in args.models:
+    for name, mode, target in (("llama-2-70b", "inference", 0.25),
+                               ("llama-3-8b", "train", 1.0)):
         model = build_preset(name)
         kwargs = example_inputs_for(model, seq_len=args.seq_len)
-        t_export, t_analyze = [], []
-        for _ in range(args.repeats):
-            t0 = time.perf_counter()
-            torch.export.export(model, (), kwargs, strict=False)
-            t_export.append(time.perf_counter() - t0)
-            t0 = time.perf_counter()
-            report = fxshape.analyze(model, seq_len=args.seq_len)
-            t_analyze.append(time.perf_counter() - t0)
-        e, a = min(t_export), min(t_analyze)
-        rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-        print(f"{name} (batch 1, seq {args.seq_len}): bare torch.export {e:.2f} s, "
-              f"fxshape.analyze {a:.2f} s ({a / e:.2f}x), {len(report.rows)} GEMMs, "
-              f"peak RSS so far {rss:.0f} MB")
+        e, _ = _best(lambda: torch.export.export(model, (), kwargs, strict=False),
+                     args.repeats)
+        a, report = _best(lambda: fxshape.analyze(model, seq_len=args.seq_len, mode=mode),
+                          args.repeats)
+        f, full = _best(lambda: fxshape.analyze(model, seq_len=args.seq_len, mode=mode,
+                                                dedup=False), 1)
+        same = sorted((r.module, r.op, r.phase, r.m, r.n, r.k, r.time_s) for r in report.rows) \
+            == sorted((r.module, r.op, r.phase, r.m, r.n, r.k, r.time_s) for r in full.rows)
+        print(f"{name} {mode} (batch 1, seq {args.seq_len}): bare torch.export {e:.2f} s, "
+              f"fxshape.analyze {a:.2f} s = {a / e:.2f}x (target <= {target}x), every layer "
+              f"traced {f:.2f} s; {len(report.rows)} GEMMs, rows equal: {same}")
+    from fxshape.advise import advise, sweep
+
+    t, adv = _best(lambda: advise(build_preset("llama-2-7b"), gpu="h100"), 1)
+    print(f"advise llama-2-7b (train, 1 x 1024): {t:.1f} s (target <= 30 s), "
+          f"{len(adv.recommendations)} recommendations")
+    if not args.skip_sweep:
+        t, points = _best(lambda: sweep(build_preset("gpt2"), "vocab_size",
+                                        range(50200, 50457), gpu="h100"), 1)
+        print(f"sweep gpt2 vocab_size 50200..50456 ({len(points)} points): {t:.1f} s "
+              f"(target <= 60 s)")
+    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    print(f"peak RSS {rss:.0f} MB (target <= 1024 MB)")
 
 
 if __name__ == "__main__":

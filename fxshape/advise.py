@@ -9,9 +9,10 @@ changed config, on the meta device). A candidate is recommended when it is predi
 that a smaller model never wins just for being smaller, and its parameter count stays within
 ``param_tolerance`` of the original.
 
-Re-analysis runs at reduced depth: the model is built with one layer per stack and every GEMM
-of a repeated layer counts as many times as the original has layers (the layers of a stack are
-identical, so this is the same sum, 10-30x faster to capture).
+Re-analysis builds each candidate at full depth on the meta device (~20 ms) and analyzes it
+like any model: ``fxshape.analyze`` traces one layer per group of identical layers and gives
+every layer its rows (``fxshape.dedup``), exactly the full trace's rows, at a fraction of its
+cost.
 """
 
 from __future__ import annotations
@@ -29,8 +30,6 @@ from .provenance import hyperparameters
 
 __all__ = ["Advice", "Recommendation", "advise", "evaluate_config", "sweep", "SweepPoint"]
 
-_LAYER_FIELDS = ("num_hidden_layers", "n_layer", "num_layers", "num_decoder_layers",
-                 "encoder_layers", "decoder_layers")
 #: head dimensions flash-attention kernels run at full tile efficiency
 _FLASH_HEAD_DIMS = (64, 128)
 DEFAULT_TOLERANCE = 0.02
@@ -142,47 +141,18 @@ def _build(cls, config):
                          + "; ".join(errors))
 
 
-def _shallow(config):
-    """A copy with one layer per stack; list fields sized per layer are cut to match."""
-    cfg = copy.deepcopy(config)
-    counts = {getattr(config, f) for f in _LAYER_FIELDS
-              if isinstance(getattr(config, f, None), int)}
-    for f in _LAYER_FIELDS:
-        if isinstance(getattr(config, f, None), int):
-            setattr(cfg, f, 1)
-    for k, v in list(vars(cfg).items()):
-        if isinstance(v, list) and v and len(v) in counts:
-            setattr(cfg, k, v[:1])
-    return cfg
-
-
-def _stack_lengths(model) -> dict:
-    return {name: len(m) for name, m in model.named_modules()
-            if isinstance(m, torch.nn.ModuleList) and name}
-
-
-def _scale(name: str, lengths: dict) -> int:
-    """How many copies of ``name`` the full model has (its layer stack's length)."""
-    best, n = "", 1
-    for prefix, length in lengths.items():
-        if (name == prefix + ".0" or name.startswith(prefix + ".0.")) and len(prefix) > len(best):
-            best, n = prefix, length
-    return n
-
-
 class _Evaluator:
-    """Analyze configs at reduced depth, scaled to the full depth; cached by changes."""
+    """Analyze configs at full depth through ``fxshape.analyze`` (which traces one layer per
+    group of identical layers, exactly); cached by changes."""
 
     def __init__(self, model_or_config, analyze_kwargs):
         self.config, self.cls = _model_class(model_or_config)
-        # the layer stacks' lengths, from the model itself (a config is built on meta)
-        full = model_or_config if isinstance(model_or_config, torch.nn.Module) \
-            else _build(self.cls, self.config)
-        self.lengths = _stack_lengths(full)
-        self.model_name = type(full).__name__
+        self.model_name = type(model_or_config).__name__ \
+            if isinstance(model_or_config, torch.nn.Module) \
+            else type(_build(self.cls, self.config)).__name__
         self.kw = analyze_kwargs
         self.cache: dict = {}
-        self.report = None  # the baseline's (shallow) report
+        self.report = None  # the baseline's report
 
     def config_with(self, changes):
         cfg = copy.deepcopy(self.config)
@@ -195,22 +165,19 @@ class _Evaluator:
         if key not in self.cache:
             from .analysis import analyze
 
-            model = _build(self.cls, _shallow(self.config_with(key)))
+            model = _build(self.cls, self.config_with(key))  # on meta: ~20 ms
             report = analyze(model, **self.kw)
             if not key:
                 self.report = report
-            t = sum(r.time_s * _scale(r.module, self.lengths) for r in report.rows)
-            f = sum(r.flops * _scale(r.module, self.lengths) for r in report.rows)
-            ta = sum(r.time_s * _scale(r.module, self.lengths) for r in report.rows
-                     if r.kernel)
-            kernels = "/".join(sorted({r.kernel for r in report.rows if r.kernel}))
+            attn = [r for r in report.rows if r.kernel]
+            kernels = "/".join(sorted({r.kernel for r in attn}))
             seen, params = set(), 0
-            for name, p in model.named_parameters(remove_duplicate=False):
-                if id(p) in seen:
-                    continue
-                seen.add(id(p))
-                params += p.numel() * _scale(name.rpartition(".")[0], self.lengths)
-            self.cache[key] = Evaluation(t, f, params, ta, kernels)
+            for p in model.parameters():  # tied weights once
+                if id(p) not in seen:
+                    seen.add(id(p))
+                    params += p.numel()
+            self.cache[key] = Evaluation(report.total_time_s, report.total_flops, params,
+                                         sum(r.time_s for r in attn), kernels)
         return self.cache[key]
 
 

@@ -14,7 +14,8 @@ from dataclasses import dataclass
 
 import torch
 
-from .capture import capture
+from .capture import CaptureError, capture
+from .dedup import check_reduction, expand_rows, find_stacks, reduced_model
 from .dtypes import canonical_dtype
 from .gpus import get_gpu
 from .ops import Gemm, gemms_for_node, looks_like_matmul
@@ -229,6 +230,18 @@ def _join(a: str, b: str) -> str:
     return f"{a}; {b}" if a and b else (a or b)
 
 
+def _annotated(target, example_inputs, example_kwargs, kw, spec, dkey, tp, model,
+               moe_routing, attention):
+    """Capture ``target`` (the model, or a reduced copy of it) and annotate its graph:
+    (graph, rows with provenance, unsupported)."""
+    gm = capture(target, example_inputs, example_kwargs, **kw)
+    rows, unsupported = annotate(gm, gpu=spec, dtype=dkey, tp=tp,
+                                 features=_features(target) if tp > 1 else None,
+                                 causal_decoder=_is_decoder(model), moe_routing=moe_routing,
+                                 attention=attention)
+    return gm, _with_provenance(gm, rows, getattr(model, "config", None), tp), unsupported
+
+
 def _check_attention(attention, spec, dkey) -> None:
     """Fail before capturing on an unknown kernel choice or FA3 off Hopper."""
     from .attention import resolve_kernel
@@ -288,7 +301,7 @@ def _row(node, g: Gemm, fqn, cls, phase, dkey, spec) -> GemmRow:
 
 def analyze(model, example_inputs=None, example_kwargs=None, *, gpu="h100",
             dtype=torch.bfloat16, batch_size=None, seq_len=None, mode="inference", tp=1,
-            moe_routing=None, attention="flash"):
+            moe_routing=None, attention="flash", dedup=True):
     """Capture ``model`` and predict every GEMM in it on ``gpu``.
 
     Args:
@@ -308,6 +321,9 @@ def analyze(model, example_inputs=None, example_kwargs=None, *, gpu="h100",
             ``"flash"`` (default: what PyTorch runs on ``gpu``, FlashAttention-2 on Ampere
             and Hopper), ``"fa2"``, ``"fa3"`` (FlashAttention-3, Hopper only) or ``"math"``
             (unfused, as ``attn_implementation="eager"`` runs). Rows carry ``kernel``.
+        dedup: trace one representative of each group of identical layers and give every
+            layer its representative's rows (``fxshape.dedup``); the rows equal the full
+            trace's. ``False`` traces every layer. ``report.notes`` says which was done.
 
     Returns:
         A :class:`fxshape.report.Report`.
@@ -321,12 +337,30 @@ def analyze(model, example_inputs=None, example_kwargs=None, *, gpu="h100",
     dkey = canonical_dtype(dtype)
     spec.peak_tflops(dkey)  # fail before capturing
     _check_attention(attention, spec, dkey)
-    gm = capture(model, example_inputs, example_kwargs, batch_size=batch_size,
-                 seq_len=seq_len, train=mode == "train")
-    rows, unsupported = annotate(gm, gpu=spec, dtype=dkey, tp=tp,
-                                 features=_features(model) if tp > 1 else None,
-                                 causal_decoder=_is_decoder(model), moe_routing=moe_routing,
-                                 attention=attention)
-    rows = _with_provenance(gm, rows, getattr(model, "config", None), tp)
+    kw = dict(batch_size=batch_size, seq_len=seq_len, train=mode == "train")
+    stacks = [s for s in find_stacks(model) if len(s.groups) < s.length] if dedup else []
+    notes = []
+    args = (example_inputs, example_kwargs, kw, spec, dkey, tp, model, moe_routing, attention)
+    if stacks:
+        try:
+            # one layer per group, checked against two per group: the work outside the
+            # stacks must not change and a group's second layer must repeat its first
+            gm, rows, unsupported = _annotated(reduced_model(model, stacks, 1), *args)
+            _, rows2, _ = _annotated(reduced_model(model, stacks, 2), *args)
+            why = check_reduction(rows, rows2, stacks)
+        except CaptureError as exc:
+            why = "the model with fewer layers did not capture (" + \
+                str(exc).splitlines()[1].strip()[:200] + ")"
+        if why:
+            notes.append(f"traced every layer: {why}")
+            stacks = []
+        else:
+            rows = expand_rows(rows, stacks)
+            notes.append("traced one layer per group of identical layers (checked against "
+                         "two): " + "; ".join(f"{s.name}: {len(s.groups)} of {s.length}"
+                                              for s in stacks))
+    if not stacks:
+        gm, rows, unsupported = _annotated(model, *args)
     return Report(rows=tuple(rows), unsupported=tuple(unsupported), gpu=spec.name,
-                  dtype=dkey, model_name=type(model).__name__, graph_module=gm)
+                  dtype=dkey, model_name=type(model).__name__, graph_module=gm,
+                  notes=tuple(notes))

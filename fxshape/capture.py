@@ -349,7 +349,9 @@ def _joint(model, args, kwargs):
         gm = make_fx(joint, decomposition_table=core_aten_decompositions())(*fake_args)
     jph = [n for n in gm.graph.nodes if n.op == "placeholder"]
     for n, spec in zip(jph, specs):  # buffers and constants are not the user's inputs
-        if spec.kind not in (InputKind.USER_INPUT, InputKind.PARAMETER):
+        if spec.kind == InputKind.USER_INPUT:
+            n.meta["fxshape_input"] = spec.arg.name  # the forward argument's name
+        elif spec.kind != InputKind.PARAMETER:
             n.meta["fxshape_buffer"] = spec.target
     params = {n.name: fqn for n, fqn in zip(jph, fqns) if fqn is not None}
     out = next(n for n in gm.graph.nodes if n.op == "output")

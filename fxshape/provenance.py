@@ -265,6 +265,7 @@ def _label(v, carriers, op, g, inputs, w_expr, a_expr) -> str:
                 for j in range(i + 1, len(shape) + 1):
                     if all(isinstance(d, int) for d in shape[i:j]) and \
                             math.prod(shape[i:j]) == v:
-                        dims = "×".join(f"{src}.shape[{x}]" for x in range(i, j))
+                        arg = inputs[src].meta.get("fxshape_input", src)
+                        dims = "×".join(f"{arg}.shape[{x}]" for x in range(i, j))
                         return f"input {dims}"
     return "activation"

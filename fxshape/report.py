@@ -53,6 +53,8 @@ class Report:
     dtype: str
     model_name: str = ""
     graph_module: object = field(default=None, compare=False, repr=False)
+    #: how the model was traced (one layer per group of identical layers, or all of them)
+    notes: tuple = ()
 
     # -- totals ---------------------------------------------------------------------------
     @property
@@ -121,6 +123,7 @@ class Report:
             f"{self.total_time_s * 1e3:.3f} ms, FLOP-weighted efficiency "
             f"{100 * self.efficiency:.1f}% of dense peak",
         ]
+        lines.extend(f"note: {n}" for n in self.notes)
         offenders = [g for g in (groups or self.groups()) if _flag(g["row"])][:3]
         if offenders:
             lines.append("top offenders (misaligned): " + "; ".join(
@@ -186,6 +189,7 @@ class Report:
             "total_flops": self.total_flops,
             "total_time_s": self.total_time_s,
             "efficiency": self.efficiency,
+            "notes": list(self.notes),
             "rows": [_row_dict(r) for r in self.rows],
             "unsupported": [u.__dict__ for u in self.unsupported],
         }
@@ -208,30 +212,44 @@ class Report:
 
     def to_networkx(self):
         """The matmul dataflow graph: one node per GEMM node, an edge where one's output
-        reaches another through non-matmul ops. Node attributes: the GemmRow records."""
+        reaches another through non-matmul ops. Node attributes: the GemmRow records.
+
+        A deduplicated report (``analyze(..., dedup=True)``) names each layer's copy of a
+        representative node ``node@layer``; edges are those of the traced graph, drawn
+        between copies of the same layer and between layers and the rest of the model
+        (``dedup=False`` gives the exact graph of every layer)."""
         import networkx as nx
 
         g = nx.DiGraph()
         by_node: dict[str, list] = {}
         for r in self.rows:
             by_node.setdefault(r.node, []).append(r)
+        copies: dict[str, list] = {}
         for name, rs in by_node.items():
             g.add_node(name, rows=tuple(rs), module=rs[0].module, op=rs[0].op)
+            copies.setdefault(name.split("@")[0], []).append(name)
         gm = self.graph_module
         if gm is None:
             return g
         nodes = {n.name: n for n in gm.graph.nodes}
-        for name in by_node:
-            seen, stack = set(), list(nodes[name].users)
+        for base in copies:
+            seen, stack, reached = set(), list(nodes[base].users), []
             while stack:
                 u = stack.pop()
                 if u.name in seen:
                     continue
                 seen.add(u.name)
-                if u.name in by_node:
-                    g.add_edge(name, u.name)
+                if u.name in copies:
+                    reached.append(u.name)
                 else:
                     stack.extend(u.users)
+            for target in reached:
+                for src in copies[base]:
+                    for dst in copies[target]:
+                        if "@" in src and "@" in dst and \
+                                src.split("@")[1] != dst.split("@")[1]:
+                            continue  # another layer's copy
+                        g.add_edge(src, dst)
         return g
 
 
