@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import torch
 
 from .capture import CaptureError, capture
-from .dedup import check_reduction, expand_rows, find_stacks, reduced_model
+from .dedup import check_reduction, expand_rows, find_stacks, reduced_model, structure_key
 from .dtypes import canonical_dtype
 from .gpus import get_gpu
 from .ops import Gemm, gemms_for_node, looks_like_matmul
@@ -230,6 +230,22 @@ def _join(a: str, b: str) -> str:
     return f"{a}; {b}" if a and b else (a or b)
 
 
+#: the two-layer check's verdicts ("" = the reduction holds), by fxshape.dedup.structure_key
+_CHECKED: dict = {}
+
+
+def _shapes(obj):
+    """A hashable summary of example inputs: tensor shapes and dtypes, other values' types."""
+    if isinstance(obj, torch.Tensor):
+        return ("tensor", tuple(obj.shape), str(obj.dtype))
+    if isinstance(obj, (list, tuple)):
+        return tuple(_shapes(o) for o in obj)
+    if isinstance(obj, dict):
+        return tuple(sorted((k, _shapes(v)) for k, v in obj.items()))
+    return repr(obj) if isinstance(obj, (int, float, bool, str, type(None))) \
+        else type(obj).__name__
+
+
 def _annotated(target, example_inputs, example_kwargs, kw, spec, dkey, tp, model,
                moe_routing, attention):
     """Capture ``target`` (the model, or a reduced copy of it) and annotate its graph:
@@ -342,15 +358,23 @@ def analyze(model, example_inputs=None, example_kwargs=None, *, gpu="h100",
     notes = []
     args = (example_inputs, example_kwargs, kw, spec, dkey, tp, model, moe_routing, attention)
     if stacks:
+        key = structure_key(model, stacks, mode, tp, _shapes(example_inputs),
+                            _shapes(example_kwargs), batch_size, seq_len)
+        why = _CHECKED.get(key)
         try:
-            # one layer per group, checked against two per group: the work outside the
-            # stacks must not change and a group's second layer must repeat its first
-            gm, rows, unsupported = _annotated(reduced_model(model, stacks, 1), *args)
-            _, rows2, _ = _annotated(reduced_model(model, stacks, 2), *args)
-            why = check_reduction(rows, rows2, stacks)
+            if why is None or not why:
+                gm, rows, unsupported = _annotated(reduced_model(model, stacks, 1), *args)
+            if why is None:
+                # one layer per group, checked against two per group: the work outside the
+                # stacks must not change and a group's second layer must repeat its first
+                _, rows2, _ = _annotated(reduced_model(model, stacks, 2), *args)
+                why = check_reduction(rows, rows2, stacks)
         except CaptureError as exc:
             why = "the model with fewer layers did not capture (" + \
                 str(exc).splitlines()[1].strip()[:200] + ")"
+        # the verdict holds for models that differ only outside their layers (advise and
+        # sweep candidates): checked once per structure
+        _CHECKED[key] = why
         if why:
             notes.append(f"traced every layer: {why}")
             stacks = []

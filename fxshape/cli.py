@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import sys
 
@@ -190,6 +191,8 @@ def _workload_args(p: argparse.ArgumentParser, target_help: str) -> None:
                    help="tokens per sequence (default min(1024, max positions))")
     p.add_argument("--tp", type=_positive_int, default=1,
                    help="Megatron tensor-parallel degree: per-GPU shapes (default 1)")
+    p.add_argument("--verbose", action="store_true",
+                   help="show warnings and log lines from torch and transformers")
     p.add_argument("--attention", choices=ATTENTION_CHOICES, default="flash",
                    help="kernel attention is predicted as: flash (what PyTorch's SDPA runs "
                         "on the GPU; default), fa2, fa3 (Hopper only) or math (unfused)")
@@ -259,12 +262,41 @@ def build_parser() -> argparse.ArgumentParser:
     return ap
 
 
+@contextlib.contextmanager
+def _quiet(verbose: bool):
+    """Warnings and log lines from torch and transformers internals stay out of the
+    terminal unless ``--verbose``; both are restored afterwards."""
+    if verbose:
+        yield
+        return
+    import logging
+    import warnings
+
+    import importlib.util
+
+    if importlib.util.find_spec("transformers") is not None:
+        # transformers sets its loggers' levels when first imported: import it first
+        importlib.import_module("transformers")
+    loggers = [logging.getLogger(n) for n in ("torch", "transformers")]
+    levels = [lg.level for lg in loggers]
+    for lg in loggers:
+        lg.setLevel(logging.ERROR)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            yield
+    finally:
+        for lg, level in zip(loggers, levels):
+            lg.setLevel(level)
+
+
 def main(argv=None) -> int:
     """Entry point; returns the exit status."""
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
-        return args.func(args)
+        with _quiet(getattr(args, "verbose", False)):
+            return args.func(args)
     except ValueError as exc:
         print(f"fxshape: error: {exc}", file=sys.stderr)
         return 2

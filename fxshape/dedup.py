@@ -27,7 +27,8 @@ from dataclasses import dataclass
 
 import torch
 
-__all__ = ["Stack", "find_stacks", "reduced_model", "expand_rows", "check_reduction"]
+__all__ = ["Stack", "find_stacks", "reduced_model", "expand_rows", "check_reduction",
+           "structure_key"]
 
 # attributes that hold a layer's own position: the one thing layers of a group may differ in
 _INDEX_ATTRS = frozenset({"layer_idx", "layer_id", "layer_index", "layer_number"})
@@ -73,6 +74,21 @@ def _signature(layer: torch.nn.Module):
     sig.extend((n, tuple(b.shape), str(b.dtype), "buffer")
                for n, b in layer.named_buffers(recurse=True))
     return tuple(sig)
+
+
+def structure_key(model: torch.nn.Module, stacks, *context) -> tuple:
+    """What the two-layer check's verdict depends on: the model's class and the code its
+    layers run (each stack's length, its groups, the class of every submodule of each group's
+    representative), and ``context`` (mode, inputs' shapes). Sizes are left out: a candidate
+    that differs in widths, head counts or vocabulary (advise, sweep) walks its layers the
+    same way."""
+    layers = []
+    for s in stacks:
+        stack = model.get_submodule(s.name)
+        classes = tuple(tuple(type(m).__qualname__ for m in stack[i].modules())
+                        for i in s.representatives)
+        layers.append((s.name, s.groups, classes))
+    return (type(model).__module__, type(model).__qualname__, tuple(layers)) + context
 
 
 def find_stacks(model: torch.nn.Module) -> list:

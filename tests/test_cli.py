@@ -2,6 +2,8 @@ import json
 import subprocess
 import sys
 
+import pytest
+
 from fxshape.cli import main
 
 
@@ -128,3 +130,22 @@ def test_analyze_train_flag(capsys):
     d = json.loads(capsys.readouterr().out)
     phases = {r["phase"] for r in d["rows"]}
     assert phases == {"forward", "backward"}
+
+
+def test_cli_prints_no_warnings_or_tracebacks(tmp_path):
+    # a user sees the table, not torch's or transformers' warnings and logs (--verbose shows
+    # them): this config's token ids lie outside its 1,000-word vocabulary, which
+    # transformers logs a warning about
+    transformers = pytest.importorskip("transformers")
+    path = tmp_path / "config.json"
+    transformers.GPT2Config(n_layer=2, vocab_size=1000).to_json_file(str(path))
+    for extra in ([], ["--train"]):
+        proc = subprocess.run([sys.executable, "-m", "fxshape", "analyze", str(path),
+                               "--seq-len", "32", *extra], capture_output=True, text=True,
+                              timeout=300)
+        assert proc.returncode == 0 and "lm_head" in proc.stdout
+        assert proc.stderr == "", proc.stderr[-2000:]
+        assert "Warning" not in proc.stdout and "[transformers]" not in proc.stdout
+    proc = subprocess.run([sys.executable, "-m", "fxshape", "analyze", str(path), "--seq-len",
+                           "32", "--verbose"], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0 and "[transformers]" in proc.stderr
