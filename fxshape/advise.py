@@ -20,6 +20,7 @@ from __future__ import annotations
 import copy
 import math
 import re
+import sys
 from dataclasses import dataclass
 
 import torch
@@ -297,6 +298,22 @@ def _candidates(config, tp: int, gated: bool):
     return out
 
 
+def _progress(items, label: str, stream=None):
+    """Yield ``items``, drawing ``label: i/n`` on one line of ``stream`` (stderr) while it
+    is a terminal; nothing when it is piped or redirected."""
+    stream = stream or sys.stderr
+    items = list(items)
+    tty = hasattr(stream, "isatty") and stream.isatty()
+    for i, item in enumerate(items):
+        if tty:
+            stream.write(f"\r{label}: {i + 1}/{len(items)}")
+            stream.flush()
+        yield item
+    if tty and items:
+        stream.write("\r" + " " * (len(label) + 24) + "\r")
+        stream.flush()
+
+
 def _rule_notes(config, report, tp, batch_size):
     """Rule checks (h/a, h/t, (b·a)/t) and sizes just past a wave boundary."""
     hp = hyperparameters(config)
@@ -365,7 +382,8 @@ def advise(model_or_config, *, gpu="h100", dtype=torch.bfloat16, batch_size=None
     report = ev.report
     gated = any("gate" in r.module.rsplit(".", 1)[-1] for r in report.rows)
     best: dict = {}
-    for group, changes, reason in _candidates(config, tp, gated):
+    candidates = _candidates(config, tp, gated)
+    for group, changes, reason in _progress(candidates, "advise"):
         try:
             e = ev(changes)
         except (ValueError, RuntimeError) as exc:  # an invalid combination for this model
@@ -462,7 +480,7 @@ def sweep(model_or_config, param: str, values, *, gpu="h100", dtype=torch.bfloat
     ev = _Evaluator(model_or_config, kw)
     hp = hyperparameters(config)
     out = []
-    for v in values:
+    for v in _progress(values, f"sweep {param}"):
         old = getattr(config, param)
         changes = [(param, old, v)]
         hd = getattr(config, "head_dim", None)

@@ -85,6 +85,8 @@ def _cmd_analyze(args) -> int:
     from .capture import CaptureError
     from .presets import load_target
 
+    if args.plot and not args.plot.lower().endswith((".png", ".svg")):
+        raise ValueError(f"--plot must end in .png or .svg, got {args.plot!r}")
     model = load_target(args.target)
     try:
         report = analyze(model, gpu=args.gpu, dtype=args.dtype, batch_size=args.batch_size,
@@ -93,6 +95,14 @@ def _cmd_analyze(args) -> int:
     except CaptureError as exc:
         raise ValueError(str(exc).splitlines()[0] + " (see fxshape.capture for details)") \
             from None
+    if args.plot:
+        from .plot import plot_report
+
+        if plot_report(report, args.plot):
+            print(f"wrote {args.plot}", file=sys.stderr)
+        else:
+            print("matplotlib is not installed (pip install 'fxshape[plot]'): no plot",
+                  file=sys.stderr)
     if args.pad:
         from .padplan import plan_padding
 
@@ -227,6 +237,8 @@ def build_parser() -> argparse.ArgumentParser:
     pa.add_argument("--train", action="store_true",
                     help="add the backward GEMMs autograd runs (phase 'backward')")
     pa.add_argument("--format", choices=("table", "json", "csv", "markdown"), default="table")
+    pa.add_argument("--plot", default=None, metavar="PATH",
+                    help="also draw where the time goes (.png or .svg; needs matplotlib)")
     pa.set_defaults(func=_cmd_analyze)
 
     def common(p, mode_default):

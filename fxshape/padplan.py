@@ -100,8 +100,8 @@ class PaddingPlan:
     def extra_bytes(self) -> int:
         return sum(d.weight_extra_bytes for d in self.padded)
 
-    def table(self, fmt: str = "simple") -> str:
-        """One row per GEMM the plan pads; then why the others are not, and totals."""
+    def _body(self):
+        """Header and one row of cells per padded GEMM."""
         rows = []
         for d in self.padded:
             change = ", ".join(f"{x.upper()} {a}->{b}" for x, a, b in
@@ -112,8 +112,10 @@ class PaddingPlan:
                          f"{100 * d.gain:.1f}%", f"{d.weight_extra_bytes / 2**20:.2f}"))
         head = ("module", "op", "phase", "batch", "M", "N", "K", "pad", "us before",
                 "us after", "gain", "+MiB")
-        text = tabulate(rows, headers=head, tablefmt=fmt, disable_numparse=True) if rows \
-            else "no GEMM is worth padding"
+        return head, rows
+
+    def _summary(self) -> list:
+        """Why the others are not padded, and the totals."""
         why: dict[str, int] = {}
         for d in self.decisions:
             if not d.pads:
@@ -122,17 +124,39 @@ class PaddingPlan:
                 why[key] = why.get(key, 0) + 1
         before, after = self.time_before_s, self.time_after_s
         gain = 0.0 if before == 0 else 1 - after / before
-        lines = [text, ""]
+        lines = []
         if why:
             lines.append("not padded: " + "; ".join(f"{n} x {r}" for r, n in sorted(why.items())))
         lines.append(f"padded {len(self.padded)} of {len(self.decisions)} GEMMs on {self.gpu} "
                      f"({self.dtype}), min gain {100 * self.min_gain:.0f}%: predicted GEMM time "
                      f"{before * 1e3:.3f} ms -> {after * 1e3:.3f} ms ({100 * gain:.1f}% less), "
                      f"padded weights +{self.extra_bytes / 2**20:.2f} MiB")
-        return "\n".join(lines)
+        return lines
+
+    def table(self, fmt: str = "simple") -> str:
+        """One row per GEMM the plan pads; then why the others are not, and totals."""
+        head, rows = self._body()
+        text = tabulate(rows, headers=head, tablefmt=fmt, disable_numparse=True) if rows \
+            else "no GEMM is worth padding"
+        return "\n".join([text, ""] + self._summary())
 
     def __str__(self) -> str:
         return self.table()
+
+    def _repr_html_(self) -> str:
+        """The plan as HTML (Jupyter), each padded GEMM's new sizes highlighted."""
+        import html
+
+        head, rows = self._body()
+        pad = head.index("pad")
+        cells = []
+        for row in rows:
+            row = [html.escape(str(c)) for c in row]
+            row[pad] = f'<span style="color:#060;font-weight:bold">{row[pad]}</span>'
+            cells.append(row)
+        text = tabulate(cells, headers=head, tablefmt="unsafehtml", disable_numparse=True) \
+            if cells else "<p>no GEMM is worth padding</p>"
+        return text + "".join(f"<p>{html.escape(line)}</p>" for line in self._summary())
 
 
 def can_pad(row) -> tuple[bool, str]:

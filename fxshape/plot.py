@@ -2,7 +2,17 @@
 
 from __future__ import annotations
 
-__all__ = ["plot_sweep"]
+__all__ = ["plot_sweep", "plot_report", "loss_cause"]
+
+#: what a GEMM's time beyond the dense peak is lost to, and the colour each is drawn in
+CAUSES = {
+    "tile quantization": "#d95f02",
+    "wave quantization": "#7570b3",
+    "misalignment": "#e7298a",
+    "memory-bound": "#66a61e",
+    "attention kernel overheads": "#e6ab02",
+    "other (latency, pipeline, power)": "#999999",
+}
 
 
 def plot_sweep(points, param: str, path: str, *, title: str = "") -> bool:
@@ -29,6 +39,72 @@ def plot_sweep(points, param: str, path: str, *, title: str = "") -> bool:
     if title:
         ax.set_title(title, fontsize=10)
     ax.grid(True, alpha=0.3)
+    fig.tight_layout()
+    meta = {"Date": None} if path.lower().endswith(".svg") else {"Software": None}
+    fig.savefig(path, metadata=meta)
+    plt.close(fig)
+    return True
+
+
+def loss_cause(row) -> str:
+    """The main reason a report row runs below the dense peak (a key of ``CAUSES``)."""
+    from .report import _flag, _kernel_figures
+
+    if row.kernel and row.kernel != "math":
+        return "attention kernel overheads"
+    if _flag(row):
+        return "misalignment"
+    k = _kernel_figures(row)
+    if k["bound"] == "memory":
+        return "memory-bound"
+    tile, wave = k["tile_efficiency"], k["wave_efficiency"]
+    if min(tile, wave) >= 0.97:
+        return "other (latency, pipeline, power)"
+    return "tile quantization" if tile < wave else "wave quantization"
+
+
+def plot_report(report, path: str, *, top: int = 15) -> bool:
+    """One horizontal bar per collapsed row of ``report`` (the ``top`` by time share): its
+    predicted time split into what its FLOPs take at the dense peak and what is lost,
+    coloured by :func:`loss_cause`; model totals in the title. Written to ``path`` (.png or
+    .svg); returns False (writing nothing) when matplotlib is not installed."""
+    if not path.lower().endswith((".png", ".svg")):
+        raise ValueError(f"plot path must end in .png or .svg, got {path!r}")
+    try:
+        import matplotlib
+    except ImportError:
+        return False
+    matplotlib.use("Agg", force=True)
+    import matplotlib.pyplot as plt
+    from matplotlib.patches import Patch
+
+    from .gpus import get_gpu
+
+    matplotlib.rcParams["svg.hashsalt"] = "fxshape"
+    peak = get_gpu(report.gpu).peak_tflops(report.dtype) * 1e12
+    groups = report.groups()[:top]
+    labels, ideal, lost, colours = [], [], [], []
+    for g in reversed(groups):  # the largest at the top
+        r = g["row"]
+        t = g["time_s"] * 1e3
+        t_peak = min(t, r.flops * g["count"] / peak * 1e3)
+        labels.append(f"{g['module']} {r.op}" + (f" ({r.kernel})" if r.kernel else ""))
+        ideal.append(t_peak)
+        lost.append(t - t_peak)
+        colours.append(CAUSES[loss_cause(r)])
+    fig, ax = plt.subplots(figsize=(10, 0.35 * len(groups) + 1.6), dpi=100)
+    ax.barh(labels, ideal, color="#1b9e77", label="at dense peak")
+    ax.barh(labels, lost, left=ideal, color=colours)
+    ax.set_xlabel("predicted time per step (ms)")
+    ax.tick_params(axis="y", labelsize=8)
+    used = [c for c in CAUSES if CAUSES[c] in colours]
+    ax.legend(handles=[Patch(color="#1b9e77", label="at dense peak")]
+              + [Patch(color=CAUSES[c], label=f"lost: {c}") for c in used],
+              fontsize=8, loc="lower right")
+    ax.set_title(f"{report.model_name} on {report.gpu} ({report.dtype}): "
+                 f"{report.total_time_s * 1e3:.3f} ms, {report.total_flops / 1e12:.3f} TFLOP, "
+                 f"{100 * report.efficiency:.1f}% of dense peak", fontsize=10)
+    ax.grid(True, axis="x", alpha=0.3)
     fig.tight_layout()
     meta = {"Date": None} if path.lower().endswith(".svg") else {"Software": None}
     fig.savefig(path, metadata=meta)

@@ -7,6 +7,7 @@ give byte-identical JSON.
 from __future__ import annotations
 
 import csv
+import html
 import io
 import json
 import re
@@ -90,18 +91,14 @@ class Report:
         return out
 
     # -- views ----------------------------------------------------------------------------
-    def table(self, fmt: str = "simple") -> str:
-        """The collapsed per-GEMM table plus a summary, as text (tabulate format ``fmt``)."""
-        if not self.rows:
-            msg = f"{self.model_name or 'model'}: no matmuls found"
-            return msg + self._unsupported_text()
+    def _body(self, groups):
+        """Header and one row of cells per collapsed group (the table's contents)."""
         head = ("module", "op", "phase", "count", "M", "N", "K", "batch", "tile", "tile eff",
                 "waves", "wave eff", "TFLOP/s", "% peak", "time %", "misaligned")
         with_set_by = any(r.set_by for r in self.rows)
         if with_set_by:
             head += ("set by",)
         body = []
-        groups = self.groups()
         for g in groups:
             r = g["row"]
             k = _kernel_figures(r)
@@ -112,8 +109,42 @@ class Report:
                          f"{100 * k['wave_efficiency']:.0f}%", f"{r.tflops:.0f}",
                          f"{100 * r.efficiency:.0f}%", f"{100 * g['share']:.1f}",
                          _flag(r)) + ((_set_by(r),) if with_set_by else ()))
+        return head, body
+
+    def table(self, fmt: str = "simple") -> str:
+        """The collapsed per-GEMM table plus a summary, as text (tabulate format ``fmt``)."""
+        if not self.rows:
+            msg = f"{self.model_name or 'model'}: no matmuls found"
+            return msg + self._unsupported_text()
+        groups = self.groups()
+        head, body = self._body(groups)
         text = tabulate(body, headers=head, tablefmt=fmt, disable_numparse=True)
         return text + "\n\n" + self.summary(groups) + self._unsupported_text()
+
+    def _repr_html_(self) -> str:
+        """The table as HTML (Jupyter), misaligned dimensions highlighted."""
+        if not self.rows:
+            return f"<pre>{html.escape(self.table())}</pre>"
+        groups = self.groups()
+        head, body = self._body(groups)
+        flag = head.index("misaligned")
+        cells = []
+        for row in body:
+            row = [html.escape(str(c)) for c in row]
+            if row[flag]:
+                row[flag] = f'<span style="color:#c00;font-weight:bold">{row[flag]}</span>'
+            cells.append(row)
+        text = tabulate(cells, headers=[html.escape(h) for h in head], tablefmt="unsafehtml",
+                        disable_numparse=True)
+        tail = html.escape(self.summary(groups) + self._unsupported_text()).replace("\n", "<br>")
+        return f"{text}<p>{tail}</p>"
+
+    def plot(self, path: str, *, top: int = 15) -> bool:
+        """Where the time goes, as a bar chart (``fxshape.plot.plot_report``) written to
+        ``path`` (.png or .svg). Returns False when matplotlib is not installed."""
+        from .plot import plot_report
+
+        return plot_report(self, path, top=top)
 
     def summary(self, groups=None) -> str:
         """Totals and the top misaligned offenders (``groups``: from :meth:`groups`)."""

@@ -134,3 +134,11 @@ def test_work_outside_the_stacks_that_repeats_with_them_is_caught():
                          "with the number of layers",)
     # 3 x (a, the mm with w, b) = 9 GEMMs, as the full trace has
     assert len(rep.rows) == 9
+
+
+def test_dedup_with_two_way_tensor_parallelism():
+    model = _model("gpt2")
+    for mode in ("inference", "train"):
+        fast = fxshape.analyze(model, seq_len=64, mode=mode, tp=2)
+        full = fxshape.analyze(model, seq_len=64, mode=mode, tp=2, dedup=False)
+        assert sorted(map(_key, fast.rows)) == sorted(map(_key, full.rows))
