@@ -362,7 +362,7 @@ def analyze(model, example_inputs=None, example_kwargs=None, *, gpu="h100",
                             _shapes(example_kwargs), batch_size, seq_len)
         why = _CHECKED.get(key)
         try:
-            if why is None or not why:
+            if not why:  # unchecked (None) or checked and sound ("")
                 gm, rows, unsupported = _annotated(reduced_model(model, stacks, 1), *args)
             if why is None:
                 # one layer per group, checked against two per group: the work outside the

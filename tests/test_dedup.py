@@ -57,11 +57,12 @@ def test_dedup_equals_the_full_trace(name, mode):
     assert not full.notes
 
 
-def test_dedup_with_tensor_parallelism():
-    model = _model("llama-3-8b")
+@pytest.mark.parametrize("name,tp", [("llama-3-8b", 8), ("gpt2", 2)])
+def test_dedup_with_tensor_parallelism(name, tp):
+    model = _model(name)
     for mode in ("inference", "train"):
-        fast = fxshape.analyze(model, seq_len=64, mode=mode, tp=8)
-        full = fxshape.analyze(model, seq_len=64, mode=mode, tp=8, dedup=False)
+        fast = fxshape.analyze(model, seq_len=64, mode=mode, tp=tp)
+        full = fxshape.analyze(model, seq_len=64, mode=mode, tp=tp, dedup=False)
         assert sorted(map(_key, fast.rows)) == sorted(map(_key, full.rows))
 
 
@@ -135,10 +136,3 @@ def test_work_outside_the_stacks_that_repeats_with_them_is_caught():
     # 3 x (a, the mm with w, b) = 9 GEMMs, as the full trace has
     assert len(rep.rows) == 9
 
-
-def test_dedup_with_two_way_tensor_parallelism():
-    model = _model("gpt2")
-    for mode in ("inference", "train"):
-        fast = fxshape.analyze(model, seq_len=64, mode=mode, tp=2)
-        full = fxshape.analyze(model, seq_len=64, mode=mode, tp=2, dedup=False)
-        assert sorted(map(_key, fast.rows)) == sorted(map(_key, full.rows))
