@@ -42,7 +42,8 @@ from fxshape.attention import (AttentionParams, AttentionShape, attention_params
 from fxshape.calibration import calibration_dir  # noqa: E402
 from fxshape.gpus import get_gpu  # noqa: E402
 
-# kernel names in the CSVs -> attention= choices ("sdpa": measured through PyTorch, bench/measure_attention.py)
+# kernel names in the CSVs -> attention= choices ("sdpa": PyTorch's SDPA as
+# bench/measure_attention.py times it)
 _KERNEL = {"fa2": "fa2", "standard": "math", "fa3": "fa3", "sdpa": "flash"}
 # fp32_ops_per_score is set, not fitted: FA2's softmax issues per score one FFMA (scale and
 # subtract the row max), one FMNMX (row max), one FADD (row sum) and half an F2FP (two scores
@@ -238,7 +239,8 @@ def orientation(params: AttentionParams, markdown=False) -> str:
         for seq in (512, 2048, 16384):
             h = 2048 // d
             s = AttentionShape(16384 // seq, h, h, seq, seq, d, d)
-            cells.append(f"{predict_with(params, s, direction, kernel, 'bf16', get_gpu(gpu)).tflops:.0f}")
+            p = predict_with(params, s, direction, kernel, "bf16", get_gpu(gpu))
+            cells.append(f"{p.tflops:.0f}")
         body.append([gpu, kernel, direction, d, *cells, text])
     return _fmt(head, body, markdown)
 

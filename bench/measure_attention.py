@@ -28,6 +28,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from fxshape.attention import AttentionShape, predict_attention  # noqa: E402
 from fxshape.dtypes import canonical_dtype  # noqa: E402
+from measure_gemm import cuda_event_median  # noqa: E402  (bench/, beside this script)
 
 SOURCE = "fxshape-measure"
 COLUMNS = ("source", "gpu", "kernel", "direction", "causal", "dtype", "batch", "heads",
@@ -66,20 +67,7 @@ class CudaTimer:
         self.gen = torch.Generator(device="cuda").manual_seed(seed)
 
     def _time(self, fn):
-        torch = self.torch
-        for _ in range(self.warmup):
-            fn()
-        torch.cuda.synchronize()
-        times = []
-        for _ in range(self.repeats):
-            start = torch.cuda.Event(enable_timing=True)
-            end = torch.cuda.Event(enable_timing=True)
-            start.record()
-            fn()
-            end.record()
-            end.synchronize()
-            times.append(start.elapsed_time(end) / 1e3)
-        return statistics.median(times)
+        return cuda_event_median(lambda i: fn(), self.warmup, self.repeats)
 
     def __call__(self, b, h, kvh, s, d, causal) -> tuple[float, float]:
         """(forward seconds, backward seconds)."""

@@ -53,6 +53,26 @@ def default_sweep(quick: bool = False):
     return shapes
 
 
+def cuda_event_median(call, warmup: int, repeats: int) -> float:
+    """Median seconds of ``call(i)`` for i = 0 .. repeats-1, each between two CUDA events,
+    after ``call(i)`` for i = 0 .. warmup-1 and a synchronize."""
+    import torch
+
+    for i in range(warmup):
+        call(i)
+    torch.cuda.synchronize()
+    times = []
+    for i in range(repeats):
+        start = torch.cuda.Event(enable_timing=True)
+        end = torch.cuda.Event(enable_timing=True)
+        start.record()
+        call(i)
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end) / 1e3)
+    return statistics.median(times)
+
+
 class CudaEventTimer:
     """Median CUDA-event time of one GEMM, with warm-up and rotating operand buffers."""
 
@@ -100,20 +120,7 @@ class CudaEventTimer:
             fn = lambda a, w: torch.mm(a, w.t())  # noqa: E731
         else:
             fn = torch.mm
-        for i in range(self.warmup):
-            fn(*ops[i % len(ops)])
-        torch.cuda.synchronize()
-        times = []
-        for i in range(self.repeats):
-            a, w = ops[i % len(ops)]
-            start = torch.cuda.Event(enable_timing=True)
-            end = torch.cuda.Event(enable_timing=True)
-            start.record()
-            fn(a, w)
-            end.record()
-            end.synchronize()
-            times.append(start.elapsed_time(end) / 1e3)
-        return statistics.median(times)
+        return cuda_event_median(lambda i: fn(*ops[i % len(ops)]), self.warmup, self.repeats)
 
 
 def measure(shapes, timer, *, gpu_label: str, dtype: str, source: str = SOURCE):

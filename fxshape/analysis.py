@@ -19,7 +19,7 @@ from .dedup import check_reduction, expand_rows, find_stacks, reduced_model, str
 from .dtypes import canonical_dtype
 from .gpus import get_gpu
 from .ops import Gemm, gemms_for_node, looks_like_matmul
-from .parallel import check_tp, layer_kind, shard_gemm
+from .parallel import check_tp, join_notes, layer_kind, shard_gemm
 from .perf import MatmulPrediction, predict_matmul
 
 __all__ = ["GemmRow", "Unsupported", "analyze", "annotate", "module_of"]
@@ -171,7 +171,7 @@ def _causal(node, g: Gemm, fqn: str) -> Gemm:
     square = a.shape.seq_q == a.shape.seq_k
     if square and not cross and ("decoder" in fqn or "encoder" not in fqn):
         call = dataclasses.replace(a, shape=dataclasses.replace(a.shape, causal=True))
-        note = (g.note + "; " if g.note else "") + "causal (decoder mask): half the blocks"
+        note = join_notes(g.note, "causal (decoder mask): half the blocks")
         return dataclasses.replace(g, work=call.shape.causal_fraction, note=note, attn=call)
     return g
 
@@ -211,10 +211,10 @@ def _attention_rows(node, gemms, fqn, cls, phase, dkey, spec, attention):
     pred = predict_attention(call.shape, direction=call.direction, attention=attention,
                              dtype=dkey, gpu=spec)
     if pred.kernel == "math":
-        gemms = [dataclasses.replace(g, work=1.0, note=_join(g.note, pred.note))
+        gemms = [dataclasses.replace(g, work=1.0, note=join_notes(g.note, pred.note))
                  for g in gemms if g.op != "sdpa.bwd.qk"]
     elif pred.note:
-        gemms = [dataclasses.replace(g, note=_join(g.note, pred.note)) for g in gemms]
+        gemms = [dataclasses.replace(g, note=join_notes(g.note, pred.note)) for g in gemms]
     rows = [_row(node, g, fqn, cls, phase, dkey, spec) for g in gemms]
     total = sum(r.flops for r in rows) or 1
     if pred.kernel == "math":
@@ -224,10 +224,6 @@ def _attention_rows(node, gemms, fqn, cls, phase, dkey, spec, attention):
         times = [pred.time_s * r.flops / total for r in rows]
     return tuple(dataclasses.replace(r, time_s=t, kernel=pred.kernel, attention=pred)
                  for r, t in zip(rows, times))
-
-
-def _join(a: str, b: str) -> str:
-    return f"{a}; {b}" if a and b else (a or b)
 
 
 #: the two-layer check's verdicts ("" = the reduction holds), by fxshape.dedup.structure_key
@@ -306,7 +302,7 @@ def _heads(model):
 
 
 def _row(node, g: Gemm, fqn, cls, phase, dkey, spec) -> GemmRow:
-    p = predict_matmul(max(g.m, 1), max(g.run_n or g.n, 1), max(g.run_k or g.k, 1),
+    p = predict_matmul(max(g.m, 1), max(g.n, 1), max(g.k, 1),
                        batch=max(g.batch, 1), dtype=dkey, gpu=spec, layout=g.layout)
     flops = int(round(2 * g.batch * g.m * g.n * g.k * g.work))
     return GemmRow(node=node.name, module=fqn, module_type=cls, op=g.op, phase=phase,

@@ -117,8 +117,8 @@ class AttentionShape:
         sq, sk = self.seq_q, self.seq_k
         if sq == sk:
             return 0.5
-        kept = sum(min(i + 1, sk) for i in range(sq)) if sq <= 1 << 16 else \
-            min(sq, sk) * (min(sq, sk) + 1) // 2 + max(0, sq - sk) * sk
+        # query row i keeps min(i + 1, sk) keys: a triangle, then full rows past sk
+        kept = min(sq, sk) * (min(sq, sk) + 1) // 2 + max(0, sq - sk) * sk
         return kept / (sq * sk)
 
     def flops(self, direction: str = "forward") -> int:
@@ -216,11 +216,14 @@ def _load(path: str) -> AttentionParams:
     return AttentionParams(**{k: float(data["params"][k]) for k in AttentionParams.FIELDS})
 
 
+def _params_path(params_path: str | None) -> str:
+    return params_path or os.environ.get("FXSHAPE_ATTENTION_PARAMS") or _DEFAULT_PARAMS_PATH
+
+
 def attention_params(params_path: str | None = None) -> AttentionParams:
     """The fitted constants (``bench/fit_attention.py``; ``$FXSHAPE_ATTENTION_PARAMS``
     overrides the packaged file)."""
-    return _load(params_path or os.environ.get("FXSHAPE_ATTENTION_PARAMS")
-                 or _DEFAULT_PARAMS_PATH)
+    return _load(_params_path(params_path))
 
 
 # ---------------------------------------------------------------------------------------
@@ -415,7 +418,7 @@ def _math(shape: AttentionShape, direction: str, spec: GPUSpec, dkey: str, gp,
           ap: AttentionParams, gemm_times):
     """The unfused path: its GEMMs (``gemm_times``: their predicted times), the elementwise
     kernels streaming the score matrix and the layout copies of Q, K, V and O. Returns
-    (time, t_gemm, t_other)."""
+    (time, time of the non-GEMM part)."""
     bw = spec.memory_bandwidth_gbs * 1e9 * gp.dram_eff
     scores = shape.batch * shape.heads * shape.seq_q * shape.seq_k
     per_score = ap.math_bytes_per_score if direction == "forward" \
@@ -427,8 +430,7 @@ def _math(shape: AttentionShape, direction: str, spec: GPUSpec, dkey: str, gp,
         per_score += 2 * e + (e if shape.seq_q * shape.seq_k * e > spec.l2_mb * 1e6 else 0)
     copies = 2 * itemsize(dkey) * shape.batch * shape.heads * shape.seq_q * shape.head_dim
     t_other = (per_score * scores + ap.math_copy_passes * copies) / bw + 3 * gp.launch_s
-    t_gemm = sum(gemm_times)
-    return t_gemm + t_other, t_gemm, t_other
+    return sum(gemm_times) + t_other, t_other
 
 
 def math_gemms(shape: AttentionShape, direction: str):
@@ -470,8 +472,7 @@ def predict_attention(shape: AttentionShape, *, direction: str = "forward",
     spec = get_gpu(gpu)
     dkey = canonical_dtype(dtype)
     spec.peak_tflops(dkey)
-    path = params_path or os.environ.get("FXSHAPE_ATTENTION_PARAMS") or _DEFAULT_PARAMS_PATH
-    return _predict_cached(shape, direction, attention, dkey, spec, path)
+    return _predict_cached(shape, direction, attention, dkey, spec, _params_path(params_path))
 
 
 @functools.lru_cache(maxsize=1 << 14)
@@ -483,6 +484,7 @@ def predict_with(ap: AttentionParams, shape: AttentionShape, direction: str, att
                  dkey: str, spec: GPUSpec) -> AttentionPrediction:
     """The model with the given constants (``bench/fit_attention.py`` fits through this,
     so the model that is fitted is the model that ships)."""
+    from .parallel import join_notes
     from .perf import model_params, predict_matmul
 
     kernel, note = resolve_kernel(attention, spec, dkey, max(shape.head_dim, shape.head_dim_v))
@@ -492,23 +494,22 @@ def predict_with(ap: AttentionParams, shape: AttentionShape, direction: str, att
     if kernel == "math":
         preds = [predict_matmul(m, n, k, batch=b, dtype=dkey, gpu=spec, layout=lay)
                  for _, b, m, n, k, lay in math_gemms(shape, direction)]
-        t, t_gemm, t_elem = _math(shape, direction, spec, dkey, gp, ap,
-                                  [p.time_s for p in preds])
+        t, t_elem = _math(shape, direction, spec, dkey, gp, ap, [p.time_s for p in preds])
         big = max(preds, key=lambda p: p.time_s)
         tile, run_d, ctas, waves, wave_eff = (big.tile, max(shape.head_dim, shape.head_dim_v),
                                               big.ctas, big.waves, big.wave_efficiency)
         t_comp = sum(p.compute_time_s for p in preds)
         t_mem = sum(p.memory_time_s for p in preds) + t_elem
         if shape.causal:
-            note = (note + "; " if note else "") + \
-                "causal mask applied to the full score matrix (no blocks skipped)"
+            note = join_notes(note, "causal mask applied to the full score matrix (no blocks "
+                                    "skipped)")
             flops = replace(shape, causal=False).flops(direction)
     else:
         t, tile, run_d, ctas, waves, wave_eff, t_comp, t_mem = _fused(
             shape, direction, kernel, spec, dkey, gp, ap)
         if run_d != max(shape.head_dim, shape.head_dim_v):
-            note = (note + "; " if note else "") + \
-                f"{kernel} runs head_dim {max(shape.head_dim, shape.head_dim_v)} as {run_d}"
+            note = join_notes(note, f"{kernel} runs head_dim "
+                                    f"{max(shape.head_dim, shape.head_dim_v)} as {run_d}")
     if gp.launch_s >= max(t_comp, t_mem):
         bound = "latency"
     else:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import inspect
+import logging
 import traceback
 
 import torch
@@ -86,7 +87,8 @@ def example_inputs_for(model, *, batch_size=None, seq_len=None, device=None) -> 
     if main == "input_features":
         # speech encoders (Whisper): log-mel features, num_mel_bins x the frames its two
         # convolutions (the second of stride 2) turn into max_source_positions positions
-        mels, positions = getattr(cfg, "num_mel_bins", None), getattr(cfg, "max_source_positions", None)
+        mels = getattr(cfg, "num_mel_bins", None)
+        positions = getattr(cfg, "max_source_positions", None)
         if not (isinstance(mels, int) and isinstance(positions, int)):
             raise ValueError(f"{type(model).__name__} takes input_features, but its config has "
                              "no num_mel_bins / max_source_positions to size them: pass "
@@ -192,26 +194,24 @@ def capture(model, example_inputs=None, example_kwargs=None, *, batch_size=None,
     if device.type == "meta":  # keep everything on meta: no real memory anywhere
         args, kwargs = _to_device(args, device), _to_device(kwargs, device)
 
-    with _quiet_torch_logs():
+    # torch's own tracebacks of a failing path (the fake-tensor "failed while attempting to
+    # run meta" logs) stay off stderr: CaptureError reports every path
+    with quiet_loggers("torch._subclasses.fake_tensor", "torch._dynamo", "torch.export"):
         return _capture(model, args, kwargs, train)
 
 
 @contextlib.contextmanager
-def _quiet_torch_logs():
-    """Keep torch's own tracebacks of a failing capture path off stderr (the fake-tensor
-    "failed while attempting to run meta" logs): CaptureError reports every path."""
-    import logging
-
-    loggers = [logging.getLogger(n) for n in ("torch._subclasses.fake_tensor",
-                                              "torch._dynamo", "torch.export")]
+def quiet_loggers(*names, level=logging.CRITICAL):
+    """Raise the named loggers to ``level`` for the duration, then restore their levels."""
+    loggers = [logging.getLogger(n) for n in names]
     levels = [lg.level for lg in loggers]
     for lg in loggers:
-        lg.setLevel(logging.CRITICAL)
+        lg.setLevel(level)
     try:
         yield
     finally:
-        for lg, level in zip(loggers, levels):
-            lg.setLevel(level)
+        for lg, old in zip(loggers, levels):
+            lg.setLevel(old)
 
 
 def _capture(model, args, kwargs, train):

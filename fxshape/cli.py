@@ -281,25 +281,19 @@ def _quiet(verbose: bool):
     if verbose:
         yield
         return
+    import importlib.util
     import logging
     import warnings
 
-    import importlib.util
+    from .capture import quiet_loggers
 
     if importlib.util.find_spec("transformers") is not None:
         # transformers sets its loggers' levels when first imported: import it first
         importlib.import_module("transformers")
-    loggers = [logging.getLogger(n) for n in ("torch", "transformers")]
-    levels = [lg.level for lg in loggers]
-    for lg in loggers:
-        lg.setLevel(logging.ERROR)
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            yield
-    finally:
-        for lg, level in zip(loggers, levels):
-            lg.setLevel(level)
+    with quiet_loggers("torch", "transformers", level=logging.ERROR), \
+            warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        yield
 
 
 def main(argv=None) -> int:

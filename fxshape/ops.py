@@ -57,8 +57,6 @@ class Gemm:
         layout: operand storage (``nn``: both row-major; ``nt``: B stored (N, K) as in F.linear).
         work: fraction of the full GEMM actually computed (0.5 for causal attention).
         note: why the shape is what it is, when that is not obvious (e.g. MoE routing).
-        run_n, run_k: the N / K the kernel actually runs at when it pads; 0 means the same
-            as ``n`` / ``k``.
         attn: for the GEMMs of a fused attention call, the call (predicted as one kernel by
             ``fxshape.attention``); None for ordinary GEMMs.
     """
@@ -71,8 +69,6 @@ class Gemm:
     layout: str = "nn"
     work: float = 1.0
     note: str = ""
-    run_n: int = 0
-    run_k: int = 0
     attn: AttentionCall | None = None
 
 

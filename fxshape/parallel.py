@@ -76,14 +76,15 @@ def shard_gemm(g: Gemm, kind: str, tp: int, phase: str, features: int | None = N
     note = f"TP {tp}: {kind}-parallel"
     if kind == "attention":
         if g.attn is None:
-            return dataclasses.replace(g, batch=_div(g.batch, tp), note=_join(g.note, note))
+            return dataclasses.replace(g, batch=_div(g.batch, tp), note=join_notes(g.note, note))
         # a fused call: heads / tp per GPU; K/V heads too when they split, else each GPU
         # keeps a copy for each of its query heads
         s = g.attn.shape
         heads = _div(s.heads, tp)
         kv = s.kv_heads // tp if s.kv_heads % tp == 0 else heads
         call = dataclasses.replace(g.attn, shape=dataclasses.replace(s, heads=heads, kv_heads=kv))
-        return dataclasses.replace(g, batch=s.batch * heads, note=_join(g.note, note), attn=call)
+        return dataclasses.replace(g, batch=s.batch * heads, note=join_notes(g.note, note),
+                                   attn=call)
     if phase == "forward" or features is None:
         dim = "n" if kind == "column" else "k"
     else:
@@ -98,16 +99,14 @@ def shard_gemm(g: Gemm, kind: str, tp: int, phase: str, features: int | None = N
         elif hits:
             dim = hits[0]
         else:
-            return dataclasses.replace(g, note=_join(g.note, note + " (dimension not found)"))
+            return dataclasses.replace(g, note=join_notes(g.note,
+                                                          note + " (dimension not found)"))
     value = getattr(g, dim)
-    changes = {dim: _div(value, tp)}
     if value % tp:
         note += f" ({dim.upper()}={value} not divisible: padded to {_div(value, tp) * tp})"
-    run = "run_" + dim
-    if dim in ("n", "k") and getattr(g, run):
-        changes[run] = _div(getattr(g, run), tp)
-    return dataclasses.replace(g, **changes, note=_join(g.note, note))
+    return dataclasses.replace(g, **{dim: _div(value, tp)}, note=join_notes(g.note, note))
 
 
-def _join(a: str, b: str) -> str:
-    return f"{a}; {b}" if a else b
+def join_notes(a: str, b: str) -> str:
+    """Two row notes as one ("a; b"), either of them possibly empty."""
+    return f"{a}; {b}" if a and b else (a or b)
