@@ -141,6 +141,18 @@ def _add(spec: GPUSpec) -> None:
     _GPUS[spec.name] = spec
 
 
+# Pascal has no tensor cores: only the fp32 (SIMT sgemm) path is modelled; the tile menu below
+# is unused by it (fxshape.simt holds the sgemm kernels) but a GPUSpec needs one.
+# Source: NVIDIA Tesla P100 PCIe datasheet (16 GB: 9.3 TFLOPS fp32 at 1303 MHz boost, 56 SMs x
+# 64 FP32 cores, 732 GB/s HBM2); Pascal GP100 whitepaper (4 MB L2).
+_add(GPUSpec("p100-pcie", "nvidia", "pascal", 56, 1303, Peaks(None, None, None, 9.3),
+             732.0, 4.0, 16.0, 16, 16, _VOLTA_TILES,
+             "NVIDIA Tesla P100 PCIe datasheet; GP100 whitepaper"))
+# Source: NVIDIA Tesla P4 datasheet (5.5 TFLOPS fp32 at 1063 MHz boost, 2560 CUDA cores = 20
+# SMs x 128, 192 GB/s GDDR5, 8 GB, 75 W); GP104 (GTX 1080 whitepaper: 2 MB L2).
+_add(GPUSpec("p4", "nvidia", "pascal", 20, 1063, Peaks(None, None, None, 5.5),
+             192.0, 2.0, 8.0, 16, 16, _VOLTA_TILES,
+             "NVIDIA Tesla P4 datasheet; GTX 1080 (GP104) whitepaper"))
 # Source: NVIDIA Tesla V100 datasheet (2018) and Volta architecture whitepaper (WP-08608-001).
 _add(GPUSpec("v100-sxm2", "nvidia", "volta", 80, 1530, Peaks(125.0, None, None, 15.7),
              900.0, 6.0, 32.0, 16, 16, _VOLTA_TILES,
@@ -210,6 +222,8 @@ _add(GPUSpec("mi300x", "amd", "cdna3", 304, 2100,
 
 #: Short names and the SKU each resolves to (documented in docs/model.md).
 ALIASES = {
+    "p100": "p100-pcie",
+    "p4": "p4",
     "v100": "v100-sxm2",
     "t4": "t4",
     "a100": "a100-sxm4-80gb",

@@ -33,6 +33,7 @@ from typing import NamedTuple
 
 from .dtypes import canonical_dtype, itemsize, output_itemsize
 from .gpus import GPUSpec, get_gpu
+from .simt import simt_menu, tile_fma_efficiency
 
 __all__ = [
     "DimAlignment",
@@ -50,6 +51,9 @@ LAYOUTS = ("nn", "nt", "tn", "tt")
 _SPLIT_K = (1, 2, 4, 8, 16)
 _SPLIT_MAX_WAVES = 4  # split-K is considered while tiles x split <= 4 waves
 _K_TILE_BYTES = 64  # depth of one mainloop step: 32 fp16 / 64 fp8 / 16 fp32 elements
+# cuBLAS's SIMT sgemm splits K by any factor (the data shows 2 to 162); these cover the range
+_SIMT_SPLIT_K = (1, 2, 3, 4, 6, 8, 12, 16)
+_SIMT_K_TILE = 8  # sgemm mainloop depth (sgemm_128x128x8)
 _DEFAULT_PARAMS_PATH = os.path.join(os.path.dirname(__file__), "data", "perf_params.json")
 
 
@@ -75,6 +79,15 @@ class ModelParams:
         power_eff: fraction of peak the whole chip sustains under its power limit, counting
             padded tile work (below ``e_max`` on power-limited parts: a partial wave then
             costs less than a full one, because the active SMs clock higher).
+        tile_overhead: SIMT (fp32 ``sgemm``) kernels only: shared-memory operand loads per
+            FMA, as a fraction of FMA time for a 1x1 register tile (see
+            ``fxshape.simt.tile_fma_efficiency``); 0 for tensor-core kernels. Used for
+            kernels without a fitted ``kernel_eff``.
+        kernel_eff: SIMT kernels only: ``(kernel name, FMA efficiency)`` pairs fitted with
+            the kernel each measured call ran (its name is in the data).
+        throttle_s, throttle_ratio: compute that lasts longer than ``throttle_s`` runs the
+            rest at ``throttle_ratio`` of the rate (a 70-75 W card's power and thermal
+            limiter pulling the clock down under sustained load: T4, P4); 1 = no throttling.
     """
 
     e_max: float
@@ -88,6 +101,10 @@ class ModelParams:
     power_eff: float
     align_mem_eff: float
     sm_stream_bytes_per_clk: float
+    tile_overhead: float = 0.0
+    kernel_eff: tuple = ()
+    throttle_s: float = 1.0
+    throttle_ratio: float = 1.0
 
     FIELDS = ("e_max", "l2_bytes_per_clk_per_sm", "dram_eff", "launch_s", "wave_s",
               "align_eff", "smooth_q", "split_k_s", "power_eff", "align_mem_eff",
@@ -134,6 +151,7 @@ class MatmulPrediction:
     bound: str  # "compute", "memory" or "latency"
     alignment: tuple[DimAlignment, DimAlignment, DimAlignment]
     aligned: bool  # every leading dimension meets the 16-byte rule
+    kernel: str = ""  # fp32: the cuBLAS SIMT sgemm kernel predicted to run; "" for tensor cores
 
     def to_dict(self) -> dict:
         d = asdict(self)
@@ -152,29 +170,42 @@ def _load_params(path: str) -> dict:
         return json.load(f)
 
 
-def model_params(gpu, params_path: str | None = None) -> ModelParams:
+def model_params(gpu, params_path: str | None = None, *, simt: bool = False) -> ModelParams:
     """Fitted constants for ``gpu``: its own fit if it has measured data, else its family's.
 
     Args:
         gpu: a name or ``GPUSpec``.
         params_path: a JSON file written by ``bench/fit_model.py`` (default: the packaged one,
             or ``$FXSHAPE_PARAMS`` when set).
+        simt: the constants of the fp32 SIMT ``sgemm`` kernels (``bench/fit_fp32.py``)
+            instead of the tensor-core ones.
     """
     spec = get_gpu(gpu)
     path = params_path or os.environ.get("FXSHAPE_PARAMS") or _DEFAULT_PARAMS_PATH
-    return _model_params(spec, path)
+    return _model_params(spec, path, simt)
 
 
 @functools.lru_cache(maxsize=None)
-def _model_params(spec: GPUSpec, path: str) -> ModelParams:
+def _model_params(spec: GPUSpec, path: str, simt: bool = False) -> ModelParams:
     data = _load_params(path)
+    if simt:
+        data = data.get("fp32")
+        if data is None:
+            raise ValueError(f"{path} has no fp32 (SIMT) section; run bench/fit_fp32.py")
     entry = data["gpus"].get(spec.name)
     if entry is None:
         fam = data["families"].get(spec.arch)
         if fam is None:
-            raise ValueError(f"no fitted constants for {spec.name} (architecture {spec.arch})")
+            what = "fp32 SIMT" if simt else "tensor-core"
+            raise ValueError(f"no fitted {what} constants for {spec.name} "
+                             f"(architecture {spec.arch})")
         entry = data["gpus"][fam["from"]]
-    return ModelParams(**{f: float(entry[f]) for f in ModelParams.FIELDS})
+    vals = {f: float(entry[f]) for f in ModelParams.FIELDS}
+    return ModelParams(**vals, tile_overhead=float(entry.get("tile_overhead", 0.0)),
+                       throttle_s=float(entry.get("throttle_s", 1.0)),
+                       throttle_ratio=float(entry.get("throttle_ratio", 1.0)),
+                       kernel_eff=tuple(sorted((str(k), float(v)) for k, v in
+                                               entry.get("kernel_eff", {}).items())))
 
 
 # ---------------------------------------------------------------------------------------
@@ -225,9 +256,13 @@ def _narrow_ok(tm: int, tn: int) -> bool:
 
 
 def _core(xp, b, m, n, k, steps, *, spec: GPUSpec, p: ModelParams, peak_flops: float,
-          e: int, eo: int):
+          e: int, eo: int, kernels=None, splits=_SPLIT_K, k_tile=None):
     """Predicted time for every candidate; returns the best candidate's figures
     ``(time, tile index, split, ctas, waves, compute time, memory time)``.
+
+    ``kernels`` is a sequence of ``(tm, tn, rate multiplier)``, default the GPU's tensor-core
+    tiles at full rate (the fp32 path passes the SIMT sgemm menu); ``splits`` the split-K
+    factors the library uses.
 
     Every term is non-decreasing in b, m, n and k, and a larger output never admits more
     split-K candidates, so the minimum over candidates is non-decreasing too: more work in
@@ -241,8 +276,9 @@ def _core(xp, b, m, n, k, steps, *, spec: GPUSpec, p: ModelParams, peak_flops: f
     dram_bw = spec.memory_bandwidth_gbs * 1e9 * p.dram_eff * p.align_mem_eff ** steps
     rate = peak_sm * p.e_max * p.align_eff ** steps  # FLOP/s per SM for this alignment
     chip_rate = peak_flops * p.power_eff * p.align_eff ** steps
-    tk = max(1, _K_TILE_BYTES // e)
+    tk = k_tile or max(1, _K_TILE_BYTES // e)
     q, inv_q = p.smooth_q, 1.0 / p.smooth_q
+    throttled = p.throttle_ratio < 1.0
     wave_s, launch_s, split_k_s = p.wave_s, p.launch_s, p.split_k_s
     maximum = xp.maximum
     # traffic at 16-byte granularity: a misaligned row costs as much as its padded size
@@ -252,17 +288,19 @@ def _core(xp, b, m, n, k, steps, *, spec: GPUSpec, p: ModelParams, peak_flops: f
 
     best = None
     best_t = math.inf
-    for ti, (tm, tn) in enumerate(spec.tiles):
+    if kernels is None:
+        kernels = tuple((tm, tn, 1.0) for tm, tn in spec.tiles)
+    for ti, (tm, tn, mult) in enumerate(kernels):
         if scalar and steps and not _narrow_ok(tm, tn):
             continue
         tiles_mn = b * _cdiv(m, tm) * _cdiv(n, tn)
         rows = xp.minimum(mp, tm) + xp.minimum(np_, tn)  # rows of A and B a CTA loads
-        mma_per_k = 2.0 * tm * tn / rate
+        mma_per_k = 2.0 * tm * tn / (rate * mult)
         load_per_k = rows * e / l2_bw
         # one CTA cannot stream faster than its SM's own memory pipeline allows
         stream_per_k = rows * e / sm_bw
         power_per_k = 2.0 * tm * tn / chip_rate
-        for s in _SPLIT_K:
+        for s in splits:
             if s > 1:
                 # split-K only while the split CTAs fit in a few waves (as libraries do)
                 allowed = tiles_mn * s <= _SPLIT_MAX_WAVES * sms
@@ -282,6 +320,9 @@ def _core(xp, b, m, n, k, steps, *, spec: GPUSpec, p: ModelParams, peak_flops: f
             # power/clock limit: the whole chip cannot sustain more than power_eff of peak,
             # however the tiles fall into waves (padded tile work counts: it burns power too)
             t_comp = maximum(t_waves, power_per_k * ctas * kq)
+            if throttled:
+                t_comp = (xp.minimum(t_comp, p.throttle_s)
+                          + maximum(t_comp - p.throttle_s, 0.0) / p.throttle_ratio)
             if s > 1:
                 t_mem = t_mem1 + s * split_bytes / dram_bw
                 t = (t_comp ** q + t_mem ** q) ** inv_q + launch_s + split_k_s
@@ -369,15 +410,38 @@ def predict_matmul(m, n, k, *, batch=1, dtype="bf16", gpu="h100", layout="nn",
     return _predict_cached(m, n, k, batch, dkey, spec, layout.lower(), path)
 
 
+def _simt_kernels(spec: GPUSpec, batched: bool, p: ModelParams):
+    """The SIMT sgemm menu as ``_core`` candidates: ``(tm, tn, FMA efficiency)``."""
+    menu = simt_menu(spec.arch, batched)
+    fitted = dict(p.kernel_eff)
+    return menu, tuple((kk.tm, kk.tn, fitted.get(kk.name) or
+                        tile_fma_efficiency(kk, p.tile_overhead)) for kk in menu)
+
+
+def _is_simt(spec: GPUSpec, dkey: str) -> bool:
+    """fp32 without TF32 on an NVIDIA GPU runs SIMT sgemm kernels (AMD's use matrix cores)."""
+    return dkey == "fp32" and spec.vendor == "nvidia"
+
+
 @functools.lru_cache(maxsize=1 << 18)
 def _predict_cached(m, n, k, batch, dkey, spec, layout, params_path) -> MatmulPrediction:
-    p = model_params(spec, params_path)
+    simt = _is_simt(spec, dkey)
+    p = model_params(spec, params_path, simt=simt)
     peak = spec.peak_tflops(dkey) * 1e12
     e, eo = itemsize(dkey), output_itemsize(dkey)
     steps = 0 if dkey == "fp32" else _misalign_steps(_SCALAR, m, n, k, e, layout)
-    t, ti, s, ctas, waves, t_comp, t_mem = _core(
-        _SCALAR, batch, m, n, k, steps, spec=spec, p=p, peak_flops=peak, e=e, eo=eo)
-    tm, tn = spec.tiles[ti]
+    if simt:
+        menu, kernels = _simt_kernels(spec, batch > 1, p)
+        t, ti, s, ctas, waves, t_comp, t_mem = _core(
+            _SCALAR, batch, m, n, k, steps, spec=spec, p=p, peak_flops=peak, e=e, eo=eo,
+            kernels=kernels, splits=_SIMT_SPLIT_K if batch == 1 else (1,), k_tile=_SIMT_K_TILE)
+        tm, tn = menu[ti].tm, menu[ti].tn
+        kernel = f"{menu[ti].name}_{'nn' if layout[1] == 'n' else 'tn'}"
+    else:
+        t, ti, s, ctas, waves, t_comp, t_mem = _core(
+            _SCALAR, batch, m, n, k, steps, spec=spec, p=p, peak_flops=peak, e=e, eo=eo)
+        tm, tn = spec.tiles[ti]
+        kernel = ""
     flops = 2 * batch * m * n * k
     tiles_mn = batch * _cdiv(m, tm) * _cdiv(n, tn)
     tflops = flops / t / 1e12
@@ -395,27 +459,49 @@ def _predict_cached(m, n, k, batch, dkey, spec, layout, params_path) -> MatmulPr
         split_k=int(s), ctas=int(ctas), waves=int(waves),
         wave_efficiency=ctas / (waves * spec.sm_count),
         compute_time_s=float(t_comp), memory_time_s=float(t_mem), launch_s=p.launch_s,
-        bound=bound, alignment=align, aligned=steps == 0,
+        bound=bound, alignment=align, aligned=steps == 0, kernel=kernel,
     )
 
 
-def predict_times_array(spec: GPUSpec, dkey: str, b, m, n, k, layouts, p: ModelParams):
+def predict_times_array(spec: GPUSpec, dkey: str, b, m, n, k, layouts, p: ModelParams,
+                        *, return_tile: bool = False):
     """Vectorized predicted times (numpy arrays in, numpy array out) for fitting/validation.
 
-    ``layouts`` is an array of layout strings; the model is evaluated per distinct layout.
+    ``layouts`` is an array of layout strings; the model is evaluated per distinct layout
+    (and, for fp32 SIMT kernels, separately for single and batched GEMMs). With
+    ``return_tile`` it also returns the chosen ``(tm, tn)`` per row.
     """
     import numpy as np
 
     xp = SimpleNamespace(maximum=np.maximum, minimum=np.minimum, where=np.where)
     peak = spec.peak_tflops(dkey) * 1e12
     e, eo = itemsize(dkey), output_itemsize(dkey)
+    simt = _is_simt(spec, dkey)
+    b = np.asarray(b, dtype=np.int64)
     out = np.empty(len(m), dtype=np.float64)
+    tiles = np.zeros((len(m), 2), dtype=np.int64)
     layouts = np.asarray(layouts)
+    batched_opts = (False, True) if simt else (None,)
     for lay in sorted(set(layouts.tolist())):
-        sel = layouts == lay
-        bb, mm, nn, kk = (np.asarray(x, dtype=np.int64)[sel] for x in (b, m, n, k))
-        steps = (np.zeros_like(mm) if dkey == "fp32"
-                 else _misalign_steps(xp, mm, nn, kk, e, lay))
-        out[sel] = _core(xp, bb, mm, nn, kk, steps, spec=spec, p=p, peak_flops=peak,
-                         e=e, eo=eo)[0]
-    return out
+        for batched in batched_opts:
+            sel = layouts == lay
+            if batched is not None:
+                sel = sel & ((b > 1) if batched else (b == 1))
+            if not sel.any():
+                continue
+            bb, mm, nn, kk = (np.asarray(x, dtype=np.int64)[sel] for x in (b, m, n, k))
+            if simt:
+                menu, kernels = _simt_kernels(spec, batched, p)
+                res = _core(xp, bb, mm, nn, kk, np.zeros_like(mm), spec=spec, p=p,
+                            peak_flops=peak, e=e, eo=eo, kernels=kernels,
+                            splits=(1,) if batched else _SIMT_SPLIT_K, k_tile=_SIMT_K_TILE)
+                shapes = np.array([(kk_.tm, kk_.tn) for kk_ in menu])
+            else:
+                steps = (np.zeros_like(mm) if dkey == "fp32"
+                         else _misalign_steps(xp, mm, nn, kk, e, lay))
+                res = _core(xp, bb, mm, nn, kk, steps, spec=spec, p=p, peak_flops=peak,
+                            e=e, eo=eo)
+                shapes = np.array(spec.tiles)
+            out[sel] = res[0]
+            tiles[sel] = shapes[np.asarray(res[1], dtype=np.int64)]
+    return (out, tiles) if return_tile else out
