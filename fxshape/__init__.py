@@ -17,7 +17,8 @@ from .gpus import GPUSpec, Peaks, get_gpu, list_gpus
 from .ops import Gemm, register_gemm_handler
 from .padplan import PadDecision, PaddingPlan, can_pad, plan_padding
 from .rewrite import PaddedConv1D, PaddedLinear, pad
-from .perf import DimAlignment, MatmulPrediction, ModelParams, model_params, predict_matmul
+from .perf import (DimAlignment, MatmulPrediction, ModelParams, model_params, predict_matmul,
+                   use_params)
 from .report import Report
 
 __all__ = [
@@ -31,6 +32,7 @@ __all__ = [
     "DimAlignment",
     "ModelParams",
     "model_params",
+    "use_params",
     "predict_attention",
     "AttentionShape",
     "AttentionPrediction",

@@ -20,7 +20,8 @@ from .dtypes import canonical_dtype
 from .gpus import get_gpu
 from .ops import Gemm, gemms_for_node, looks_like_matmul
 from .parallel import check_tp, join_notes, layer_kind, shard_gemm
-from .perf import MatmulPrediction, predict_matmul
+from .perf import (MatmulPrediction, is_default_params, predict_matmul, resolve_params_path,
+                   use_params)
 
 __all__ = ["GemmRow", "Unsupported", "analyze", "annotate", "module_of"]
 
@@ -313,7 +314,7 @@ def _row(node, g: Gemm, fqn, cls, phase, dkey, spec) -> GemmRow:
 
 def analyze(model, example_inputs=None, example_kwargs=None, *, gpu="h100",
             dtype=torch.bfloat16, batch_size=None, seq_len=None, mode="inference", tp=1,
-            moe_routing=None, attention="flash", dedup=True):
+            moe_routing=None, attention="flash", dedup=True, params=None):
     """Capture ``model`` and predict every GEMM in it on ``gpu``.
 
     Args:
@@ -336,10 +337,26 @@ def analyze(model, example_inputs=None, example_kwargs=None, *, gpu="h100",
         dedup: trace one representative of each group of identical layers and give every
             layer its representative's rows (``fxshape.dedup``); the rows equal the full
             trace's. ``False`` traces every layer. ``report.notes`` says which was done.
+        params: a parameter file (e.g. written by ``fxshape calibrate``) whose constants
+            replace the packaged ones for the GPUs it has; default ``$FXSHAPE_PARAMS`` if set.
+            A non-packaged file is named in ``report.notes``.
 
     Returns:
         A :class:`fxshape.report.Report`.
     """
+    with use_params(params):
+        report = _analyze(model, example_inputs, example_kwargs, gpu=gpu, dtype=dtype,
+                          batch_size=batch_size, seq_len=seq_len, mode=mode, tp=tp,
+                          moe_routing=moe_routing, attention=attention, dedup=dedup)
+        path = resolve_params_path()
+    if not is_default_params(path):
+        report = dataclasses.replace(report, notes=report.notes + (
+            f"GEMM model constants from {path} (over the packaged ones)",))
+    return report
+
+
+def _analyze(model, example_inputs, example_kwargs, *, gpu, dtype, batch_size, seq_len, mode,
+             tp, moe_routing, attention, dedup):
     from .report import Report
 
     if mode not in ("inference", "train"):

@@ -12,7 +12,7 @@ from tabulate import tabulate
 
 from .gpus import get_gpu, list_gpus, ALIASES
 from .attention import ATTENTION_CHOICES
-from .perf import LAYOUTS, predict_matmul
+from .perf import LAYOUTS, is_default_params, predict_matmul, resolve_params_path, use_params
 
 __all__ = ["main", "format_prediction"]
 
@@ -59,6 +59,9 @@ def _cmd_predict(args) -> int:
         print(json.dumps(p.to_dict(), indent=2, sort_keys=True))
     else:
         print(format_prediction(p))
+        path = resolve_params_path()
+        if not is_default_params(path):
+            print(f"note: GEMM model constants from {path} (over the packaged ones)")
     return 0
 
 
@@ -271,7 +274,29 @@ def build_parser() -> argparse.ArgumentParser:
 
     pg = sub.add_parser("gpus", help="list the GPU table")
     pg.set_defaults(func=_cmd_gpus)
+
+    pc = sub.add_parser("calibrate", help="fit the GEMM model to this machine's GPU",
+                        description="Time a built-in GEMM sweep on the local CUDA device, "
+                                    "fit the model's constants, write a parameter file.")
+    pc.add_argument("--quick", action="store_true",
+                    help="a coarser sweep and fewer repeats (under 3 minutes)")
+    pc.add_argument("--out", default="fxshape_params.json",
+                    help="parameter file to write (default fxshape_params.json)")
+    pc.add_argument("--gpu", default=None,
+                    help="fxshape GPU name (default: detected from the device name)")
+    pc.add_argument("--dtype", default="bf16", help="fp16, bf16 or tf32 (default bf16)")
+    pc.set_defaults(func=_cmd_calibrate)
+    for sp in (pp, pa, pv, ps):
+        sp.add_argument("--params", default=None, metavar="PATH",
+                        help="parameter file (from fxshape calibrate) to predict with; "
+                             "default $FXSHAPE_PARAMS if set, else the packaged constants")
     return ap
+
+
+def _cmd_calibrate(args) -> int:
+    from .calibrate import main as calibrate_main
+
+    return calibrate_main(args)
 
 
 @contextlib.contextmanager
@@ -301,7 +326,7 @@ def main(argv=None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
-        with _quiet(getattr(args, "verbose", False)):
+        with _quiet(getattr(args, "verbose", False)), use_params(getattr(args, "params", None)):
             return args.func(args)
     except ValueError as exc:
         print(f"fxshape: error: {exc}", file=sys.stderr)

@@ -20,7 +20,7 @@ from tabulate import tabulate
 
 from .dtypes import itemsize, output_itemsize
 from .gpus import get_gpu
-from .perf import model_params, predict_matmul
+from .perf import model_params, predict_matmul, use_params
 
 __all__ = ["PadDecision", "PaddingPlan", "plan_padding", "can_pad", "padded_size",
            "DEFAULT_MIN_GAIN", "DEFAULT_MULTIPLES"]
@@ -215,7 +215,8 @@ def best_padding(row, time_s, dkey, spec, multiples, bw):
 
 def plan_padding(model_or_report, example_inputs=None, example_kwargs=None, *, gpu="h100",
                  dtype=None, min_gain: float = DEFAULT_MIN_GAIN,
-                 multiples=DEFAULT_MULTIPLES, filter_fn=None, **analyze_kwargs) -> PaddingPlan:
+                 multiples=DEFAULT_MULTIPLES, filter_fn=None, params=None,
+                 **analyze_kwargs) -> PaddingPlan:
     """Decide, per GEMM, whether and how to pad M, N and K.
 
     Args:
@@ -226,10 +227,19 @@ def plan_padding(model_or_report, example_inputs=None, example_kwargs=None, *, g
             this fraction (default 3%).
         multiples: element multiples to try (positive powers of two).
         filter_fn: ``filter_fn(row) -> bool`` chooses which GEMMs may be padded.
+        params: a parameter file to predict with (as for :func:`fxshape.analyze`).
 
     Raises:
         ValueError: a multiple that is not a positive power of two, or a negative min_gain.
     """
+    with use_params(params):
+        return _plan_padding(model_or_report, example_inputs, example_kwargs, gpu=gpu,
+                             dtype=dtype, min_gain=min_gain, multiples=multiples,
+                             filter_fn=filter_fn, **analyze_kwargs)
+
+
+def _plan_padding(model_or_report, example_inputs, example_kwargs, *, gpu, dtype, min_gain,
+                  multiples, filter_fn, **analyze_kwargs) -> PaddingPlan:
     from .report import Report
 
     multiples = tuple(_check_multiple(m) for m in multiples)

@@ -22,6 +22,8 @@ and validation scripts), so the model that is fitted is the model that ships.
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import functools
 import json
 import math
@@ -41,6 +43,8 @@ __all__ = [
     "ModelParams",
     "predict_matmul",
     "model_params",
+    "use_params",
+    "resolve_params_path",
     "LAYOUTS",
 ]
 
@@ -164,10 +168,70 @@ class MatmulPrediction:
 # Parameters
 # ---------------------------------------------------------------------------------------
 
+_ACTIVE_PARAMS: contextvars.ContextVar[str | None] = contextvars.ContextVar(
+    "fxshape_params", default=None)
+_SECTIONS = ("gpus", "families", "measurement")
+
+
+def resolve_params_path(params_path: str | None = None) -> str:
+    """The parameter file in force: ``params_path``, else the one set by
+    :func:`use_params` (``params=`` of analyze/pad/advise), else ``$FXSHAPE_PARAMS``, else the
+    packaged ``fxshape/data/perf_params.json``."""
+    path = (params_path or _ACTIVE_PARAMS.get() or os.environ.get("FXSHAPE_PARAMS")
+            or _DEFAULT_PARAMS_PATH)
+    return os.fspath(path)
+
+
+@contextlib.contextmanager
+def use_params(path):
+    """Within the block, predictions use the parameter file ``path`` (e.g. one written by
+    ``fxshape calibrate``); ``None`` leaves the current choice. The file is checked first."""
+    if path is None:
+        yield
+        return
+    path = os.path.abspath(os.fspath(path))
+    _load_params(path)  # a bad file fails here, with its one-line error
+    token = _ACTIVE_PARAMS.set(path)
+    try:
+        yield
+    finally:
+        _ACTIVE_PARAMS.reset(token)
+
+
+def is_default_params(path: str) -> bool:
+    return os.path.abspath(path) == os.path.abspath(_DEFAULT_PARAMS_PATH)
+
+
 @functools.lru_cache(maxsize=None)
 def _load_params(path: str) -> dict:
-    with open(path) as f:
-        return json.load(f)
+    """The packaged constants, overlaid with those of ``path`` (a partial file, such as one
+    ``fxshape calibrate`` writes for one GPU, replaces only the entries it has)."""
+    with open(_DEFAULT_PARAMS_PATH) as f:
+        base = json.load(f)
+    if is_default_params(path):
+        return base
+    try:
+        with open(path) as f:
+            user = json.load(f)
+    except OSError as exc:
+        raise ValueError(f"cannot read fxshape parameter file {path!r}: {exc.strerror}") from None
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"fxshape parameter file {path!r} is not JSON: {exc}") from None
+    if not isinstance(user, dict) or not any(k in user for k in _SECTIONS + ("fp32",)):
+        raise ValueError(f"{path!r} is not an fxshape parameter file: expected a JSON object "
+                         f"with 'gpus' (and optionally 'families', 'fp32'), as written by "
+                         f"fxshape calibrate or bench/fit_model.py")
+    need = set(ModelParams.FIELDS)
+    for sec in (user, user.get("fp32") or {}):
+        for name, entry in (sec.get("gpus") or {}).items():
+            missing = sorted(need - set(entry)) if isinstance(entry, dict) else ["all"]
+            if missing:
+                raise ValueError(f"{path!r}: entry for GPU {name!r} lacks {', '.join(missing)}")
+    merged = json.loads(json.dumps(base))
+    for dst, src in ((merged, user), (merged.setdefault("fp32", {}), user.get("fp32") or {})):
+        for key in _SECTIONS:
+            dst.setdefault(key, {}).update(src.get(key) or {})
+    return merged
 
 
 def model_params(gpu, params_path: str | None = None, *, simt: bool = False) -> ModelParams:
@@ -181,8 +245,7 @@ def model_params(gpu, params_path: str | None = None, *, simt: bool = False) -> 
             instead of the tensor-core ones.
     """
     spec = get_gpu(gpu)
-    path = params_path or os.environ.get("FXSHAPE_PARAMS") or _DEFAULT_PARAMS_PATH
-    return _model_params(spec, path, simt)
+    return _model_params(spec, resolve_params_path(params_path), simt)
 
 
 @functools.lru_cache(maxsize=None)
@@ -374,7 +437,7 @@ def _alignment(spec: GPUSpec, dkey: str, m: int, n: int, k: int, layout: str):
 
 
 def predict_matmul(m, n, k, *, batch=1, dtype="bf16", gpu="h100", layout="nn",
-                   params_path: str | None = None) -> MatmulPrediction:
+                   params_path: str | None = None, params=None) -> MatmulPrediction:
     """Predict time and efficiency of ``C[batch, M, N] = A[batch, M, K] @ B[batch, K, N]``.
 
     Args:
@@ -386,7 +449,8 @@ def predict_matmul(m, n, k, *, batch=1, dtype="bf16", gpu="h100", layout="nn",
         layout: ``"nn"`` (torch.mm on contiguous tensors), ``"nt"`` (F.linear, weight
             stored (N, K)), ``"tn"`` or ``"tt"``. It decides which dimensions are leading
             dimensions and so which misalignments cost vector width.
-        params_path: alternative fitted-constants file (see ``bench/fit_model.py``).
+        params_path, params: a parameter file (``fxshape calibrate``, ``bench/fit_model.py``)
+            whose entries replace the packaged constants; default ``$FXSHAPE_PARAMS`` if set.
 
     Returns:
         A frozen :class:`MatmulPrediction`.
@@ -406,7 +470,9 @@ def predict_matmul(m, n, k, *, batch=1, dtype="bf16", gpu="h100", layout="nn",
         raise ValueError(f"unknown layout {layout!r}; accepted: {', '.join(LAYOUTS)}")
     spec = get_gpu(gpu)
     spec.peak_tflops(dkey)  # raises if there is no tensor-core path for dkey
-    path = params_path or os.environ.get("FXSHAPE_PARAMS") or _DEFAULT_PARAMS_PATH
+    path = resolve_params_path(params_path or params)
+    if not is_default_params(path):
+        _load_params(path)  # a bad file: one-line ValueError here, not a KeyError later
     return _predict_cached(m, n, k, batch, dkey, spec, layout.lower(), path)
 
 

@@ -175,7 +175,7 @@ def _tie_actions(root, d, old, padded, params_by_id):
 
 def pad(model: nn.Module, example_inputs=None, example_kwargs=None, *, gpu="h100",
         dtype=None, min_gain: float = DEFAULT_MIN_GAIN, multiples=DEFAULT_MULTIPLES,
-        filter_fn=None, **analyze_kwargs) -> nn.Module:
+        filter_fn=None, params=None, **analyze_kwargs) -> nn.Module:
     """A copy of ``model`` whose planned-for linear layers (``nn.Linear``, ``Conv1D``) run
     at padded sizes.
 
@@ -189,6 +189,7 @@ def pad(model: nn.Module, example_inputs=None, example_kwargs=None, *, gpu="h100
         model: the module to pad (real weights or meta).
         example_inputs, example_kwargs, **analyze_kwargs: as for ``fxshape.analyze``.
         filter_fn: ``filter_fn(module, fqn) -> bool`` restricts which layers are padded.
+        params: a parameter file to plan with (e.g. from ``fxshape calibrate``).
     """
     def row_filter(row):
         if filter_fn is None:
@@ -201,7 +202,7 @@ def pad(model: nn.Module, example_inputs=None, example_kwargs=None, *, gpu="h100
 
     plan = plan_padding(model, example_inputs, example_kwargs, gpu=gpu, dtype=dtype,
                         min_gain=min_gain, multiples=multiples, filter_fn=row_filter,
-                        **analyze_kwargs)
+                        params=params, **analyze_kwargs)
     new = copy.deepcopy(model)
     applied, skipped = [], []
     params_by_id = {}

@@ -1,0 +1,246 @@
+#!/usr/bin/env python
+"""The prepared GPU check: measure a representative set on this machine's GPU, beside
+fxshape's predictions, in one command (about 5 minutes on an H100; ``--budget-s`` caps it).
+
+    python bench/gpu_check.py [--out-dir docs/gpu_check] [--gpu NAME] [--budget-s 420]
+
+Sections, in order (a section that would start past the budget is listed as skipped):
+1. ``align``: step-1 sweeps of F.linear's N and of K around 4096 (odd, 2-, 4-, 8-aligned
+   sizes), and a bmm batch sweep, in bf16.
+2. ``llama``: Llama-3-8B's four linear layers (QKV 4096->6144, O 4096->4096, gate+up
+   4096->28672, down 14336->4096) at 1, 16, 128, 512, 2048 and 8192 tokens (decode to
+   prefill), bf16.
+3. ``fp32``: a few F.linear and bmm shapes in fp32 (TF32 off: SIMT sgemm) and in TF32.
+4. ``sdpa``: scaled_dot_product_attention forward and backward (bf16; seq_len 512-8192,
+   head_dim 64/128, causal and not).
+5. ``lm_head``: GPT-2's LM head, 8192 tokens x 768 -> 50257 vs 50304.
+6. ``gpt2_step``: one GPT-2 (124M) training step, 8 x 1024 tokens, bf16 autocast: eager,
+   ``fxshape.pad`` (eager), ``torch.compile`` (Inductor), Inductor with
+   ``shape_padding``, and ``torch.compile(backend="fxshape")`` -- measured step times, with
+   fxshape's predicted GEMM time for the unpadded and padded model.
+
+Writes ``gpu_check.csv`` (section, name, dtype, predicted_s, measured_s) and ``gpu_check.md``
+(one table per section, median and p90 |error|) into ``--out-dir``. GEMMs are timed with
+``fxshape.measure`` (CUDA events, median, rotating operands). Without CUDA it says so and
+exits with status 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import os
+import statistics
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+from fxshape import predict_matmul  # noqa: E402
+from fxshape.attention import AttentionShape, predict_attention  # noqa: E402
+
+COLUMNS = ("section", "name", "dtype", "predicted_s", "measured_s")
+
+
+def gemm_shapes():
+    """(section, name, op, layout, b, m, n, k, dtype) of the GEMM sections."""
+    out = []
+    for x in range(4088, 4105):
+        out.append(("align", f"linear N={x}", "linear", "nt", 1, 4096, x, 4096, "bf16"))
+        out.append(("align", f"linear K={x}", "linear", "nt", 1, 4096, 4096, x, "bf16"))
+    for b in (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64):
+        out.append(("align", f"bmm b={b}", "bmm", "nn", b, 1024, 1024, 1024, "bf16"))
+    layers = (("qkv", 6144, 4096), ("o", 4096, 4096), ("gate_up", 28672, 4096),
+              ("down", 4096, 14336))
+    for m in (1, 16, 128, 512, 2048, 8192):
+        for name, n, k in layers:
+            out.append(("llama", f"{name} M={m}", "linear", "nt", 1, m, n, k, "bf16"))
+    for dt in ("fp32", "tf32"):
+        for m, n, k in ((4096, 4096, 4096), (1000, 3000, 777), (128, 4096, 4096),
+                        (8, 11008, 4096)):
+            out.append(("fp32", f"linear {m}x{n}x{k}", "linear", "nt", 1, m, n, k, dt))
+        out.append(("fp32", "bmm 48x512x512x64", "bmm", "nn", 48, 512, 512, 64, dt))
+    for n in (50257, 50304):
+        out.append(("lm_head", f"GPT-2 LM head N={n}", "linear", "nt", 1, 8192, n, 768,
+                    "bf16"))
+    return out
+
+
+def sdpa_shapes():
+    """(batch, heads, kv_heads, seq_len, head_dim, causal)."""
+    return [(16384 // s, 2048 // d, 2048 // d, s, d, c)
+            for s in (512, 2048, 8192) for d in (64, 128) for c in (False, True)]
+
+
+def run_gemms(shapes, timer_for, budget_end):
+    rows = []
+    for sec, name, op, lay, b, m, n, k, dt in shapes:
+        if time.monotonic() > budget_end:
+            return rows, True
+        p = predict_matmul(m, n, k, batch=b, dtype=dt, gpu=timer_for.gpu, layout=lay)
+        rows.append((sec, name, dt, p.time_s, float(timer_for(dt)(op, lay, b, m, n, k))))
+    return rows, False
+
+
+def run_sdpa(shapes, timer, gpu, budget_end):
+    rows = []
+    for b, h, kvh, s, d, causal in shapes:
+        if time.monotonic() > budget_end:
+            return rows, True
+        shape = AttentionShape(b, h, kvh, s, s, d, d, causal)
+        for direction, t in zip(("forward", "backward"), timer(b, h, kvh, s, d, causal)):
+            p = predict_attention(shape, direction=direction, gpu=gpu, dtype="bf16")
+            rows.append(("sdpa", f"{direction} b={b} h={h} s={s} d={d} causal={causal}",
+                         "bf16", p.time_s, float(t)))
+    return rows, False
+
+
+def gpt2_step(gpu):  # pragma: no cover - needs CUDA and transformers
+    """Measured training-step times of GPT-2 under each way of running it (rows with the
+    predicted GEMM time where fxshape predicts one)."""
+    import torch
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    import fxshape
+    from fxshape.measure import cuda_event_median
+
+    torch.manual_seed(0)
+    cfg = GPT2Config()
+    x = torch.randint(0, cfg.vocab_size, (8, 1024), device="cuda")
+
+    def step_fn(model):
+        opt = torch.optim.SGD(model.parameters(), lr=1e-4)
+
+        def step(_i):
+            with torch.autocast("cuda", dtype=torch.bfloat16):
+                loss = model(input_ids=x, labels=x).loss
+            loss.backward()
+            opt.step()
+            opt.zero_grad(set_to_none=True)
+        return step
+
+    rows = []
+    base = GPT2LMHeadModel(cfg).cuda()
+    rep = fxshape.analyze(base, gpu=gpu, mode="train", batch_size=8, seq_len=1024)
+    padded = fxshape.pad(base, gpu=gpu, mode="train", batch_size=8, seq_len=1024)
+    rep_p = fxshape.analyze(padded, gpu=gpu, mode="train", batch_size=8, seq_len=1024)
+    variants = [("eager", base, rep.total_time_s), ("fxshape.pad eager", padded,
+                                                   rep_p.total_time_s)]
+    for name, model, pred in variants:
+        rows.append(("gpt2_step", name, "bf16", pred, cuda_event_median(step_fn(model), 3, 10)))
+    import torch._inductor.config as icfg
+
+    for name, kw, flag in (("torch.compile inductor", {}, False),
+                           ("inductor shape_padding", {}, True),
+                           ("torch.compile backend=fxshape", {"backend": "fxshape"}, False)):
+        torch._dynamo.reset()
+        old = icfg.shape_padding
+        icfg.shape_padding = flag
+        try:
+            model = torch.compile(GPT2LMHeadModel(cfg).cuda(), **kw)
+            rows.append(("gpt2_step", name, "bf16", float("nan"),
+                         cuda_event_median(step_fn(model), 3, 10)))
+        finally:
+            icfg.shape_padding = old
+    return rows
+
+
+def markdown(rows, skipped) -> str:
+    out = []
+    for sec in dict.fromkeys(r[0] for r in rows):
+        sel = [r for r in rows if r[0] == sec]
+        out.append(f"### {sec}\n\n| name | dtype | predicted us | measured us | error % |\n"
+                   "|---|---|---|---|---|")
+        errs = []
+        for _, name, dt, p, t in sel:
+            ok = p == p  # nan: nothing predicted for this row
+            err = 100 * (p / t - 1) if ok else float("nan")
+            if ok:
+                errs.append(abs(err))
+            out.append(f"| {name} | {dt} | {p * 1e6:.1f} | {t * 1e6:.1f} | {err:+.1f} |"
+                       if ok else f"| {name} | {dt} | - | {t * 1e6:.1f} | - |")
+        if errs:
+            errs.sort()
+            p90 = errs[min(len(errs) - 1, int(0.9 * len(errs)))]
+            out.append(f"\nmedian |error| {statistics.median(errs):.1f}%, p90 {p90:.1f}% "
+                       f"({len(errs)} rows)\n")
+    if skipped:
+        out.append("skipped (time budget): " + ", ".join(skipped))
+    return "\n".join(out) + "\n"
+
+
+def write(out_dir, rows, skipped):
+    os.makedirs(out_dir, exist_ok=True)
+    with open(os.path.join(out_dir, "gpu_check.csv"), "w", newline="") as f:
+        w = csv.writer(f, lineterminator="\n")
+        w.writerow(COLUMNS)
+        for r in rows:
+            w.writerow(list(r[:3]) + [f"{r[3]:.6e}", f"{r[4]:.6e}"])
+    with open(os.path.join(out_dir, "gpu_check.md"), "w") as f:
+        f.write(markdown(rows, skipped))
+
+
+class _Timers:
+    """One fxshape.measure timer per dtype, created on first use."""
+
+    def __init__(self, gpu, make):
+        self.gpu, self.make, self.cache = gpu, make, {}
+
+    def __call__(self, dt):
+        if dt not in self.cache:
+            self.cache[dt] = self.make(dt)
+        return self.cache[dt]
+
+
+def run(gpu, out_dir, budget_s, gemm_timer_factory, sdpa_timer, step_fn=gpt2_step):
+    end = time.monotonic() + budget_s
+    rows, skipped = [], []
+    got, over = run_gemms(gemm_shapes(), _Timers(gpu, gemm_timer_factory), end)
+    rows += got
+    if over:
+        skipped.append("part of the GEMM sections")
+    got, over = run_sdpa(sdpa_shapes(), sdpa_timer, gpu, end)
+    rows += got
+    if over:
+        skipped.append("part of sdpa")
+    if time.monotonic() < end - 60 and step_fn is not None:
+        try:
+            rows += step_fn(gpu)
+        except Exception as exc:  # report, do not lose the measured sections
+            skipped.append(f"gpt2_step ({type(exc).__name__}: {str(exc)[:200]})")
+    else:
+        skipped.append("gpt2_step")
+    write(out_dir, rows, skipped)
+    return rows, skipped
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out-dir", default=os.path.join("docs", "gpu_check"))
+    ap.add_argument("--gpu", default=None, help="fxshape GPU name (default: detected)")
+    ap.add_argument("--budget-s", type=float, default=420.0)
+    args = ap.parse_args(argv)
+    import torch
+
+    if not torch.cuda.is_available():
+        print("gpu_check: needs a CUDA GPU visible to PyTorch (torch.cuda.is_available() is "
+              "False)", file=sys.stderr)
+        return 2
+    from fxshape.calibrate import detect_gpu
+    from fxshape.measure import CudaEventTimer
+    from measure_attention import CudaTimer
+
+    gpu = args.gpu or detect_gpu(torch.cuda.get_device_name(0))
+    t0 = time.monotonic()
+    rows, skipped = run(gpu, args.out_dir, args.budget_s,
+                        lambda dt: CudaEventTimer(dt, warmup=5, repeats=20),
+                        CudaTimer("bf16", warmup=3, repeats=10))
+    print(markdown(rows, skipped))
+    print(f"{len(rows)} rows in {time.monotonic() - t0:.0f} s; wrote {args.out_dir}",
+          file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

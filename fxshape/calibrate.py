@@ -1,0 +1,182 @@
+"""``fxshape calibrate``: fit the GEMM model's constants to the GPU in this machine.
+
+    fxshape calibrate [--quick] [--out params.json] [--gpu NAME] [--dtype bf16]
+
+It times a built-in sweep (``fxshape.measure.default_sweep``: N, K and F.linear's N in steps
+of one around 4096 for the alignment penalties, N in steps of 64 at M = 2304 for the wave
+sawtooth, tokens 1 to 8192 through a 4096 x 14336 projection for the decode-to-prefill
+regimes, and batched GEMMs) with CUDA events, fits every constant of
+``fxshape.perf.ModelParams`` for the detected GPU (the packaged constants are the starting
+point), and writes a parameter file holding that one GPU. ``predict_matmul``, ``analyze``,
+``pad`` and ``advise`` use it when given ``params=path`` or with ``FXSHAPE_PARAMS=path`` set;
+a report then names the file in its notes. The fit is the one ``bench/fit_model.py`` runs on
+the shared data (``fxshape.fitting``).
+
+The measuring half needs CUDA; the fitting half (:func:`fit_rows`) runs anywhere and is
+tested on CPU with synthetic measurements of known constants. Tensor-core dtypes only: the
+fp32 SIMT constants need the kernel names of a profiler trace (``bench/fit_fp32.py``).
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+import sys
+import time
+from dataclasses import asdict
+
+from .calibration import CalibrationRow
+from .dtypes import canonical_dtype
+from .gpus import get_gpu
+from .perf import ModelParams, model_params
+
+__all__ = ["detect_gpu", "calibration_sweep", "fit_rows", "calibrate", "write_params"]
+
+# torch.cuda.get_device_name() substrings -> fxshape GPU, most specific first
+_DEVICE_NAMES = (
+    ("h100 pcie", "h100-pcie"), ("h100", "h100-sxm"), ("h200", "h200-sxm"), ("b200", "b200"),
+    ("a100-sxm4-40gb", "a100-sxm4-40gb"), ("a100-pcie-40gb", "a100-pcie-40gb"),
+    ("a100 80gb pcie", "a100-pcie-80gb"), ("a100-pcie", "a100-pcie-40gb"),
+    ("a100", "a100-sxm4-80gb"), ("a10g", "a10"), ("a40", "a40"), ("a10", "a10"),
+    ("l4", "l4"), ("rtx 4090", "rtx-4090"), ("v100-pcie", "v100-pcie"),
+    ("v100", "v100-sxm2"), ("t4", "t4"), ("p100", "p100-pcie"), ("p4", "p4"),
+    ("mi300x", "mi300x"), ("mi250", "mi250x-gcd"), ("mi210", "mi210"),
+)
+
+
+def detect_gpu(device_name: str) -> str:
+    """The fxshape GPU for a ``torch.cuda.get_device_name()`` string.
+
+    >>> detect_gpu("NVIDIA H100 80GB HBM3")
+    'h100-sxm'
+    >>> detect_gpu("Tesla V100-PCIE-32GB")
+    'v100-pcie'
+
+    Raises:
+        ValueError: a device fxshape has no entry for; pass ``--gpu`` with the nearest one.
+    """
+    low = " ".join(device_name.lower().replace("_", " ").split())
+    for key, name in _DEVICE_NAMES:
+        if key in low.replace(" ", "-") or key in low:
+            return name
+    raise ValueError(f"fxshape has no GPU entry matching device {device_name!r}; pass --gpu "
+                     "with the nearest one (fxshape gpus lists them)")
+
+
+def calibration_sweep(quick: bool = False):
+    """The measured shapes, as (sweep, op, layout, batch, m, n, k)."""
+    from .measure import default_sweep
+
+    return default_sweep(quick)
+
+
+def _median_err(rows, params: ModelParams, spec, dkey) -> float:
+    from .fitting import _Problem
+
+    prob = _Problem(rows, spec)
+    pred = prob.measured_model(params, [])
+    return statistics.median(abs(p / r.time_s - 1) for p, r in zip(pred.tolist(), rows))
+
+
+def fit_rows(rows, gpu, *, start: ModelParams | None = None):
+    """Fit every constant to measured rows of one GPU and dtype.
+
+    Args:
+        rows: :class:`fxshape.calibration.CalibrationRow` (CUDA-event timings).
+        gpu: the GPU they were measured on.
+        start: starting constants (default: the packaged ones for ``gpu``).
+
+    Returns:
+        ``(params, summary)``: the fitted :class:`ModelParams` and a dict with the median
+        error before (packaged constants) and after, and the mean |log error| of the fit.
+    """
+    from .fitting import _START, _STARTS, _Problem, _fit_one
+
+    rows = list(rows)
+    if not rows:
+        raise ValueError("no measurements to fit")
+    spec = get_gpu(gpu)
+    dkeys = {canonical_dtype(r.dtype) for r in rows}
+    if len(dkeys) != 1:
+        raise ValueError(f"rows mix dtypes {sorted(dkeys)}; fit one dtype at a time")
+    dkey = dkeys.pop()
+    if dkey == "fp32" and spec.vendor == "nvidia":
+        raise ValueError("calibrate fits the tensor-core constants (fp16, bf16, tf32, fp8); "
+                         "fp32 without TF32 runs SIMT kernels, fitted by bench/fit_fp32.py")
+    before = start or model_params(spec)
+    prob = _Problem(rows, spec)
+    # the packaged constants are the first starting point, then the shared fit's starts
+    fixed = {**_START, **asdict(before)}
+    starts = ({f: getattr(before, f) for f in ModelParams.FIELDS},) + _STARTS
+    params, _, loss = _fit_one(prob, ModelParams.FIELDS, fixed, starts=starts)
+    summary = dict(rows=len(rows), dtype=dkey, gpu=spec.name,
+                   median_before=_median_err(rows, before, spec, dkey),
+                   median_after=_median_err(rows, params, spec, dkey), mean_abs_log=loss)
+    return params, summary
+
+
+def write_params(path: str, params: ModelParams, summary: dict, device: str = "") -> None:
+    """Write a parameter file holding one GPU (it overlays the packaged constants)."""
+    entry = {f: float(f"{getattr(params, f):.5g}") for f in ModelParams.FIELDS}
+    entry["fitted"] = sorted(ModelParams.FIELDS)
+    entry["rows"] = summary["rows"]
+    doc = {"comment": "Written by fxshape calibrate; entries replace the packaged constants "
+                      "for these GPUs (use with params= or FXSHAPE_PARAMS).",
+           "gpus": {summary["gpu"]: entry},
+           "calibration": {"device": device, "dtype": summary["dtype"],
+                           "rows": summary["rows"],
+                           "median_error_before": round(summary["median_before"], 4),
+                           "median_error_after": round(summary["median_after"], 4)}}
+    with open(path, "w") as f:
+        json.dump(doc, f, indent=1, sort_keys=True)
+        f.write("\n")
+
+
+def calibrate(*, quick: bool = False, out: str = "fxshape_params.json", gpu: str | None = None,
+              dtype: str = "bf16", warmup: int | None = None, repeats: int | None = None,
+              log=print):
+    """Measure the sweep on the local CUDA device, fit, write ``out``; returns the summary.
+
+    Raises:
+        RuntimeError: no CUDA device visible to PyTorch.
+    """
+    import torch
+
+    from .measure import CudaEventTimer, measure
+
+    if not torch.cuda.is_available():
+        raise RuntimeError("fxshape calibrate measures GEMMs on a GPU and needs one visible "
+                           "to PyTorch (torch.cuda.is_available() is False: no CUDA/ROCm "
+                           "device or a CPU-only torch build)")
+    device = torch.cuda.get_device_name(0)
+    name = get_gpu(gpu).name if gpu else detect_gpu(device)
+    dkey = canonical_dtype(dtype)
+    timer = CudaEventTimer(dkey, warmup=warmup or (5 if quick else 10),
+                           repeats=repeats or (20 if quick else 50))
+    shapes = calibration_sweep(quick)
+    log(f"calibrating {name} ({device}), {dkey}: timing {len(shapes)} GEMMs ...")
+    t0 = time.perf_counter()
+    raw = measure(shapes, timer, gpu_label=name, dtype=dkey)
+    rows = [CalibrationRow(*r) for r in raw]
+    log(f"measured in {time.perf_counter() - t0:.0f} s; fitting ...")
+    params, summary = fit_rows(rows, name)
+    write_params(out, params, summary, device)
+    log(f"median |error| on the sweep: {100 * summary['median_before']:.1f}% with the "
+        f"packaged constants, {100 * summary['median_after']:.1f}% fitted; wrote {out}\n"
+        f"use it with: FXSHAPE_PARAMS={out} fxshape analyze ...   or   params={out!r}")
+    return summary
+
+
+def main(args) -> int:
+    """The CLI entry (``fxshape calibrate``); ``args`` from its argparse subparser."""
+    try:
+        calibrate(quick=args.quick, out=args.out, gpu=args.gpu, dtype=args.dtype,
+                  log=lambda s: print(s, file=sys.stderr))
+    except RuntimeError as exc:
+        print(f"fxshape calibrate: {exc}", file=sys.stderr)
+        return 2
+    except (ValueError, ImportError) as exc:
+        print(f"fxshape calibrate: {exc}", file=sys.stderr)
+        return 2
+    return 0
+
