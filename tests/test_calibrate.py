@@ -241,3 +241,25 @@ def test_gpu_check_plumbing_with_fake_timers(tmp_path):
     rows, skipped = gpu_check.run("h100", str(tmp_path), 0, gemm_timer, sdpa_timer,
                                   step_fn=None)
     assert rows == [] and "part of the GEMM sections" in skipped
+
+
+def test_packaged_fp32_constants_on_held_out_neusight_rows():
+    import fit_fp32  # bench/
+
+    path = fit_fp32.data_path()
+    if not os.path.exists(path):
+        pytest.skip("no neusight/fp32_train.csv in the calibration folder")
+    data = fit_fp32.read(path)
+    section = json.load(open(os.path.join(os.path.dirname(__file__), "..", "fxshape",
+                                          "data", "perf_params.json")))["fp32"]
+    # the half of the rows the fit never saw (hash of the shape), every 4th row for speed;
+    # targets from the issue: median <= 8%, p90 <= 25% (met by these two GPUs; docs/model.md)
+    for gpu, med_max, p90_max in (("a100-pcie-40gb", 0.05, 0.15), ("v100-pcie", 0.08, 0.25)):
+        rows = data[gpu]
+        held = rows.take(fit_fp32.held_out_mask(rows))
+        held = held.take(np.arange(0, len(held), 4))
+        over = section["measurement"][gpu]["overhead_s"]
+        pred = held.predict(fit_fp32.params_of(section, gpu)) + \
+            np.array([over[o] for o in held.op])
+        err = np.abs(pred / held.t - 1)
+        assert np.median(err) <= med_max and np.percentile(err, 90) <= p90_max, gpu
