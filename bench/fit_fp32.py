@@ -47,9 +47,10 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from tabulate import tabulate  # noqa: E402
 
 from fxshape.calibration import calibration_dir  # noqa: E402
+from fxshape.fitting import _round, _to_unbounded  # noqa: E402
 from fxshape.gpus import get_gpu, list_gpus  # noqa: E402
 from fxshape.perf import (_DEFAULT_PARAMS_PATH, _SIMT_K_TILE, _SIMT_SPLIT_K,  # noqa: E402
-                          ModelParams, _core, predict_times_array)
+                          ModelParams, _core, _numpy_xp, predict_times_array)
 from fxshape.simt import parse_kernel_name, simt_menu  # noqa: E402
 
 FREE = ("l2_bytes_per_clk_per_sm", "dram_eff", "wave_s", "smooth_q", "split_k_s", "power_eff",
@@ -141,14 +142,12 @@ def held_out_mask(rows: Rows):
 
 
 def _to_u(name, v):
-    lo, hi = BOUNDS[name]
-    if name in LOGSCALE:
-        lo, hi, v = math.log(lo), math.log(hi), math.log(v)
-    x = min(max((v - lo) / (hi - lo), 1e-6), 1 - 1e-6)
-    return math.log(x / (1 - x))
+    return _to_unbounded(name, v, BOUNDS, LOGSCALE)
 
 
 def _from_u(name, u):
+    # not fxshape.fitting._from_unbounded: that one rounds differently in the last bits,
+    # which moves this fit's optimizer path and the packaged constants in the 4th digit
     lo, hi = BOUNDS[name]
     log = name in LOGSCALE
     if log:
@@ -167,9 +166,7 @@ def make_params(vals, kernel_eff=()) -> ModelParams:
 
 def oracle_times(rows: Rows, p: ModelParams, effs: dict):
     """Predicted kernel times with each row's measured kernel (its tile and efficiency)."""
-    from types import SimpleNamespace
-
-    xp = SimpleNamespace(maximum=np.maximum, minimum=np.minimum, where=np.where)
+    xp = _numpy_xp()
     spec = rows.spec
     peak = spec.peak_tflops("fp32") * 1e12
     menu = {kk.name: kk for kk in simt_menu(spec.arch, False) + simt_menu(spec.arch, True)}
@@ -250,10 +247,6 @@ def fit_gpu(rows: Rows, max_nfev=300):
     vals = {f: getattr(p, f) for f in ModelParams.FIELDS + EXTRA}
     vals["tile_overhead"] = sqrt_law_overhead(effs, menu)
     return make_params(vals, sorted(effs.items())), over, best[0]
-
-
-def _round(v):
-    return float(f"{v:.5g}")
 
 
 def fit(data, fit_rows=3000):

@@ -70,12 +70,9 @@ def calibration_sweep(quick: bool = False):
     return default_sweep(quick)
 
 
-def _median_err(rows, params: ModelParams, spec, dkey) -> float:
-    from .fitting import _Problem
-
-    prob = _Problem(rows, spec)
-    pred = prob.measured_model(params, [])
-    return statistics.median(abs(p / r.time_s - 1) for p, r in zip(pred.tolist(), rows))
+def _median_err(prob, params: ModelParams) -> float:
+    """Median |predicted / measured - 1| of a ``fxshape.fitting._Problem``."""
+    return float(statistics.median((abs(prob.measured_model(params, []) / prob.t - 1)).tolist()))
 
 
 def fit_rows(rows, gpu, *, start: ModelParams | None = None):
@@ -110,8 +107,8 @@ def fit_rows(rows, gpu, *, start: ModelParams | None = None):
     starts = ({f: getattr(before, f) for f in ModelParams.FIELDS},) + _STARTS
     params, _, loss = _fit_one(prob, ModelParams.FIELDS, fixed, starts=starts)
     summary = dict(rows=len(rows), dtype=dkey, gpu=spec.name,
-                   median_before=_median_err(rows, before, spec, dkey),
-                   median_after=_median_err(rows, params, spec, dkey), mean_abs_log=loss)
+                   median_before=_median_err(prob, before),
+                   median_after=_median_err(prob, params), mean_abs_log=loss)
     return params, summary
 
 

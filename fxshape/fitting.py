@@ -45,23 +45,25 @@ _LOGSCALE = ("l2_bytes_per_clk_per_sm", "launch_s", "wave_s", "split_k_s",
 _KERNEL_TIMINGS = ("median-cuda-timer", "cuda-event-median")
 
 
-def _to_unbounded(name, v):
-    lo, hi = _BOUNDS[name]
-    if name in _LOGSCALE:
+def _to_unbounded(name, v, bounds=_BOUNDS, logscale=_LOGSCALE):
+    """``v`` in ``bounds[name]`` (log-spaced for names in ``logscale``) -> the real line."""
+    lo, hi = bounds[name]
+    if name in logscale:
         lo, hi, v = math.log(lo), math.log(hi), math.log(v)
     x = (v - lo) / (hi - lo)
     x = min(max(x, 1e-6), 1 - 1e-6)
     return math.log(x / (1 - x))
 
 
-def _from_unbounded(name, u):
-    lo, hi = _BOUNDS[name]
-    logscale = name in _LOGSCALE
-    if logscale:
+def _from_unbounded(name, u, bounds=_BOUNDS, logscale=_LOGSCALE):
+    """The inverse of :func:`_to_unbounded`."""
+    lo, hi = bounds[name]
+    log = name in logscale
+    if log:
         lo, hi = math.log(lo), math.log(hi)
     x = 1 / (1 + math.exp(-max(min(u, 50), -50)))
     v = lo + x * (hi - lo)
-    return math.exp(v) if logscale else v
+    return math.exp(v) if log else v
 
 
 class _Problem:

@@ -471,8 +471,7 @@ def predict_matmul(m, n, k, *, batch=1, dtype="bf16", gpu="h100", layout="nn",
     spec = get_gpu(gpu)
     spec.peak_tflops(dkey)  # raises if there is no tensor-core path for dkey
     path = resolve_params_path(params_path or params)
-    if not is_default_params(path):
-        _load_params(path)  # a bad file: one-line ValueError here, not a KeyError later
+    _load_params(path)  # cached; a bad file: one-line ValueError here, not a KeyError later
     return _predict_cached(m, n, k, batch, dkey, spec, layout.lower(), path)
 
 
@@ -529,6 +528,13 @@ def _predict_cached(m, n, k, batch, dkey, spec, layout, params_path) -> MatmulPr
     )
 
 
+def _numpy_xp():
+    """The array operations ``_core`` needs, on numpy (imported only when asked for)."""
+    import numpy as np
+
+    return SimpleNamespace(maximum=np.maximum, minimum=np.minimum, where=np.where)
+
+
 def predict_times_array(spec: GPUSpec, dkey: str, b, m, n, k, layouts, p: ModelParams,
                         *, return_tile: bool = False):
     """Vectorized predicted times (numpy arrays in, numpy array out) for fitting/validation.
@@ -539,7 +545,7 @@ def predict_times_array(spec: GPUSpec, dkey: str, b, m, n, k, layouts, p: ModelP
     """
     import numpy as np
 
-    xp = SimpleNamespace(maximum=np.maximum, minimum=np.minimum, where=np.where)
+    xp = _numpy_xp()
     peak = spec.peak_tflops(dkey) * 1e12
     e, eo = itemsize(dkey), output_itemsize(dkey)
     simt = _is_simt(spec, dkey)
