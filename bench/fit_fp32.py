@@ -173,14 +173,16 @@ def oracle_times(rows: Rows, p: ModelParams, effs: dict):
     out = np.empty(len(rows))
     for name in sorted(set(rows.kname.tolist())):
         kk = menu[name]
-        for batched in (False, True):
-            sel = (rows.kname == name) & ((rows.b > 1) if batched else (rows.b == 1))
+        for batched, lay in ((False, "nn"), (False, "nt"), (True, "nn"), (True, "nt")):
+            sel = ((rows.kname == name) & ((rows.b > 1) if batched else (rows.b == 1))
+                   & (rows.layout == lay))
             if not sel.any():
                 continue
             res = _core(xp, rows.b[sel], rows.m[sel], rows.n[sel], rows.k[sel],
                         np.zeros(int(sel.sum()), dtype=np.int64), spec=spec, p=p,
                         peak_flops=peak, e=4, eo=4, kernels=((kk.tm, kk.tn, effs[name]),),
-                        splits=(1,) if batched else _SIMT_SPLIT_K, k_tile=_SIMT_K_TILE)
+                        splits=(1,) if batched else _SIMT_SPLIT_K, k_tile=_SIMT_K_TILE,
+                        layout=lay)
             out[sel] = res[0]
     return out
 

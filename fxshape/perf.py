@@ -308,6 +308,37 @@ def _pad16(x, e):
     return _cdiv(x, per) * per
 
 
+# Hopper's and Blackwell's full-rate tensor-core kernels (wgmma / tcgen05) take their operands
+# through the Tensor Memory Accelerator, whose tensor maps need every global stride to be a
+# multiple of 16 bytes (CUDA driver API, cuTensorMapEncodeTiled). A leading dimension that is
+# not 16-byte aligned therefore runs the previous generation's kernels (cp.async + mma.sync),
+# which reach about 2/3 of the TMA/wgmma rate: Luo et al., "Dissecting the NVIDIA Hopper
+# Architecture through Microbenchmarking and Multiple Level Analysis" (arXiv 2501.12084)
+# measure TMA-based matrix multiplication 1.5x faster than the synchronous-copy version.
+# The calibration data has no misaligned H100 shape, so this is a cited figure, not a fit;
+# the A100-fitted ``align_eff`` applies on top (the fallback kernels are the A100 kind).
+_NO_TMA_RATE = {"hopper": 1 / 1.5, "blackwell": 1 / 1.5}
+
+_SECTOR_BYTES = 32  # L2-to-SM transfers move whole 32-byte sectors
+
+
+def _sector_inflation(xp, ld, e: int, run_bytes):
+    """Sectors moved per useful sector when a CTA loads rows of ``run_bytes`` contiguous bytes
+    from an operand whose leading dimension is ``ld`` elements of ``e`` bytes.
+
+    Rows start at multiples of the leading dimension's byte alignment ``a`` (the largest power
+    of two dividing ``ld * e``); a row that does not start on a sector boundary touches one
+    more sector than it needs. With ``a < 32`` the starting offsets cycle evenly through the
+    ``32 / a`` multiples of ``a`` below 32, all but one of which straddle, so on average a
+    row of ``L`` bytes (a multiple of 32) moves ``L/32 + 1 - a/32`` sectors:
+    ``1 + (32 - a) / L`` times the useful traffic. Rows that run along K are one mainloop
+    step deep (64 bytes), so a K that is 16-byte but not 32-byte aligned costs 25% more
+    operand traffic; rows along M or N are a whole tile wide and barely notice.
+    """
+    a = xp.minimum(_pow2_part(ld * e), _SECTOR_BYTES)
+    return 1.0 + (_SECTOR_BYTES - a) / xp.maximum(run_bytes, 16)
+
+
 def _narrow_ok(tm: int, tn: int) -> bool:
     """Does the library have a narrow-vector (misaligned) kernel with this tile?
 
@@ -319,13 +350,15 @@ def _narrow_ok(tm: int, tn: int) -> bool:
 
 
 def _core(xp, b, m, n, k, steps, *, spec: GPUSpec, p: ModelParams, peak_flops: float,
-          e: int, eo: int, kernels=None, splits=_SPLIT_K, k_tile=None):
+          e: int, eo: int, kernels=None, splits=_SPLIT_K, k_tile=None, layout: str = "nn"):
     """Predicted time for every candidate; returns the best candidate's figures
     ``(time, tile index, split, ctas, waves, compute time, memory time)``.
 
     ``kernels`` is a sequence of ``(tm, tn, rate multiplier)``, default the GPU's tensor-core
     tiles at full rate (the fp32 path passes the SIMT sgemm menu); ``splits`` the split-K
-    factors the library uses.
+    factors the library uses. ``layout`` says which dimension is each operand's leading one:
+    the operand rows a CTA streams from L2 are charged whole 32-byte sectors
+    (:func:`_sector_inflation`).
 
     Every term is non-decreasing in b, m, n and k, and a larger output never admits more
     split-K candidates, so the minimum over candidates is non-decreasing too: more work in
@@ -337,8 +370,12 @@ def _core(xp, b, m, n, k, steps, *, spec: GPUSpec, p: ModelParams, peak_flops: f
     l2_bw = p.l2_bytes_per_clk_per_sm * sms * spec.boost_clock_mhz * 1e6
     sm_bw = p.sm_stream_bytes_per_clk * spec.boost_clock_mhz * 1e6
     dram_bw = spec.memory_bandwidth_gbs * 1e9 * p.dram_eff * p.align_mem_eff ** steps
-    rate = peak_sm * p.e_max * p.align_eff ** steps  # FLOP/s per SM for this alignment
-    chip_rate = peak_flops * p.power_eff * p.align_eff ** steps
+    align = p.align_eff ** steps
+    legacy = _NO_TMA_RATE.get(spec.arch) if kernels is None else None
+    if legacy is not None:  # misaligned on Hopper/Blackwell: no TMA, so no wgmma kernels
+        align = align * xp.where(steps > 0, legacy, 1.0)
+    rate = peak_sm * p.e_max * align  # FLOP/s per SM for this alignment
+    chip_rate = peak_flops * p.power_eff * align
     tk = k_tile or max(1, _K_TILE_BYTES // e)
     q, inv_q = p.smooth_q, 1.0 / p.smooth_q
     throttled = p.throttle_ratio < 1.0
@@ -349,6 +386,13 @@ def _core(xp, b, m, n, k, steps, *, spec: GPUSpec, p: ModelParams, peak_flops: f
     t_mem1 = (b * (mp * kp + kp * np_) * e + b * mp * _pad16(n, eo) * eo) / dram_bw
     split_bytes = 2.0 * b * mp * np_ * 4  # fp32 partial sums, written and read, per split
 
+    # Contiguous run of each operand row per CTA and mainloop step: along K one step deep,
+    # along M or N the tile's width (inflation computed per tile below).
+    a_ld, a_run_k = (k, True) if layout[0] == "n" else (m, False)
+    b_ld, b_run_k = (n, False) if layout[1] == "n" else (k, True)
+    infl_a_k = _sector_inflation(xp, a_ld, e, tk * e) if a_run_k else None
+    infl_b_k = _sector_inflation(xp, b_ld, e, tk * e) if b_run_k else None
+
     best = None
     best_t = math.inf
     if kernels is None:
@@ -357,7 +401,10 @@ def _core(xp, b, m, n, k, steps, *, spec: GPUSpec, p: ModelParams, peak_flops: f
         if scalar and steps and not _narrow_ok(tm, tn):
             continue
         tiles_mn = b * _cdiv(m, tm) * _cdiv(n, tn)
-        rows = xp.minimum(mp, tm) + xp.minimum(np_, tn)  # rows of A and B a CTA loads
+        rows_a, rows_b = xp.minimum(mp, tm), xp.minimum(np_, tn)  # rows of A and B per CTA
+        infl_a = infl_a_k if a_run_k else _sector_inflation(xp, a_ld, e, rows_a * e)
+        infl_b = infl_b_k if b_run_k else _sector_inflation(xp, b_ld, e, rows_b * e)
+        rows = rows_a * infl_a + rows_b * infl_b  # in sectors actually moved
         mma_per_k = 2.0 * tm * tn / (rate * mult)
         load_per_k = rows * e / l2_bw
         # one CTA cannot stream faster than its SM's own memory pipeline allows
@@ -499,12 +546,14 @@ def _predict_cached(m, n, k, batch, dkey, spec, layout, params_path) -> MatmulPr
         menu, kernels = _simt_kernels(spec, batch > 1, p)
         t, ti, s, ctas, waves, t_comp, t_mem = _core(
             _SCALAR, batch, m, n, k, steps, spec=spec, p=p, peak_flops=peak, e=e, eo=eo,
-            kernels=kernels, splits=_SIMT_SPLIT_K if batch == 1 else (1,), k_tile=_SIMT_K_TILE)
+            kernels=kernels, splits=_SIMT_SPLIT_K if batch == 1 else (1,), k_tile=_SIMT_K_TILE,
+            layout=layout)
         tm, tn = menu[ti].tm, menu[ti].tn
         kernel = f"{menu[ti].name}_{'nn' if layout[1] == 'n' else 'tn'}"
     else:
         t, ti, s, ctas, waves, t_comp, t_mem = _core(
-            _SCALAR, batch, m, n, k, steps, spec=spec, p=p, peak_flops=peak, e=e, eo=eo)
+            _SCALAR, batch, m, n, k, steps, spec=spec, p=p, peak_flops=peak, e=e, eo=eo,
+            layout=layout)
         tm, tn = spec.tiles[ti]
         kernel = ""
     flops = 2 * batch * m * n * k
@@ -566,13 +615,14 @@ def predict_times_array(spec: GPUSpec, dkey: str, b, m, n, k, layouts, p: ModelP
                 menu, kernels = _simt_kernels(spec, batched, p)
                 res = _core(xp, bb, mm, nn, kk, np.zeros_like(mm), spec=spec, p=p,
                             peak_flops=peak, e=e, eo=eo, kernels=kernels,
-                            splits=(1,) if batched else _SIMT_SPLIT_K, k_tile=_SIMT_K_TILE)
+                            splits=(1,) if batched else _SIMT_SPLIT_K, k_tile=_SIMT_K_TILE,
+                            layout=lay)
                 shapes = np.array([(kk_.tm, kk_.tn) for kk_ in menu])
             else:
                 steps = (np.zeros_like(mm) if dkey == "fp32"
                          else _misalign_steps(xp, mm, nn, kk, e, lay))
                 res = _core(xp, bb, mm, nn, kk, steps, spec=spec, p=p, peak_flops=peak,
-                            e=e, eo=eo)
+                            e=e, eo=eo, layout=lay)
                 shapes = np.array(spec.tiles)
             out[sel] = res[0]
             tiles[sel] = shapes[np.asarray(res[1], dtype=np.int64)]
