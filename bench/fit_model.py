@@ -36,8 +36,9 @@ from fxshape.gpus import get_gpu, list_gpus  # noqa: E402
 from fxshape.perf import ModelParams, model_params  # noqa: E402
 
 # (SKU, params to fit, SKU to take the others from) in fitting order.
-_ALL = ModelParams.FIELDS
-_NO_ALIGN = tuple(f for f in _ALL if f not in ("align_eff", "align_mem_eff"))
+_ALL = ModelParams.FIELDS + ModelParams.OPTIONAL  # batched_eff: the cookbook has bmm sweeps
+_NO_ALIGN = tuple(f for f in ModelParams.FIELDS if f not in ("align_eff", "align_mem_eff"))
+_STORED = ModelParams.FIELDS + ModelParams.OPTIONAL
 _PLAN = (
     ("a100-sxm4-40gb", _ALL, None),
     ("v100-sxm2", _ALL, None),
@@ -73,18 +74,18 @@ def fit(calibration_dir=None, only=None):
         spec = get_gpu(label)
         fixed = dict(_START)
         if base in fitted:
-            fixed.update({f: fitted[base][f] for f in ModelParams.FIELDS})
+            fixed.update({f: fitted[base][f] for f in _STORED})
         elif base is not None:  # base not in this data: use its packaged constants
             fixed.update(asdict(model_params(base)))
         prob = _Problem(by_gpu[label], spec)
         params, meas, loss = _fit_one(prob, free, fixed)
-        fitted[spec.name] = {f: _round(getattr(params, f)) for f in ModelParams.FIELDS}
+        fitted[spec.name] = {f: _round(getattr(params, f)) for f in _STORED}
         fitted[spec.name]["fitted"] = sorted(free)
         fitted[spec.name]["rows"] = len(by_gpu[label])
         measurement[label] = {t: {k: _round(v) for k, v in d.items()} for t, d in meas.items()}
         print(f"{label:7s} -> {spec.name:16s} rows={len(by_gpu[label]):5d} "
               f"mean|log err|={loss:.4f} " +
-              " ".join(f"{f}={fitted[spec.name][f]:.4g}" for f in ModelParams.FIELDS),
+              " ".join(f"{f}={fitted[spec.name][f]:.4g}" for f in _STORED),
               file=sys.stderr)
     families = {}
     for name in list_gpus():
@@ -111,6 +112,16 @@ def main(argv=None):
     ap.add_argument("--only", nargs="*", help="fit only these calibration GPU labels")
     args = ap.parse_args(argv)
     result = fit(args.calibration_dir, args.only)
+    # Keep what this script does not fit: the fp32 (SIMT) section written by
+    # bench/fit_fp32.py, and with --only the other GPUs' entries of the file being updated.
+    if os.path.exists(args.out):
+        with open(args.out) as f:
+            old = json.load(f)
+        if "fp32" in old:
+            result["fp32"] = old["fp32"]
+        if args.only:
+            for key in ("gpus", "measurement"):
+                result[key] = {**old.get(key, {}), **result[key]}
     with open(args.out, "w") as f:
         json.dump(result, f, indent=1, sort_keys=True)
         f.write("\n")

@@ -9,6 +9,7 @@ stores a tuple of :class:`GemmRow` records on ``node.meta["fxshape"]``. The resu
 from __future__ import annotations
 
 import dataclasses
+import math
 import re
 from dataclasses import dataclass
 
@@ -188,15 +189,31 @@ def _route(g: Gemm, routing):
     if any(f < 0 for f in fractions) or abs(sum(fractions) - 1.0) > 1e-6:
         raise ValueError("moe_routing fractions must be non-negative and sum to 1")
     dim = "k" if g.op.endswith(".dw") else "m"  # weight gradients reduce over the rows
-    rows = getattr(g, dim) * g.batch
+    rows = round(getattr(g, dim) * g.batch * g.work)  # the layer's routed rows, exactly
+    shares = apportion(rows, fractions)
+    idle = [e for e, m in enumerate(shares) if m == 0]
+    tail = (f"; experts {', '.join(map(str, idle))} get no rows and run no GEMM"
+            if idle else "")
     out = []
-    for e, f in enumerate(fractions):
-        m = round(rows * f)
+    for e, m in enumerate(shares):
         if m > 0:
-            out.append(dataclasses.replace(g, batch=1, **{dim: m},
-                                           note=f"MoE expert {e}: {m} of {rows} routed rows "
-                                                "(routing given)"))
+            out.append(dataclasses.replace(
+                g, batch=1, work=1.0, **{dim: m},
+                note=f"MoE expert {e}: {m} of {rows} routed rows (routing given; shares "
+                     f"rounded so that they sum to {rows}{tail})"))
     return out
+
+
+def apportion(total: int, fractions) -> list[int]:
+    """Whole shares of ``total`` in proportion to ``fractions`` that sum to exactly ``total``
+    (largest remainders; ties go to the lower index)."""
+    raw = [total * f for f in fractions]
+    shares = [math.floor(r) for r in raw]
+    left = total - sum(shares)
+    order = sorted(range(len(raw)), key=lambda i: (-(raw[i] - shares[i]), i))
+    for i in order[:left]:
+        shares[i] += 1
+    return shares
 
 
 def _attention_rows(node, gemms, fqn, cls, phase, dkey, spec, attention):

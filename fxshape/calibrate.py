@@ -104,8 +104,10 @@ def fit_rows(rows, gpu, *, start: ModelParams | None = None):
     prob = _Problem(rows, spec)
     # the packaged constants are the first starting point, then the shared fit's starts
     fixed = {**_START, **asdict(before)}
-    starts = ({f: getattr(before, f) for f in ModelParams.FIELDS},) + _STARTS
-    params, _, loss = _fit_one(prob, ModelParams.FIELDS, fixed, starts=starts)
+    # batched kernels' own efficiency only when the rows have batched calls to tell it
+    free = ModelParams.FIELDS + (ModelParams.OPTIONAL if any(r.batch > 1 for r in rows) else ())
+    starts = ({f: getattr(before, f) for f in free},) + _STARTS
+    params, _, loss = _fit_one(prob, free, fixed, starts=starts)
     summary = dict(rows=len(rows), dtype=dkey, gpu=spec.name,
                    median_before=_median_err(prob, before),
                    median_after=_median_err(prob, params), mean_abs_log=loss)
@@ -114,8 +116,9 @@ def fit_rows(rows, gpu, *, start: ModelParams | None = None):
 
 def write_params(path: str, params: ModelParams, summary: dict, device: str = "") -> None:
     """Write a parameter file holding one GPU (it overlays the packaged constants)."""
-    entry = {f: float(f"{getattr(params, f):.5g}") for f in ModelParams.FIELDS}
-    entry["fitted"] = sorted(ModelParams.FIELDS)
+    stored = ModelParams.FIELDS + ModelParams.OPTIONAL
+    entry = {f: float(f"{getattr(params, f):.5g}") for f in stored}
+    entry["fitted"] = sorted(stored)
     entry["rows"] = summary["rows"]
     doc = {"comment": "Written by fxshape calibrate; entries replace the packaged constants "
                       "for these GPUs (use with params= or FXSHAPE_PARAMS).",

@@ -110,13 +110,16 @@ def _cmd_analyze(args) -> int:
         from .padplan import plan_padding
 
         plan = plan_padding(report)
-        if args.format == "json":
-            print(report.to_json())
+        if args.format == "json":  # the report and the plan, one document
+            print(json.dumps({**report.to_dict(), "padding_plan": plan.to_dict()}, indent=2,
+                             sort_keys=True))
+        elif args.format == "csv":  # one row per GEMM: its sizes, the plan's and the why
+            print(plan.to_csv(), end="")
         else:
             print(report.table(fmt="github" if args.format == "markdown" else "simple"))
             print("\npadding plan (fxshape.pad applies it to linear layers; the compile backend to "
                   "any mm/addmm/bmm):")
-            print(plan.table())
+            print(plan.table(fmt="github" if args.format == "markdown" else "simple"))
         return 0
     if args.format == "json":
         print(report.to_json())
@@ -236,7 +239,8 @@ def build_parser() -> argparse.ArgumentParser:
     _workload_args(pa, "preset name (see `fxshape presets`), path to a Hugging Face "
                        "config.json, or package.module:factory")
     pa.add_argument("--pad", action="store_true",
-                    help="also print the padding plan: per GEMM before/after and totals")
+                    help="also the padding plan: per GEMM before/after and totals (json: "
+                         "under 'padding_plan'; csv: the plan, one row per GEMM)")
     pa.add_argument("--train", action="store_true",
                     help="add the backward GEMMs autograd runs (phase 'backward')")
     pa.add_argument("--format", choices=("table", "json", "csv", "markdown"), default="table")

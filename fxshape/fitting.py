@@ -27,11 +27,12 @@ except ImportError as exc:  # pragma: no cover - exercised only without the extr
 # Start values and bounds (the fit works in an unbounded transform of these ranges).
 _START = dict(e_max=0.8, l2_bytes_per_clk_per_sm=64.0, dram_eff=0.8, launch_s=5e-6,
               wave_s=2e-6, align_eff=0.7, smooth_q=4.0, split_k_s=3e-6, power_eff=0.8,
-              align_mem_eff=0.95, sm_stream_bytes_per_clk=32.0)
+              align_mem_eff=0.95, sm_stream_bytes_per_clk=32.0, batched_eff=1.0)
 _BOUNDS = dict(e_max=(0.3, 1.0), l2_bytes_per_clk_per_sm=(8.0, 512.0), dram_eff=(0.3, 1.0),
                launch_s=(2e-6, 1e-5), wave_s=(1e-8, 5e-5), align_eff=(0.2, 1.0),
                smooth_q=(1.0, 12.0), split_k_s=(1e-8, 1e-4), power_eff=(0.3, 1.0),
-               align_mem_eff=(0.5, 1.0), sm_stream_bytes_per_clk=(2.0, 512.0))
+               align_mem_eff=(0.5, 1.0), sm_stream_bytes_per_clk=(2.0, 512.0),
+               batched_eff=(0.3, 1.5))  # 1 (no effect) mid-range: unidentified stays at 1
 # Starting points tried for every GPU (the objective has kinks where the best tile changes).
 _STARTS = (
     dict(e_max=0.85, power_eff=0.75, l2_bytes_per_clk_per_sm=64.0),
@@ -112,7 +113,8 @@ def _fit_one(prob: _Problem, free, fixed: dict, starts=None):
         vals = dict(fixed)
         for i, nme in enumerate(names):
             vals[nme] = _from_unbounded(nme, x[i])
-        return ModelParams(**{f: vals[f] for f in ModelParams.FIELDS}), x[len(names):]
+        return (ModelParams(**{f: vals[f] for f in ModelParams.FIELDS + ModelParams.OPTIONAL
+                               if f in vals}), x[len(names):])
 
     sw = np.sqrt(prob.w)
 
@@ -126,7 +128,9 @@ def _fit_one(prob: _Problem, free, fixed: dict, starts=None):
 
     best = None
     for start in starts or _STARTS:
-        init = {**_START, **fixed, **start}
+        # free constants start from the shared start values, not from whatever GPU the fixed
+        # ones were taken from: a refit of one GPU must not move another GPU's optimum
+        init = {**_START, **start}
         x0 = [_to_unbounded(nme, init[nme]) for nme in names]
         x0 += [math.log(5e-6), math.log(0.05)] * len(prob.timings)
         res = least_squares(residuals, np.array(x0), loss="soft_l1", f_scale=0.03,

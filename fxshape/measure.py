@@ -40,6 +40,12 @@ def default_sweep(quick: bool = False):
     for b in (1, 8, 32, 128):
         for s in (128, 512, 2048):
             shapes.append(("bmm/attention", "bmm", "nn", b, s, s, 128))
+    # compute-bound batched GEMMs beside single ones of the same size: the library's
+    # strided-batched kernels run at their own rate (ModelParams.batched_eff; the
+    # attention-like ones above are memory-bound and cannot tell it)
+    for b in (1, 2, 8):
+        for s in (2048,) if quick else (2048, 4096):
+            shapes.append(("bmm/square", "bmm", "nn", b, s, s, s))
     return shapes
 
 

@@ -10,13 +10,16 @@ are pure. Register your own with :func:`register_gemm_handler`::
         a, b = input_shapes(node)[:2]
         return [Gemm("my_mm", 1, a[0], b[1], a[1], "nn")]
 
-A node whose target looks like a matmul (its name mentions mm, matmul, linear, conv, einsum,
-attention or grouped) but has no handler is reported as unsupported by the analysis, never
-silently dropped.
+A node without a handler is reported as unsupported by the analysis, never silently dropped,
+when torch's own FLOP registry (``torch.utils.flop_counter``) counts its op, when it is one of
+the vector and contraction products that registry leaves out (``mv``, ``dot``, ``outer``,
+``tensordot``, ``linalg_multi_dot``, ``bilinear``, ...), or, outside aten, when its name says it
+multiplies matrices (mm, matmul, linear, conv, einsum, attention, grouped).
 """
 
 from __future__ import annotations
 
+import functools
 import math
 import re
 from dataclasses import dataclass
@@ -29,7 +32,7 @@ from .attnops import ATTENTION_OPS
 
 __all__ = ["Gemm", "AttentionCall", "register_gemm_handler", "flash_head_dim",
            "FLASH_HEAD_DIMS", "gemm_handler", "gemms_for_node", "input_shapes",
-           "looks_like_matmul", "registered_targets"]
+           "looks_like_matmul", "does_flops", "registered_targets"]
 
 aten = torch.ops.aten
 
@@ -110,10 +113,43 @@ def registered_targets() -> list[str]:
 
 _MATMUL_NAME = re.compile(r"(^|[._])(mm|bmm|addmm|matmul|linear|conv|convolution|einsum|"
                           r"baddbmm|addbmm|attention|grouped|_mm|gemm)", re.IGNORECASE)
+# aten ops that multiply matrices or vectors but that torch.utils.flop_counter does not count
+# (it counts mm, addmm, bmm, baddbmm, _scaled_mm, convolutions and fused attention)
+_PRODUCT_OPS = ("mv", "addmv", "dot", "vdot", "inner", "outer", "ger", "addr", "addbmm",
+                "tensordot", "linalg_multi_dot", "chain_matmul", "bilinear", "_trilinear",
+                "kron", "linalg_vecdot", "matmul", "einsum", "linear")
+
+
+@functools.lru_cache(maxsize=1)
+def _flop_packets() -> frozenset:
+    """The aten op packets whose FLOPs torch counts (``torch.utils.flop_counter``), plus the
+    vector and contraction products it leaves out."""
+    from torch.utils.flop_counter import flop_registry
+
+    names = set(_PRODUCT_OPS)
+    for op in flop_registry:
+        names.add(getattr(op, "__name__", str(op)).split(".")[0])
+    return frozenset(names)
+
+
+def does_flops(target) -> bool:
+    """Does the op multiply matrices or vectors, by torch's own FLOP registry or by being one
+    of the products it leaves out (``mv``, ``dot``, ``outer``, ``tensordot``, ...)? A node
+    doing FLOPs without a handler is reported as unsupported."""
+    if not isinstance(target, (torch._ops.OpOverload, torch._ops.OpOverloadPacket)):
+        return False
+    if getattr(target, "namespace", "aten") != "aten":
+        return False
+    packet = target.overloadpacket if isinstance(target, torch._ops.OpOverload) else target
+    return packet.__name__ in _flop_packets()
 
 
 def looks_like_matmul(target) -> bool:
-    """Does an op's name suggest it multiplies matrices? (For reporting unsupported ops.)"""
+    """Should an op without a handler be reported as unsupported? Yes when torch counts its
+    FLOPs (:func:`does_flops`: the structural rule) or, for ops outside aten (custom ops,
+    other namespaces), when its name says it multiplies matrices."""
+    if does_flops(target):
+        return True
     name = str(target).split("::")[-1]
     return bool(_MATMUL_NAME.search(name)) or "mm" in name.split(".")[-2:-1]
 
@@ -223,6 +259,113 @@ def _matmul(node):
         return [Gemm("matmul", 1, _prod(a[:-1]), b[1], a[-1], "nn")]
     batch = torch.broadcast_shapes(tuple(a[:-2]), tuple(b[:-2]))
     return [Gemm("matmul", _prod(batch), a[-2], b[-1], a[-1], "nn")]
+
+
+# --- vector products and contractions: GEMV (N = 1), dot (M = N = 1), outer (K = 1) ------
+
+@register_gemm_handler(aten.mv)
+def _mv(node):
+    a, x = _require(input_shapes(node), 2, node)
+    # A[M, K] @ x[K]: a GEMM with one output column (cuBLAS runs it as gemv)
+    return [Gemm("mv", 1, a[0], 1, a[1], "nn", note="matrix-vector (N = 1)")]
+
+
+@register_gemm_handler(aten.addmv)
+def _addmv(node):
+    _, a, x = _require(input_shapes(node), 3, node)
+    return [Gemm("addmv", 1, a[0], 1, a[1], "nn", note="matrix-vector (N = 1)")]
+
+
+@register_gemm_handler(aten.dot, aten.vdot)
+def _dot(node):
+    x, _ = _require(input_shapes(node), 2, node)
+    return [Gemm(str(node.target).split(".")[1], 1, 1, 1, x[0], "nn",
+                 note="dot product (M = N = 1)")]
+
+
+@register_gemm_handler(aten.outer, aten.ger)
+def _outer(node):
+    x, y = _require(input_shapes(node), 2, node)
+    return [Gemm("outer", 1, x[0], y[0], 1, "nn", note="outer product (K = 1)")]
+
+
+@register_gemm_handler(aten.addr)
+def _addr(node):
+    _, x, y = _require(input_shapes(node), 3, node)
+    return [Gemm("addr", 1, x[0], y[0], 1, "nn", note="outer product (K = 1)")]
+
+
+def _dims_arg(node, i, name):
+    v = node.args[i] if len(node.args) > i else node.kwargs.get(name)
+    return [int(d) for d in v]
+
+
+@register_gemm_handler(aten.tensordot)
+def _tensordot(node):
+    # tensordot(a, b, dims_a, dims_b): ATen permutes the contracted dimensions together and
+    # runs one mm: M = a's free dimensions, N = b's, K = the contracted ones
+    a, b = _require(input_shapes(node), 2, node)
+    da = [d % len(a) for d in _dims_arg(node, 2, "dims_self")]
+    db = [d % len(b) for d in _dims_arg(node, 3, "dims_other")]
+    k = _prod([a[d] for d in da])
+    m = _prod([a[d] for d in range(len(a)) if d not in da])
+    n = _prod([b[d] for d in range(len(b)) if d not in db])
+    return [Gemm("tensordot", 1, m, n, k, "nn", note="tensordot as one mm")]
+
+
+def _chain_order(dims):
+    """Optimal parenthesization of a matrix chain (the classic dynamic programme that
+    ``torch.linalg.multi_dot`` uses): the (M, N, K) of each mm in execution order."""
+    n = len(dims) - 1
+    cost = [[0] * n for _ in range(n)]
+    split = [[0] * n for _ in range(n)]
+    for length in range(1, n):
+        for i in range(n - length):
+            j = i + length
+            cost[i][j] = math.inf
+            for s in range(i, j):
+                c = cost[i][s] + cost[s + 1][j] + dims[i] * dims[s + 1] * dims[j + 1]
+                if c < cost[i][j]:
+                    cost[i][j], split[i][j] = c, s
+    out = []
+
+    def walk(i, j):
+        if i == j:
+            return
+        s = split[i][j]
+        walk(i, s)
+        walk(s + 1, j)
+        out.append((dims[i], dims[j + 1], dims[s + 1]))
+
+    walk(0, n - 1)
+    return out
+
+
+@register_gemm_handler(aten.linalg_multi_dot, aten.chain_matmul)
+def _multi_dot(node):
+    tensors = node.args[0]
+    shapes = [_shape(t) for t in tensors]
+    if any(s is None for s in shapes):
+        raise ValueError(f"{node.target}: missing shape metadata on its inputs")
+    # a 1-D first operand is a row vector, a 1-D last one a column vector
+    mats = [(1, s[0]) if (i == 0 and len(s) == 1) else
+            (s[0], 1) if (i == len(shapes) - 1 and len(s) == 1) else tuple(s)
+            for i, s in enumerate(shapes)]
+    dims = [mats[0][0]] + [m[1] for m in mats]
+    return [Gemm("multi_dot", 1, m, n, k, "nn", note="matrix chain, optimal order")
+            for m, n, k in _chain_order(dims)]
+
+
+@register_gemm_handler(aten.bilinear)
+def _bilinear(node):
+    # y[b, o] = x1[b, i] W[o, i, j] x2[b, j] (+ bias): ATen's _trilinear contracts i first
+    # (one mm over the flattened rows of x1 against W as (i, o*j)), then j per row (a bmm
+    # with one output column)
+    x1, x2, w = _require(input_shapes(node), 3, node)
+    rows = _prod(x1[:-1])
+    o, i, j = w
+    return [Gemm("bilinear", 1, rows, o * j, i, "nn", note="bilinear: x1 against W"),
+            Gemm("bilinear", rows, o, 1, j, "nn", note="bilinear: then against x2")]
 
 
 def _attention(q, k, v, *, causal: bool, masked: bool, gqa: bool, direction: str):
@@ -356,10 +499,18 @@ def _grouped(node, name):
     x, w = _require(input_shapes(node), 2, node)
     experts = w[0]
     rows = x[0]
-    # routing decides each expert's M at run time; assume balanced routing
+    # routing decides each expert's M at run time; assume balanced routing: at most
+    # ceil(rows / experts) each, and ``work`` keeps the total at exactly ``rows``
     m = max(1, -(-rows // experts))
-    return [Gemm(name, experts, m, w[2], w[1], "nn",
-                 note=f"MoE: {rows} routed rows over {experts} experts, balanced routing assumed")]
+    return [Gemm(name, experts, m, w[2], w[1], "nn", work=rows / (experts * m),
+                 note=_balanced_note(rows, experts, m))]
+
+
+def _balanced_note(rows, experts, m):
+    note = f"MoE: {rows} routed rows over {experts} experts, balanced routing assumed"
+    if rows != experts * m:
+        note += f" (at most {m} per expert; FLOPs count the {rows} rows exactly)"
+    return note
 
 
 if hasattr(aten, "_grouped_mm"):
@@ -375,9 +526,10 @@ def _grouped_backward(node):
     x, w = _require(input_shapes(node), 2, node)
     experts, k_in, n_out = w
     m = max(1, -(-x[0] // experts))
-    note = f"MoE: {x[0]} routed rows over {experts} experts, balanced routing assumed"
-    return [Gemm("grouped_mm.dx", experts, m, k_in, n_out, "nt", note=note),
-            Gemm("grouped_mm.dw", experts, k_in, n_out, m, "tn", note=note)]
+    note = _balanced_note(x[0], experts, m)
+    work = x[0] / (experts * m)
+    return [Gemm("grouped_mm.dx", experts, m, k_in, n_out, "nt", work=work, note=note),
+            Gemm("grouped_mm.dw", experts, k_in, n_out, m, "tn", work=work, note=note)]
 
 
 def register_transformers_ops() -> None:

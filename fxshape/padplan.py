@@ -143,6 +143,36 @@ class PaddingPlan:
     def __str__(self) -> str:
         return self.table()
 
+    _CSV_COLUMNS = ("node", "module", "op", "phase", "batch", "m", "n", "k", "pad_m", "pad_n",
+                    "pad_k", "pads", "time_s", "padded_time_s", "copy_time_s", "gain",
+                    "weight_extra_bytes", "safe", "reason")
+
+    def _decision_dict(self, d) -> dict:
+        out = {c: getattr(d, c) for c in self._CSV_COLUMNS if c not in ("pads", "gain")}
+        out.update(pads=d.pads, gain=d.gain)
+        return out
+
+    def to_dict(self) -> dict:
+        """Every decision (padded or not, with its reason) and the totals."""
+        return {"gpu": self.gpu, "dtype": self.dtype, "min_gain": self.min_gain,
+                "time_before_s": self.time_before_s, "time_after_s": self.time_after_s,
+                "extra_bytes": self.extra_bytes, "padded": len(self.padded),
+                "decisions": [self._decision_dict(d) for d in self.decisions]}
+
+    def to_csv(self) -> str:
+        """One row per GEMM of the plan (the columns of :class:`PadDecision`, plus ``pads``
+        and ``gain``)."""
+        import csv
+        import io
+
+        buf = io.StringIO()
+        w = csv.writer(buf, lineterminator="\n")
+        w.writerow(self._CSV_COLUMNS)
+        for d in self.decisions:
+            row = self._decision_dict(d)
+            w.writerow([row[c] for c in self._CSV_COLUMNS])
+        return buf.getvalue()
+
     def _repr_html_(self) -> str:
         """The plan as HTML (Jupyter), each padded GEMM's new sizes highlighted."""
         import html

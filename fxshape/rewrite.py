@@ -204,42 +204,73 @@ def pad(model: nn.Module, example_inputs=None, example_kwargs=None, *, gpu="h100
                         min_gain=min_gain, multiples=multiples, filter_fn=row_filter,
                         params=params, **analyze_kwargs)
     new = copy.deepcopy(model)
-    applied, skipped = [], []
+    applied, skipped = {}, {}  # decision -> padded module / why not
+    first = {}  # module -> the decision it was padded for
     params_by_id = {}
     for name, p in new.named_parameters(remove_duplicate=False):
         params_by_id.setdefault(id(p), []).append(name)
     for d in plan.padded:
         if d.phase != "forward":
-            continue
+            continue  # autograd runs a padded layer's backward GEMMs padded too
         try:
             mod = new.get_submodule(d.module)
         except AttributeError:
-            skipped.append((d, "no such module"))
+            skipped[d] = "no such module"
             continue
-        if isinstance(mod, PaddedLinear):
+        if isinstance(mod, (PaddedLinear, PaddedConv1D)):
             continue  # a layer called twice: padded once, for its first GEMM
         if isinstance(mod, nn.Linear):
             cls = PaddedLinear
         elif _is_conv1d(mod):
             cls = PaddedConv1D
         else:
-            skipped.append((d, f"{type(mod).__name__} layers are not rewritten (the "
-                               "torch.compile backend pads any mm/addmm/bmm)"))
+            skipped[d] = (f"{type(mod).__name__} layers are not rewritten (the "
+                          "torch.compile backend pads any mm/addmm/bmm)")
             continue
         pad_m = d.pad_m if d.pad_m != d.m else None
         padded = cls(mod, d.pad_n, d.pad_k, pad_m)
         ties, why = _tie_actions(new, d, mod, padded, params_by_id)
         if why:
-            skipped.append((d, why))
+            skipped[d] = why
             continue
         _set_submodule(new, d.module, padded)
         for owner, leaf, param, shape in ties:
             setattr(owner, leaf, param)
             _keep_state_unpadded(owner, leaf, shape)
-        applied.append(d)
+        applied[d] = padded
+        first[d.module] = d
     new.padding_plan = plan
-    lines = [f"{d.module}: {d.op} M={d.m} N={d.n} K={d.k} runs as M={d.pad_m} N={d.pad_n} "
-             f"K={d.pad_k} (predicted {100 * d.gain:.1f}% faster)" for d in applied]
-    lines += [f"{d.module}: planned padding not applied: {why}" for d, why in skipped]
-    new.padding_report = "\n".join(lines) if lines else "nothing padded"
+    new.padding_report = _report(plan, applied, skipped, first)
     return new
+
+
+def _report(plan, applied, skipped, first) -> str:
+    """One line per GEMM of the plan, in graph order: what was done to it and why."""
+    lines = []
+    for d in plan.decisions:
+        shape = f"{d.module or '(top)'}: {d.op} [{d.phase}] M={d.m} N={d.n} K={d.k}"
+        lead = first.get(d.module)
+        if not d.pads:
+            if lead is not None:  # planned unpadded, but its layer now runs padded
+                lines.append(f"{shape}: runs as N={lead.pad_n} K={lead.pad_k}: its layer is "
+                             f"padded for another GEMM (not padded by the plan: {d.reason})")
+            else:
+                lines.append(f"{shape}: not padded: {d.reason}")
+        elif d in applied:
+            lines.append(f"{shape} runs as M={d.pad_m} N={d.pad_n} K={d.pad_k} "
+                         f"(predicted {100 * d.gain:.1f}% faster)")
+        elif d in skipped:
+            lines.append(f"{shape}: planned padding not applied: {skipped[d]}")
+        elif lead is not None and d.phase != "forward":
+            lines.append(f"{shape}: runs padded through its layer (autograd runs the backward "
+                         f"on the padded weight; planned M={d.pad_m} N={d.pad_n} K={d.pad_k}, "
+                         f"predicted {100 * d.gain:.1f}% faster)")
+        elif lead is not None:
+            lines.append(f"{shape}: runs as N={lead.pad_n} K={lead.pad_k}: the layer is called "
+                         f"again and was padded for its first call (planned M={d.pad_m} "
+                         f"N={d.pad_n} K={d.pad_k})")
+        else:
+            why = ("its layer's forward GEMM is not padded" if d.phase != "forward"
+                   else "no layer to rewrite")
+            lines.append(f"{shape}: planned padding not applied: {why}")
+    return "\n".join(lines) if lines else "no GEMMs"

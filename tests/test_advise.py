@@ -134,7 +134,10 @@ def test_advise_fixes_a_bad_config():
 
 
 def test_advise_llama3_recommends_nothing_large():
+    # the counterpart of test_advise_fixes_a_bad_config (where recommendations must appear):
+    # Llama-3-8B's sizes are all multiples of 128, so nothing may promise 5% or more
     adv = advise(_meta("llama-3-8b"), mode="inference", batch_size=4, seq_len=1024)
+    assert adv.params > 7e9 and adv.time_s > 0  # it analysed the model it was given
     assert all(r.predicted_speedup < 0.05 for r in adv.recommendations), adv.table()
 
 
@@ -209,3 +212,18 @@ def test_advise_and_sweep_are_the_package_level_functions():
             "assert callable(fxshape.advise) and callable(fxshape.sweep); "
             "assert fxshape.advise.__module__ == 'fxshape.advise'")
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_advice_says_what_the_step_times_leave_out():
+    from fxshape import analyze
+    from fxshape.advise import _rule_notes
+
+    class UsesAddbmm(torch.nn.Module):
+        def forward(self, c, a, b):
+            return torch.addbmm(c, a, b)  # no GEMM handler: reported, not counted
+
+    rep = analyze(UsesAddbmm(), (torch.randn(8, 16), torch.randn(4, 8, 12),
+                                 torch.randn(4, 12, 16)))
+    cfg = transformers.LlamaConfig(hidden_size=256, num_attention_heads=4)
+    notes = _rule_notes(cfg, rep, 1, 1)
+    assert any("not in the step times: aten.addbmm.default" in n for n in notes), notes

@@ -73,7 +73,8 @@ def test_matmul_flavours():
     rep = analyze(EinsumBmm(), (a, b, c), gpu="h100")
     ops = {r.op: (r.batch, r.m, r.n, r.k) for r in rep.rows}
     assert ops["einsum"] == (4, 16, 40, 24)  # bij,bjk->bik
-    assert ops["matmul"] == (1, 4 * 16, 8, 40) or ops.get("mm") == (1, 64, 8, 40)
+    # y[4, 16, 40] @ c[40, 8]: the batch dimension folds into M = 4 x 16 = 64
+    assert ops["matmul"] == (1, 4 * 16, 8, 40)
     assert ops["bmm"] == (4, 16, 16, 8)  # y[4,16,8] @ y^T[4,8,16]
 
 
@@ -474,7 +475,9 @@ def test_attention_is_one_fused_kernel():
     # one call, one prediction: the kernel's time is split over its two GEMMs by FLOPs
     assert qk.attention is pv.attention and qk.kernel == pv.kernel == "fa2"
     assert qk.time_s + pv.time_s == pytest.approx(qk.attention.time_s, rel=1e-12)
-    assert qk.tflops == pytest.approx(pv.tflops, rel=1e-9)  # same FLOPs (d = dv = 128)
+    # Llama-3-like: 32 heads of 4096/32 = 128, one sequence of 512, causal (half the scores):
+    # each GEMM does 2 x 32 x 512 x 512 x 128 / 2 FLOPs (GQA shares K/V, not the work)
+    assert qk.flops == pv.flops == 2 * 32 * 512 * 512 * 128 // 2
     # cheaper than the two GEMMs on their own at half the work (two launches, the score
     # matrix through memory, a softmax pass between them)
     assert qk.time_s + pv.time_s < qk.prediction.time_s + pv.prediction.time_s
@@ -582,3 +585,39 @@ def test_failed_capture_keeps_torch_tracebacks_off_stderr(capfd):
     with pytest.raises(CaptureError, match="same reduction dim"):
         analyze(MLP(), (torch.randn(4, 63),))  # MLP takes 64 features
     assert "failed while attempting to run meta" not in capfd.readouterr().err
+
+
+def test_moe_routing_keeps_the_total_when_shares_do_not_divide():
+    # 128 routed rows (64 tokens x 2 experts each) at [0.6, 0.3, 0.1, 0.0]: 76.8, 38.4, 12.8
+    # and 0. Floors 76 + 38 + 12 = 126 leave two rows for the two largest remainders (0.8 of
+    # experts 0 and 2; expert 1's is 0.4): 77, 38, 13, 0. Rounding each share instead can
+    # miss the total: 3 rows at [0.25] x 4 round to 1 + 1 + 1 + 1 = 4.
+    from fxshape.analysis import apportion
+
+    assert apportion(128, [0.6, 0.3, 0.1, 0.0]) == [77, 38, 13, 0]
+    assert apportion(7, [0.5, 0.3, 0.2]) == [4, 2, 1]  # 3.5, 2.1, 1.4: +1 to the 0.5
+    assert apportion(3, [0.25] * 4) == [1, 1, 1, 0]  # equal remainders: lower index first
+    cfg = transformers.MixtralConfig(hidden_size=256, intermediate_size=512,
+                                     num_hidden_layers=1, num_attention_heads=8,
+                                     num_key_value_heads=2, vocab_size=1000,
+                                     num_local_experts=4, num_experts_per_tok=2)
+    model = _meta(transformers.MixtralForCausalLM, cfg)
+    rep = analyze(model, seq_len=64, moe_routing=[0.6, 0.3, 0.1, 0.0])
+    up = [r for r in rep.rows if r.op == "grouped_mm" and r.k == 256]
+    assert sorted(r.m for r in up) == [13, 38, 77]
+    assert sum(r.flops for r in up) == 2 * 128 * 1024 * 256  # every routed row, once
+    assert all("sum to 128" in r.note and "experts 3 get no rows" in r.note for r in up)
+
+
+def test_balanced_moe_counts_rows_exactly_when_experts_do_not_divide_them():
+    # 3 tokens x 2 experts each = 6 routed rows over 4 experts: at most 2 per expert, and the
+    # FLOPs are those of 6 rows, not 4 x 2 = 8
+    cfg = transformers.MixtralConfig(hidden_size=256, intermediate_size=512,
+                                     num_hidden_layers=1, num_attention_heads=8,
+                                     num_key_value_heads=2, vocab_size=1000,
+                                     num_local_experts=4, num_experts_per_tok=2)
+    rep = analyze(_meta(transformers.MixtralForCausalLM, cfg), batch_size=1, seq_len=3)
+    up = [r for r in rep.rows if r.op == "grouped_mm" and r.k == 256]
+    assert [(r.batch, r.m) for r in up] == [(4, 2)]
+    assert up[0].flops == 2 * 6 * 1024 * 256
+    assert "FLOPs count the 6 rows exactly" in up[0].note

@@ -175,8 +175,7 @@ def test_validate_main_prints_table(tmp_path, capsys):
 
 
 SHARED = calibration_dir()
-needs_shared = pytest.mark.skipif(not os.path.isdir(SHARED),
-                                  reason="calibration data not found")
+needs_shared = pytest.mark.needs_data(SHARED)
 
 
 @needs_shared

@@ -85,6 +85,29 @@ def test_analyze_json_and_csv(capsys):
     assert len(lines) == 1 + len(d["rows"])
 
 
+def test_analyze_pad_carries_the_plan_in_every_format(capsys):
+    import pytest
+
+    pytest.importorskip("transformers")
+    base = ["analyze", "gpt2", "--seq-len", "64", "--pad"]
+    assert main(base + ["--format", "json"]) == 0
+    d = json.loads(capsys.readouterr().out)
+    plan = d["padding_plan"]
+    assert len(plan["decisions"]) == len(d["rows"])  # one decision per GEMM row
+    head = [x for x in plan["decisions"] if x["module"] == "lm_head"]
+    # GPT-2's vocabulary 50257 is odd: the plan pads the LM head's N
+    assert head and head[0]["pads"] and head[0]["pad_n"] > 50257
+    assert plan["padded"] == sum(x["pads"] for x in plan["decisions"])
+    assert main(base + ["--format", "csv"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].startswith("node,module,op,phase,batch,m,n,k,pad_m,pad_n,pad_k,pads")
+    assert len(lines) == 1 + len(plan["decisions"])
+    assert any(ln.split(",")[1] == "lm_head" and ",True," in ln for ln in lines[1:])
+    assert main(base + ["--format", "markdown"]) == 0
+    out = capsys.readouterr().out
+    assert "padding plan" in out and "| lm_head" in out
+
+
 def test_analyze_bad_targets(capsys, tmp_path):
     assert main(["analyze", "no-such-model"]) == 2
     assert "unknown target 'no-such-model'" in capsys.readouterr().err
@@ -110,8 +133,19 @@ def test_analyze_config_file(tmp_path, capsys):
     cfg.save_pretrained(tmp_path)
     assert main(["analyze", str(tmp_path / "config.json"), "--seq-len", "32"]) == 0
     out = capsys.readouterr().out
-    # intermediate 688 = 8 x 86: aligned for bf16 (16 bytes) but not to 64
     assert "model.layers.*.mlp.down_proj x2" in out
+    # intermediate 688 = 16 x 43: 32-byte aligned in bf16, past the 16-byte rule but not a
+    # multiple of 64, so the down projection's K is "ok", not "best", and not misaligned
+    # (M = 32 tokens = 64 bytes is "ok" too; N = 256 is "best")
+    from fxshape.perf import predict_matmul
+
+    p = predict_matmul(32, 256, 688, dtype="bf16", gpu="h100", layout="nt")
+    assert [a.status for a in p.alignment] == ["ok", "best", "ok"]
+    assert main(["analyze", str(tmp_path / "config.json"), "--seq-len", "32",
+                 "--format", "json"]) == 0
+    rows = json.loads(capsys.readouterr().out)["rows"]
+    down = [r for r in rows if r["module"].endswith("down_proj")]
+    assert down and all(r["k"] == 688 and not r["misaligned"] for r in down)
 
 
 def test_presets_listing(capsys):

@@ -71,14 +71,9 @@ from hypothesis import given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
 
-_PADDED_EXAMPLES = []
-
-
-@settings(max_examples=30, deadline=None, derandomize=True, database=None)
-@given(op=st.sampled_from(["mm", "addmm", "bmm", "addmm_2d_bias"]),
-       m=st.integers(512, 1536), n=st.integers(200, 900), k=st.integers(200, 900),
-       batch=st.integers(1, 2), dtype=st.sampled_from([torch.float32, torch.bfloat16]))
-def test_pad_graph_property(op, m, n, k, batch, dtype):
+def _pad_and_check(op, m, n, k, batch, dtype):
+    """Pad one traced GEMM graph (planned as fp16 on an A100, any predicted gain) and check it
+    computes what the unpadded one does; returns whether anything was padded."""
     from torch.fx.experimental.proxy_tensor import make_fx
 
     torch.manual_seed(m + 7 * n + 13 * k)
@@ -89,7 +84,6 @@ def test_pad_graph_property(op, m, n, k, batch, dtype):
            "addmm": lambda a, b, c: torch.addmm(c, a, b),
            "addmm_2d_bias": lambda a, b, c: torch.addmm(c, a, b)}
     gm = make_fx(fns[op], tracing_mode="fake")(a, b, bias)
-    # plan as fp16 on an A100 and pad whenever padding is predicted faster at all
     done = fc.pad_graph(gm.graph, gpu="a100", dtype="fp16", min_gain=0.0)
     gm.recompile()
     ref = fns[op](a, b, bias)
@@ -99,10 +93,20 @@ def test_pad_graph_property(op, m, n, k, batch, dtype):
     assert (out.float() - ref.float()).abs().max() <= tol
     for _, (mm_, nn_, kk), (pm, pn, pk) in done:
         assert (pm, pn, pk) != (mm_, nn_, kk) and pm >= mm_ and pn >= nn_ and pk >= kk
-    _PADDED_EXAMPLES.append(bool(done))
+    return bool(done)
 
 
-def test_pad_graph_property_padded_something():
-    # sizes this large and mostly misaligned are usually worth padding on an A100: the
-    # property above must have exercised the rewrite, not only the no-op path
-    assert sum(_PADDED_EXAMPLES) >= 5, _PADDED_EXAMPLES
+@settings(max_examples=30, deadline=None, derandomize=True, database=None)
+@given(op=st.sampled_from(["mm", "addmm", "bmm", "addmm_2d_bias"]),
+       m=st.integers(512, 1536), n=st.integers(200, 900), k=st.integers(200, 900),
+       batch=st.integers(1, 2), dtype=st.sampled_from([torch.float32, torch.bfloat16]))
+def test_pad_graph_property(op, m, n, k, batch, dtype):
+    _pad_and_check(op, m, n, k, batch, dtype)
+
+
+@pytest.mark.parametrize("op", ["mm", "addmm", "bmm", "addmm_2d_bias"])
+def test_pad_graph_pads_odd_sizes(op):
+    # odd N and K (2-byte aligned in fp16) on an A100: the narrow-vector kernels run at
+    # align_eff^2 of the rate, far more than the few percent of padded work, so padding must
+    # be planned and applied, and the result must still match (checked inside)
+    assert _pad_and_check(op, 1024, 771, 515, 2, torch.float32)

@@ -34,10 +34,20 @@ def test_gpt2_vocab_is_padded_with_its_predicted_gain():
     lm = [d for d in plan.decisions if d.module == "lm_head"][0]
     assert lm.pads and lm.pad_n % 8 == 0 and lm.pad_n >= 50257 and (lm.pad_m, lm.pad_k) == (
         lm.m, lm.k)
-    # the decision's numbers are the model's: padded GEMM plus its copies
-    p = predict_matmul(lm.pad_m, lm.pad_n, lm.pad_k, dtype="fp16", gpu="a100", layout="nt")
-    assert lm.padded_time_s == pytest.approx(p.time_s + lm.copy_time_s)
-    assert lm.gain >= 0.03 and lm.gain == pytest.approx(1 - lm.padded_time_s / lm.time_s)
+    # Checked against what it must exceed, not against its own arithmetic. Padding N makes
+    # the output (M, pad_n): slicing it back to (M, 50257) reads M x pad_n and writes
+    # M x 50257 fp16 values, which cannot take less than those bytes at the A100 80 GB's
+    # datasheet 2039 GB/s (nor, at any sane efficiency, more than twice that).
+    copy_floor = (lm.m * lm.pad_n + lm.m * 50257) * 2 / 2039e9
+    assert copy_floor * (1 - 1e-9) <= lm.copy_time_s <= 2 * copy_floor
+    # the padded GEMM as the public predictor sees it, plus that copy, is what is promised
+    padded = predict_matmul(lm.pad_m, lm.pad_n, lm.pad_k, dtype="fp16", gpu="a100",
+                            layout="nt").time_s
+    unpadded = predict_matmul(lm.m, lm.n, lm.k, dtype="fp16", gpu="a100", layout="nt").time_s
+    assert lm.time_s == pytest.approx(unpadded, rel=1e-9)  # the report's row is that GEMM
+    assert lm.padded_time_s >= padded + copy_floor * (1 - 1e-9)
+    # and it pays: at least 3% of the LM head's time (50257 = 2-byte aligned in fp16)
+    assert lm.padded_time_s <= 0.97 * unpadded and lm.gain >= 0.03
     # the weight is padded once: (pad_n - 50257) x 768 more fp16 elements of memory
     assert lm.weight_extra_bytes == (lm.pad_n - 50257) * 768 * 2
     assert "lm_head" in str(plan) and "predicted GEMM time" in str(plan)
