@@ -317,17 +317,6 @@ def _pad16(x, e):
     return _cdiv(x, per) * per
 
 
-# Hopper's and Blackwell's full-rate tensor-core kernels (wgmma / tcgen05) take their operands
-# through the Tensor Memory Accelerator, whose tensor maps need every global stride to be a
-# multiple of 16 bytes (CUDA driver API, cuTensorMapEncodeTiled). A leading dimension that is
-# not 16-byte aligned therefore runs the previous generation's kernels (cp.async + mma.sync),
-# which reach about 2/3 of the TMA/wgmma rate: Luo et al., "Dissecting the NVIDIA Hopper
-# Architecture through Microbenchmarking and Multiple Level Analysis" (arXiv 2501.12084)
-# measure TMA-based matrix multiplication 1.5x faster than the synchronous-copy version.
-# The calibration data has no misaligned H100 shape, so this is a cited figure, not a fit;
-# the A100-fitted ``align_eff`` applies on top (the fallback kernels are the A100 kind).
-_NO_TMA_RATE = {"hopper": 1 / 1.5, "blackwell": 1 / 1.5}
-
 _SECTOR_BYTES = 32  # L2-to-SM transfers move whole 32-byte sectors
 
 
@@ -380,9 +369,6 @@ def _core(xp, b, m, n, k, steps, *, spec: GPUSpec, p: ModelParams, peak_flops: f
     sm_bw = p.sm_stream_bytes_per_clk * spec.boost_clock_mhz * 1e6
     dram_bw = spec.memory_bandwidth_gbs * 1e9 * p.dram_eff * p.align_mem_eff ** steps
     align = p.align_eff ** steps
-    legacy = _NO_TMA_RATE.get(spec.arch) if kernels is None else None
-    if legacy is not None:  # misaligned on Hopper/Blackwell: no TMA, so no wgmma kernels
-        align = align * xp.where(steps > 0, legacy, 1.0)
     if kernels is None and p.batched_eff != 1.0:  # strided-batched tensor-core kernels
         align = align * xp.where(b > 1, p.batched_eff, 1.0)
     rate = peak_sm * p.e_max * align  # FLOP/s per SM for this alignment

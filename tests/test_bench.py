@@ -2,7 +2,6 @@
 
 import dataclasses
 import math
-import os
 
 import pytest
 

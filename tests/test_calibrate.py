@@ -16,7 +16,7 @@ from fxshape.calibrate import calibration_sweep, detect_gpu, fit_rows, write_par
 from fxshape.calibration import CalibrationRow, calibration_dir  # noqa: E402
 from fxshape.cli import main as cli_main  # noqa: E402
 from fxshape.measure import default_sweep  # noqa: E402
-from fxshape.perf import ModelParams, model_params, predict_times_array  # noqa: E402
+from fxshape.perf import model_params, predict_times_array  # noqa: E402
 from fxshape.simt import parse_kernel_name, simt_menu, tile_fma_efficiency  # noqa: E402
 
 

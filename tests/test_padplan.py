@@ -1,4 +1,4 @@
-"""Padding plans (decisions only; the rewrite comes with issue 4's remaining work)."""
+"""Padding plans: the decisions (tests/test_rewrite.py applies them)."""
 
 import pytest
 import torch

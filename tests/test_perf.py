@@ -316,25 +316,19 @@ def test_k_16_byte_aligned_is_slower_than_a_larger_32_byte_aligned_k():
     assert nn_small.time_s / nn_large.time_s < small.time_s / large.time_s
 
 
-def test_hopper_misaligned_runs_without_tma(monkeypatch):
-    import fxshape.perf as perf
-
-    shape = dict(m=8192, n=8192, dtype="fp16", gpu="h100", layout="nt")
-    with_tma_rule = (predict_matmul(k=8191, **shape).time_s
-                     / predict_matmul(k=8192, **shape).time_s)
-    a100_before = predict_matmul(k=8191, **{**shape, "gpu": "a100"}).time_s
-    monkeypatch.setattr(perf, "_NO_TMA_RATE", {})
-    perf._predict_cached.cache_clear()
-    try:
-        without = (predict_matmul(k=8191, **shape).time_s
-                   / predict_matmul(k=8192, **shape).time_s)
-        a100_after = predict_matmul(k=8191, **{**shape, "gpu": "a100"}).time_s
-    finally:
-        perf._predict_cached.cache_clear()
-    # a compute-bound 8192^3 GEMM: the fallback kernels' 1/1.5 rate shows almost in full
-    assert 1.3 < with_tma_rule / without <= 1.5 + 1e-9
-    assert a100_before == a100_after  # Ampere has no TMA rule
-
+def test_h100_misaligned_mlp_width_matches_the_measured_ratio():
+    # A measurement quoted in docs/advisor.md (from this project's advisor issue): on an H100, an MLP
+    # GEMM at h = 4096 with d_ff = 10,922 (2 x 43 x 127: only 4-byte aligned in bf16) ran at
+    # ~273 TFLOP/s and with d_ff = 10,944 (64 x 171) at ~398: x1.46. Not fitted (the H100
+    # calibration data have no misaligned shape; the misalignment constant is the A100's).
+    # Hopper keeps wgmma for such operands (CUTLASS's sm90 cp.async GMMA mainloops), so the
+    # ratio is the A100's narrow-vector penalty alone; stacking a "no TMA, no wgmma" factor
+    # on it would predict x2.2.
+    for slow, fast in (((8192, 10922, 4096), (8192, 10944, 4096)),
+                       ((8192, 4096, 10922), (8192, 4096, 10944))):
+        a = predict_matmul(*slow, dtype="bf16", gpu="h100", layout="nt")
+        b = predict_matmul(*fast, dtype="bf16", gpu="h100", layout="nt")
+        assert 1.46 * 0.9 < b.tflops / a.tflops < 1.46 * 1.1
 
 def test_batched_kernels_run_at_their_own_rate_on_v100():
     # The cookbook's V100 ran one 4096^3 fp16 GEMM in 1.63 ms and a batch of two in 4.22 ms:
