@@ -7,8 +7,9 @@ For every CTA tile shape the GPU's GEMM library offers, and every split-K factor
 the output is cut into ``ceil(M/tm) * ceil(N/tn)`` tiles per batch (tile quantization), the tiles
 are scheduled over the SMs in waves (wave quantization), and each tile runs its K loop at the
 slowest of its tensor-core rate (``e_max`` of the dense peak, reduced when an operand's leading
-dimension is not 16-byte aligned), its share of the L2-to-SM bandwidth, and what one SM can
-stream alone. Each wave pays a fixed cost, and the chip as a whole cannot beat its power limit
+dimension is not 16-byte aligned, and by ``batched_eff`` for strided-batched kernels), its
+share of the L2-to-SM bandwidth, and what one SM can stream alone (operand rows counted in the
+whole 32-byte sectors they touch). Each wave pays a fixed cost, and the chip as a whole cannot beat its power limit
 (``power_eff`` of peak over all padded tile work). The DRAM time is the minimum traffic, at
 16-byte granularity, over the achievable bandwidth; compute and memory times are combined with
 a smooth maximum, and a launch latency is added. Misaligned shapes can only use the library's
