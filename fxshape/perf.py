@@ -271,7 +271,10 @@ def _model_params(spec: GPUSpec, path: str, simt: bool = False) -> ModelParams:
             what = "fp32 SIMT" if simt else "tensor-core"
             raise ValueError(f"no fitted {what} constants for {spec.name} "
                              f"(architecture {spec.arch})")
-        entry = data["gpus"][fam["from"]]
+        entry = data["gpus"].get(fam.get("from") if isinstance(fam, dict) else None)
+        if entry is None:
+            raise ValueError(f"{path}: family {spec.arch!r} takes its constants from "
+                             f"{fam!r}, which has no entry under 'gpus'")
     vals = {f: float(entry[f]) for f in ModelParams.FIELDS}
     return ModelParams(**vals, tile_overhead=float(entry.get("tile_overhead", 0.0)),
                        throttle_s=float(entry.get("throttle_s", 1.0)),

@@ -483,12 +483,17 @@ def test_attention_is_one_fused_kernel():
     assert qk.time_s + pv.time_s < qk.prediction.time_s + pv.prediction.time_s
 
 
-def test_moe_routing_given():
+def _mixtral_small():
+    """Mixtral with 4 experts, 2 per token: hidden 256, experts' width 512, one layer."""
     cfg = transformers.MixtralConfig(hidden_size=256, intermediate_size=512,
                                      num_hidden_layers=1, num_attention_heads=8,
                                      num_key_value_heads=2, vocab_size=1000,
                                      num_local_experts=4, num_experts_per_tok=2)
-    model = _meta(transformers.MixtralForCausalLM, cfg)
+    return _meta(transformers.MixtralForCausalLM, cfg)
+
+
+def test_moe_routing_given():
+    model = _mixtral_small()
     rep = analyze(model, seq_len=64, moe_routing=[0.5, 0.25, 0.25, 0.0])
     experts = sorted((r.m, r.n, r.k) for r in rep.rows if r.op == "grouped_mm")
     # 128 routed rows: 64, 32, 32 and none -> 3 experts x 2 GEMMs
@@ -597,11 +602,7 @@ def test_moe_routing_keeps_the_total_when_shares_do_not_divide():
     assert apportion(128, [0.6, 0.3, 0.1, 0.0]) == [77, 38, 13, 0]
     assert apportion(7, [0.5, 0.3, 0.2]) == [4, 2, 1]  # 3.5, 2.1, 1.4: +1 to the 0.5
     assert apportion(3, [0.25] * 4) == [1, 1, 1, 0]  # equal remainders: lower index first
-    cfg = transformers.MixtralConfig(hidden_size=256, intermediate_size=512,
-                                     num_hidden_layers=1, num_attention_heads=8,
-                                     num_key_value_heads=2, vocab_size=1000,
-                                     num_local_experts=4, num_experts_per_tok=2)
-    model = _meta(transformers.MixtralForCausalLM, cfg)
+    model = _mixtral_small()
     rep = analyze(model, seq_len=64, moe_routing=[0.6, 0.3, 0.1, 0.0])
     up = [r for r in rep.rows if r.op == "grouped_mm" and r.k == 256]
     assert sorted(r.m for r in up) == [13, 38, 77]
@@ -612,11 +613,7 @@ def test_moe_routing_keeps_the_total_when_shares_do_not_divide():
 def test_balanced_moe_counts_rows_exactly_when_experts_do_not_divide_them():
     # 3 tokens x 2 experts each = 6 routed rows over 4 experts: at most 2 per expert, and the
     # FLOPs are those of 6 rows, not 4 x 2 = 8
-    cfg = transformers.MixtralConfig(hidden_size=256, intermediate_size=512,
-                                     num_hidden_layers=1, num_attention_heads=8,
-                                     num_key_value_heads=2, vocab_size=1000,
-                                     num_local_experts=4, num_experts_per_tok=2)
-    rep = analyze(_meta(transformers.MixtralForCausalLM, cfg), batch_size=1, seq_len=3)
+    rep = analyze(_mixtral_small(), batch_size=1, seq_len=3)
     up = [r for r in rep.rows if r.op == "grouped_mm" and r.k == 256]
     assert [(r.batch, r.m) for r in up] == [(4, 2)]
     assert up[0].flops == 2 * 6 * 1024 * 256

@@ -264,3 +264,10 @@ def test_packaged_fp32_constants_on_held_out_neusight_rows():
             np.array([over[o] for o in held.op])
         err = np.abs(pred / held.t - 1)
         assert np.median(err) <= med_max and np.percentile(err, 90) <= p90_max, gpu
+
+
+def test_parameter_file_with_a_family_pointing_nowhere_gets_a_one_line_error(tmp_path):
+    path = tmp_path / "bad_family.json"
+    path.write_text(json.dumps({"gpus": {}, "families": {"hopper": {"from": "h900"}}}))
+    with pytest.raises(ValueError, match="family 'hopper' takes its constants from"):
+        predict_matmul(4096, 4096, 4096, gpu="h100-pcie", params=str(path))
