@@ -36,9 +36,8 @@ from fxshape.gpus import get_gpu, list_gpus  # noqa: E402
 from fxshape.perf import ModelParams, model_params  # noqa: E402
 
 # (SKU, params to fit, SKU to take the others from) in fitting order.
-_ALL = ModelParams.FIELDS + ModelParams.OPTIONAL  # batched_eff: the cookbook has bmm sweeps
+_ALL = ModelParams.STORED  # batched_eff too: the cookbook has bmm sweeps
 _NO_ALIGN = tuple(f for f in ModelParams.FIELDS if f not in ("align_eff", "align_mem_eff"))
-_STORED = ModelParams.FIELDS + ModelParams.OPTIONAL
 _PLAN = (
     ("a100-sxm4-40gb", _ALL, None),
     ("v100-sxm2", _ALL, None),
@@ -74,18 +73,18 @@ def fit(calibration_dir=None, only=None):
         spec = get_gpu(label)
         fixed = dict(_START)
         if base in fitted:
-            fixed.update({f: fitted[base][f] for f in _STORED})
+            fixed.update({f: fitted[base][f] for f in ModelParams.STORED})
         elif base is not None:  # base not in this data: use its packaged constants
             fixed.update(asdict(model_params(base)))
         prob = _Problem(by_gpu[label], spec)
         params, meas, loss = _fit_one(prob, free, fixed)
-        fitted[spec.name] = {f: _round(getattr(params, f)) for f in _STORED}
+        fitted[spec.name] = {f: _round(getattr(params, f)) for f in ModelParams.STORED}
         fitted[spec.name]["fitted"] = sorted(free)
         fitted[spec.name]["rows"] = len(by_gpu[label])
         measurement[label] = {t: {k: _round(v) for k, v in d.items()} for t, d in meas.items()}
         print(f"{label:7s} -> {spec.name:16s} rows={len(by_gpu[label]):5d} "
               f"mean|log err|={loss:.4f} " +
-              " ".join(f"{f}={fitted[spec.name][f]:.4g}" for f in _STORED),
+              " ".join(f"{f}={fitted[spec.name][f]:.4g}" for f in ModelParams.STORED),
               file=sys.stderr)
     families = {}
     for name in list_gpus():

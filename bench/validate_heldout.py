@@ -38,8 +38,8 @@ from fxshape.fitting import _START, _Problem, _fit_one  # noqa: E402
 from fxshape.gpus import get_gpu  # noqa: E402
 from fxshape.perf import ModelParams, model_params, predict_times_array  # noqa: E402
 
-_ALL = ModelParams.FIELDS + ModelParams.OPTIONAL
-_NO_ALIGN = tuple(f for f in ModelParams.FIELDS if f not in ("align_eff", "align_mem_eff"))
+from fit_model import _ALL, _NO_ALIGN  # noqa: E402  (bench/: the free constants it fits)
+
 # (SKU, free constants, what is left out): as bench/fit_model.py fits them
 PLAN = (
     ("a100-sxm4-80gb", _NO_ALIGN, "tp"),
@@ -67,7 +67,7 @@ def _fit(rows, sku, free):
     fixed = dict(_START)
     if sku != "a100-sxm4-40gb" and "align_eff" not in free:
         base = model_params("a100-sxm4-40gb")
-        fixed.update({f: getattr(base, f) for f in ModelParams.FIELDS + ModelParams.OPTIONAL})
+        fixed.update({f: getattr(base, f) for f in ModelParams.STORED})
     params, meas, _ = _fit_one(_Problem(rows, get_gpu(sku)), free, fixed)
     return params, meas
 

@@ -348,7 +348,7 @@ def _rule_notes(config, report, tp, batch_size):
                                  f"{p.waves - 1} full waves + {tail} tiles: just past a wave "
                                  f"boundary (wave efficiency {100 * p.wave_efficiency:.0f}%; "
                                  f"set by {dims or 'its sizes'})")
-    if getattr(report, "unsupported", ()):  # left out of the step times: say so, and which
+    if report.unsupported:  # left out of the step times: say so, and which
         ops = sorted({u.target for u in report.unsupported})
         notes.append(f"{len(report.unsupported)} matmul-like op(s) have no GEMM model and are "
                      f"not in the step times: {', '.join(ops)}")

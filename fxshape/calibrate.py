@@ -116,9 +116,8 @@ def fit_rows(rows, gpu, *, start: ModelParams | None = None):
 
 def write_params(path: str, params: ModelParams, summary: dict, device: str = "") -> None:
     """Write a parameter file holding one GPU (it overlays the packaged constants)."""
-    stored = ModelParams.FIELDS + ModelParams.OPTIONAL
-    entry = {f: float(f"{getattr(params, f):.5g}") for f in stored}
-    entry["fitted"] = sorted(stored)
+    entry = {f: float(f"{getattr(params, f):.5g}") for f in ModelParams.STORED}
+    entry["fitted"] = sorted(ModelParams.STORED)
     entry["rows"] = summary["rows"]
     doc = {"comment": "Written by fxshape calibrate; entries replace the packaged constants "
                       "for these GPUs (use with params= or FXSHAPE_PARAMS).",

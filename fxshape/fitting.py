@@ -113,8 +113,8 @@ def _fit_one(prob: _Problem, free, fixed: dict, starts=None):
         vals = dict(fixed)
         for i, nme in enumerate(names):
             vals[nme] = _from_unbounded(nme, x[i])
-        return (ModelParams(**{f: vals[f] for f in ModelParams.FIELDS + ModelParams.OPTIONAL
-                               if f in vals}), x[len(names):])
+        return (ModelParams(**{f: vals[f] for f in ModelParams.STORED if f in vals}),
+                x[len(names):])
 
     sw = np.sqrt(prob.w)
 

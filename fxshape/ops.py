@@ -497,20 +497,19 @@ def _einsum(node):
 
 def _grouped(node, name):
     x, w = _require(input_shapes(node), 2, node)
-    experts = w[0]
-    rows = x[0]
-    # routing decides each expert's M at run time; assume balanced routing: at most
-    # ceil(rows / experts) each, and ``work`` keeps the total at exactly ``rows``
+    m, work, note = _balanced(x[0], w[0])
+    return [Gemm(name, w[0], m, w[2], w[1], "nn", work=work, note=note)]
+
+
+def _balanced(rows, experts):
+    """Routing decides each expert's rows at run time; assume balanced routing: at most
+    ``m = ceil(rows / experts)`` each, with ``work`` keeping the total at exactly ``rows``.
+    Returns ``(m, work, note)``."""
     m = max(1, -(-rows // experts))
-    return [Gemm(name, experts, m, w[2], w[1], "nn", work=rows / (experts * m),
-                 note=_balanced_note(rows, experts, m))]
-
-
-def _balanced_note(rows, experts, m):
     note = f"MoE: {rows} routed rows over {experts} experts, balanced routing assumed"
     if rows != experts * m:
         note += f" (at most {m} per expert; FLOPs count the {rows} rows exactly)"
-    return note
+    return m, rows / (experts * m), note
 
 
 if hasattr(aten, "_grouped_mm"):
@@ -525,9 +524,7 @@ def _grouped_backward(node):
     rows), balanced routing assumed."""
     x, w = _require(input_shapes(node), 2, node)
     experts, k_in, n_out = w
-    m = max(1, -(-x[0] // experts))
-    note = _balanced_note(x[0], experts, m)
-    work = x[0] / (experts * m)
+    m, work, note = _balanced(x[0], experts)
     return [Gemm("grouped_mm.dx", experts, m, k_in, n_out, "nt", work=work, note=note),
             Gemm("grouped_mm.dw", experts, k_in, n_out, m, "tn", work=work, note=note)]
 

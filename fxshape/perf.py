@@ -117,11 +117,13 @@ class ModelParams:
     throttle_ratio: float = 1.0
     batched_eff: float = 1.0
 
-    #: Constants every parameter-file entry has; ``OPTIONAL`` ones default when absent.
+    #: Constants every parameter-file entry has; ``OPTIONAL`` ones default when absent;
+    #: ``STORED``: what the fitters write.
     OPTIONAL = ("batched_eff",)
     FIELDS = ("e_max", "l2_bytes_per_clk_per_sm", "dram_eff", "launch_s", "wave_s",
               "align_eff", "smooth_q", "split_k_s", "power_eff", "align_mem_eff",
               "sm_stream_bytes_per_clk")
+    STORED = FIELDS + OPTIONAL
 
 
 class DimAlignment(NamedTuple):

@@ -193,7 +193,7 @@ def test_wave_boundary_note():
     row = SimpleNamespace(prediction=pred, m=4096, n=4480, k=4096, op="linear",
                           set_by=("batch_size × seq_len", "intermediate_size", "hidden_size"))
     group = {"row": row, "module": "mlp.up", "share": 0.5}
-    report = SimpleNamespace(gpu="h100", groups=lambda: [group])
+    report = SimpleNamespace(gpu="h100", groups=lambda: [group], unsupported=())
     notes = _rule_notes(SimpleNamespace(), report, tp=1, batch_size=None)
     assert len(notes) == 1 and "1 full waves + 8 tiles" in notes[0]
     assert "N (intermediate_size)" in notes[0]
