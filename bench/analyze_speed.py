@@ -5,8 +5,8 @@
 
 In one process, on presets built on the meta device:
 
-- Llama-2-70B inference: ``fxshape.analyze`` against a bare ``torch.export.export`` of the
-  whole model (target, issue 10: <= 0.25x);
+- Llama-2-70B inference: ``fxshape.analyze`` (provenance traced by cause) against a bare
+  ``torch.export.export`` of the whole model (target, issue 10: <= 0.25x);
 - Llama-3-8B ``mode="train"``: ``fxshape.analyze`` against a bare export of its forward
   (target <= 1.0x);
 - ``fxshape.advise`` on Llama-2-7B (target <= 30 s);
@@ -15,8 +15,9 @@ In one process, on presets built on the meta device:
 - and the process's peak RSS at the end (target <= 1 GB).
 
 Best of ``--repeats``. ``analyze`` is timed on a structure it has not seen (the reduced trace
-checked against one with two layers per group) and again once it has (advise and sweep
-candidates); ``analyze(..., dedup=False)`` (every layer traced) beside it.
+checked against one with two layers per group, provenance traced by cause) and again once it
+has (the same model again); ``analyze(..., dedup=False)`` (every layer traced) beside it; and,
+structure checked, provenance traced by cause against matched by value (what tracing costs).
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ import torch  # noqa: E402
 
 import fxshape  # noqa: E402
 from fxshape.analysis import _CHECKED  # noqa: E402
+from fxshape.perturb import _CACHE as _TRACED  # noqa: E402
 from fxshape.capture import example_inputs_for  # noqa: E402
 from fxshape.presets import build_preset  # noqa: E402
 
@@ -58,21 +60,32 @@ def main(argv=None):
         kwargs = example_inputs_for(model, seq_len=args.seq_len)
         e, _ = _best(lambda: torch.export.export(model, (), kwargs, strict=False),
                      args.repeats)
-        def first():  # a new structure: the reduced trace is checked against two layers
-            _CHECKED.clear()
+        def first():  # a new structure: the reduced trace is checked against two layers,
+            _CHECKED.clear()  # and provenance is traced by cause
+            _TRACED.clear()
             return fxshape.analyze(model, seq_len=args.seq_len, mode=mode)
 
         a, report = _best(first, args.repeats)
         c, _ = _best(lambda: fxshape.analyze(model, seq_len=args.seq_len, mode=mode),
                      args.repeats)
+
+        def untraced(provenance):  # structure checked; provenance not cached
+            _TRACED.clear()
+            return fxshape.analyze(model, seq_len=args.seq_len, mode=mode,
+                                   provenance=provenance)
+
+        t, _ = _best(lambda: untraced("traced"), args.repeats)
+        m, _ = _best(lambda: untraced("matched"), args.repeats)
         f, full = _best(lambda: fxshape.analyze(model, seq_len=args.seq_len, mode=mode,
                                                 dedup=False), 1)
         same = sorted((r.module, r.op, r.phase, r.m, r.n, r.k, r.time_s) for r in report.rows) \
             == sorted((r.module, r.op, r.phase, r.m, r.n, r.k, r.time_s) for r in full.rows)
         print(f"{name} {mode} (batch 1, seq {args.seq_len}): bare torch.export {e:.2f} s, "
               f"fxshape.analyze {a:.2f} s = {a / e:.2f}x (target <= {target}x; {c:.2f} s "
-              f"once the structure is checked), every layer traced {f:.2f} s; "
-              f"{len(report.rows)} GEMMs, rows equal: {same}")
+              f"once the structure is checked and provenance cached), every layer traced "
+              f"{f:.2f} s; {len(report.rows)} GEMMs, rows equal: {same}")
+        print(f"  provenance, structure checked: traced by cause {t:.2f} s, matched by value "
+              f"{m:.2f} s (tracing costs {t - m:.2f} s)")
     from fxshape.advise import advise, sweep
 
     t, adv = _best(lambda: advise(build_preset("llama-2-7b"), gpu="h100"), 1)

@@ -10,12 +10,19 @@ constants, same starting points, alignment constants from the A100 fit):
 - **leave one TP degree out** for the Vidur GPUs (A100 80 GB, H100, A40): fit on the layers
   of three tensor-parallel degrees, predict the fourth (its N or K never seen);
 - **leave one sweep out** for the cookbook GPUs (A100 40 GB, V100, MI250X): fit on three
-  sweeps, predict the fourth.
+  sweeps, predict the fourth;
+- **leave the GPU out**: each measured GPU predicted with the packaged constants of another
+  GPU (``TRANSFER``: the one whose constants a GPU without data borrows — A40 from the A100,
+  as Ada and GA10x do; V100 from the A100, the nearest older tensor-core fit; H100 from the
+  A100, the case of a new architecture) and the target's own GPUSpec (SMs, clocks, peaks,
+  bandwidth). Only the timing method's two nuisance constants (overhead, slow factor of
+  wall-clock rows) are the target's own: they describe the measurement, not the GPU.
 
 It prints, per group, the in-sample and the held-out median / p90 absolute error, then the
 Vidur error by token count M (the regime split of issue 11), and an *isotonic floor*: the
-error of the best curve that only assumes time does not decrease with the FLOP count within a group (with M, for a Vidur layer) (a
-pool-adjacent-violators fit of log time). What the floor leaves is non-monotonic measurement
+error of the best curve that only assumes time does not decrease with the FLOP count within a
+group (with M, for a Vidur layer) (a pool-adjacent-violators fit of log time), then the
+leave-the-GPU-out table. What the floor leaves is non-monotonic measurement
 (library kernel switches, noise) that no model monotone in M can follow.
 Deterministic; about four minutes on two cores (``--quick``: H100 only, about one).
 """
@@ -50,6 +57,15 @@ PLAN = (
     ("mi250x-gcd", _ALL, "sweep"),
 )
 M_BINS = ((1, 128), (129, 1024), (1025, 4096))
+#: (target, constants from): a GPU predicted with another GPU's fitted constants
+TRANSFER = (
+    ("a100-sxm4-40gb", "a100-sxm4-80gb"),
+    ("a100-sxm4-80gb", "a100-sxm4-40gb"),
+    ("a40", "a100-sxm4-80gb"),
+    ("v100-sxm2", "a100-sxm4-40gb"),
+    ("h100-sxm", "a100-sxm4-80gb"),
+    ("mi250x-gcd", "mi210"),
+)
 
 
 def _fold(row, by):
@@ -144,6 +160,33 @@ def run(directory=None, only=None):
     return table, regimes
 
 
+def transfer(directory=None, only=None):
+    """Rows (target, from, source, rows, own median/p90 %, borrowed median/p90 %)."""
+    from fxshape.perf import _load_params, resolve_params_path
+
+    rows = read_dir(directory)
+    by_sku = defaultdict(list)
+    for r in rows:
+        by_sku[calibration_sku(r.source, r.gpu)].append(r)
+    packaged = _load_params(resolve_params_path())
+    out = []
+    for target, donor in TRANSFER:
+        if only and target not in only or target not in by_sku:
+            continue
+        if donor not in packaged["gpus"]:
+            continue  # no fitted constants of its own to lend
+        meas = packaged["measurement"].get(target, {})
+        for source in sorted({r.source for r in by_sku[target]}):
+            data = [r for r in by_sku[target] if r.source == source]
+            t = np.array([r.time_s for r in data])
+            own = np.abs(_predict(data, target, model_params(target), meas) / t - 1)
+            lent = np.abs(_predict(data, target, model_params(donor), meas) / t - 1)
+            (om, op), (lm, lp) = _stats(own), _stats(lent)
+            out.append((target, donor, source, len(data), f"{100 * om:.1f}", f"{100 * op:.1f}",
+                        f"{100 * lm:.1f}", f"{100 * lp:.1f}"))
+    return out
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--calibration-dir", default=None)
@@ -157,6 +200,11 @@ def main(argv=None):
     print()
     print(tabulate(regimes, headers=("GPU", "M (tokens)", "rows", "in med %", "in p90 %",
                                      "held med %", "held p90 %"),
+                   tablefmt=args.format, disable_numparse=True))
+    print()
+    print(tabulate(transfer(args.calibration_dir, ("h100-sxm",) if args.quick else None),
+                   headers=("GPU", "constants from", "source", "rows", "own med %",
+                            "own p90 %", "borrowed med %", "borrowed p90 %"),
                    tablefmt=args.format, disable_numparse=True))
     return 0
 

@@ -167,7 +167,9 @@ class _Evaluator:
             from .analysis import analyze
 
             model = _build(self.cls, self.config_with(key))  # on meta: ~20 ms
-            report = analyze(model, **self.kw)
+            # what sets each dimension is read off the baseline (its notes); candidates are
+            # only timed
+            report = analyze(model, **self.kw, provenance="traced" if not key else None)
             if not key:
                 self.report = report
             attn = [r for r in report.rows if r.kernel]

@@ -27,6 +27,8 @@ from .perf import (MatmulPrediction, is_default_params, predict_matmul, resolve_
 __all__ = ["GemmRow", "Unsupported", "analyze", "annotate", "module_of"]
 
 META_KEY = "fxshape"
+#: how ``analyze`` decides what sets each GEMM dimension
+PROVENANCE_CHOICES = ("traced", "matched", None)
 
 
 @dataclass(frozen=True)
@@ -56,6 +58,9 @@ class GemmRow:
     #: what sets (M, N, K): a hyperparameter, an input size or a parameter axis
     #: (``fxshape.provenance``); empty when not traced
     set_by: tuple = ()
+    #: the knobs whose change changes (M, N, K): a tuple of labels per dimension, when
+    #: provenance was traced by cause (``analyze(provenance="traced")``); empty otherwise
+    causes: tuple = ()
     #: the kernel an attention GEMM was predicted as ("fa2", "fa3", "mem_efficient",
     #: "math"); empty for ordinary GEMMs
     kernel: str = ""
@@ -147,21 +152,103 @@ def annotate(gm: torch.fx.GraphModule, *, gpu="h100", dtype=torch.bfloat16,
     return rows, unsupported
 
 
-def _with_provenance(gm, rows, config, tp):
-    """Rows with ``set_by`` filled in (``fxshape.provenance``), also on ``node.meta``."""
-    from .provenance import dimension_sources
-
+def _by_node(rows) -> dict:
     by_node: dict[str, list] = {}
     for r in rows:
         by_node.setdefault(r.node, []).append(r)
-    sources = dimension_sources(gm, by_node, config=config, tp=tp)
+    return by_node
+
+
+def _replaced(gm, rows, changes):
+    """``rows`` with each row's ``changes`` (a dict of fields) applied, also on
+    ``node.meta``."""
+    new = [dataclasses.replace(r, **c) for r, c in zip(rows, changes)]
     nodes = {n.name: n for n in gm.graph.nodes}
-    out = []
-    for name, rs in by_node.items():
-        new = tuple(dataclasses.replace(r, set_by=s) for r, s in zip(rs, sources[name]))
-        nodes[name].meta[META_KEY] = new
-        out.extend(new)  # annotate adds each node's rows together: graph order is kept
-    return out
+    for name, rs in _by_node(new).items():
+        nodes[name].meta[META_KEY] = tuple(rs)
+    return new
+
+
+def _with_provenance(gm, rows, config, tp):
+    """Rows with ``set_by`` matched by value (``fxshape.provenance.dimension_sources``), also
+    on ``node.meta``."""
+    from .provenance import dimension_sources
+
+    by_node = _by_node(rows)
+    sources = dimension_sources(gm, by_node, config=config, tp=tp)
+    # annotate adds each node's rows together: graph order is kept
+    flat = [s for name in by_node for s in sources[name]]
+    order = [r for rs in by_node.values() for r in rs]
+    return _replaced(gm, order, [{"set_by": s} for s in flat])
+
+
+def _with_traced_provenance(gm, rows, model, args, stacks):
+    """Rows with ``set_by`` and ``causes`` traced by cause (``fxshape.perturb``); notes."""
+    from .capture import forward_arguments
+    from .fasttrace import aligned, gemm_graph, gemm_nodes
+    from .perturb import row_keys, traced_sources
+    from .provenance import weight_axes
+
+    (example_inputs, example_kwargs, kw, spec, dkey, tp, _, moe_routing, attention) = args
+    by_node = _by_node(rows)
+    axes = weight_axes(gm, by_node)
+    order = [r for rs in by_node.values() for r in rs]
+    fallback = [a for name in by_node for a in axes[name]]
+    keys = row_keys(order)
+    opts = dict(gpu=spec, dtype=dkey, tp=tp, causal_decoder=_is_decoder(model),
+                moe_routing=moe_routing, attention=attention)
+    base_nodes = gemm_nodes(gm)
+
+    def recorded(target, ex_in, ex_kw, b, s, sizes):
+        """Sizes by row key from running ``target`` on meta or fake tensors
+        (``fxshape.fasttrace``), or None where its GEMMs do not line up with the captured
+        graph's (with ``sizes``: or their sizes differ)."""
+        a, k = forward_arguments(target, ex_in, ex_kw, batch_size=b, seq_len=s)
+        try:
+            fast = gemm_graph(target, a, k, train=kw["train"])
+        except Exception:  # noqa: BLE001 - the capture path measures it instead
+            return None
+        if not aligned(gm, fast, sizes=sizes):
+            return None
+        for bn, fn in zip(base_nodes, gemm_nodes(fast)):
+            fn.meta["fxshape_module"] = module_of(bn)[0]
+        got, _ = annotate(fast, features=_features(target) if tp > 1 else None, **opts)
+        mine = _by_node(got)
+        out = {}
+        for bn, fn in zip(base_nodes, gemm_nodes(fast)):
+            theirs, ours = by_node.get(bn.name, []), mine.get(fn.name, [])
+            if len(theirs) != len(ours):
+                return None
+            out.update({id(t): (o.m, o.n, o.k) for t, o in zip(theirs, ours)})
+        return {key: out[id(r)] for key, r in zip(keys, order)}
+
+    fast_ok = []  # the fast trace reproduces this graph's rows (decided at first use)
+
+    def observe(target, ex_in, ex_kw, b, s):
+        if not fast_ok:
+            base = reduced_model(model, stacks, 1) if stacks else model
+            fast_ok.append(recorded(base, example_inputs, example_kwargs, kw["batch_size"],
+                                    kw["seq_len"], sizes=True) ==
+                           {key: (r.m, r.n, r.k) for key, r in zip(keys, order)})
+        got = recorded(target, ex_in, ex_kw, b, s, sizes=False) if fast_ok[0] else None
+        if got is None:
+            kw2 = dict(kw, batch_size=b, seq_len=s)
+            theirs = _annotated(target, ex_in, ex_kw, kw2, spec, dkey, tp, model,
+                                moe_routing, attention, provenance=None)[1]
+            got = dict(zip(row_keys(theirs), ((r.m, r.n, r.k) for r in theirs)))
+        return got
+
+    # what the labels depend on besides the model: sizes do not depend on the GPU or dtype,
+    # but which rows there are may (an attention kernel's), so the rows are in the key
+    key = (kw["train"], tp, _shapes(moe_routing), _shapes(example_inputs),
+           _shapes(example_kwargs), kw["batch_size"], kw["seq_len"],
+           tuple((s.name, s.groups) for s in stacks),
+           tuple(k + (r.m, r.n, r.k) for k, r in zip(keys, order)))
+    sources, notes = traced_sources(
+        model, order, fallback, observe=observe, example_inputs=example_inputs,
+        example_kwargs=example_kwargs, batch_size=kw["batch_size"], seq_len=kw["seq_len"],
+        stacks=stacks, tp=tp, cache_key=key)
+    return _replaced(gm, order, [{"set_by": s, "causes": c} for s, c in sources]), notes
 
 
 def _causal(node, g: Gemm, fqn: str) -> Gemm:
@@ -261,15 +348,18 @@ def _shapes(obj):
 
 
 def _annotated(target, example_inputs, example_kwargs, kw, spec, dkey, tp, model,
-               moe_routing, attention):
+               moe_routing, attention, provenance="matched"):
     """Capture ``target`` (the model, or a reduced copy of it) and annotate its graph:
-    (graph, rows with provenance, unsupported)."""
+    (graph, rows, unsupported); rows with provenance matched by value unless ``provenance``
+    is None."""
     gm = capture(target, example_inputs, example_kwargs, **kw)
     rows, unsupported = annotate(gm, gpu=spec, dtype=dkey, tp=tp,
                                  features=_features(target) if tp > 1 else None,
                                  causal_decoder=_is_decoder(model), moe_routing=moe_routing,
                                  attention=attention)
-    return gm, _with_provenance(gm, rows, getattr(model, "config", None), tp), unsupported
+    if provenance is not None:
+        rows = _with_provenance(gm, rows, getattr(model, "config", None), tp)
+    return gm, rows, unsupported
 
 
 def _check_attention(attention, spec, dkey) -> None:
@@ -331,7 +421,8 @@ def _row(node, g: Gemm, fqn, cls, phase, dkey, spec) -> GemmRow:
 
 def analyze(model, example_inputs=None, example_kwargs=None, *, gpu="h100",
             dtype=torch.bfloat16, batch_size=None, seq_len=None, mode="inference", tp=1,
-            moe_routing=None, attention="flash", dedup=True, params=None):
+            moe_routing=None, attention="flash", dedup=True, params=None,
+            provenance="traced"):
     """Capture ``model`` and predict every GEMM in it on ``gpu``.
 
     Args:
@@ -357,6 +448,12 @@ def analyze(model, example_inputs=None, example_kwargs=None, *, gpu="h100",
         params: a parameter file (e.g. written by ``fxshape calibrate``) whose constants
             replace the packaged ones for the GPUs it has; default ``$FXSHAPE_PARAMS`` if set.
             A non-packaged file is named in ``report.notes``.
+        provenance: how each row's ``set_by`` (what sets M, N and K) is decided:
+            ``"traced"`` (default: by cause; the model is re-traced with one hyperparameter
+            or input size changed at a time, at reduced depth, and a dimension is set by what
+            changes it; ``row.causes`` lists those; ``fxshape.perturb``), ``"matched"``
+            (by value against the config and input sizes, no re-capture: faster, but values
+            that coincide can be confused) or ``None`` (not decided; ``set_by`` empty).
 
     Returns:
         A :class:`fxshape.report.Report`.
@@ -364,7 +461,8 @@ def analyze(model, example_inputs=None, example_kwargs=None, *, gpu="h100",
     with use_params(params):
         report = _analyze(model, example_inputs, example_kwargs, gpu=gpu, dtype=dtype,
                           batch_size=batch_size, seq_len=seq_len, mode=mode, tp=tp,
-                          moe_routing=moe_routing, attention=attention, dedup=dedup)
+                          moe_routing=moe_routing, attention=attention, dedup=dedup,
+                          provenance=provenance)
         path = resolve_params_path()
     if not is_default_params(path):
         report = dataclasses.replace(report, notes=report.notes + (
@@ -373,8 +471,12 @@ def analyze(model, example_inputs=None, example_kwargs=None, *, gpu="h100",
 
 
 def _analyze(model, example_inputs, example_kwargs, *, gpu, dtype, batch_size, seq_len, mode,
-             tp, moe_routing, attention, dedup):
+             tp, moe_routing, attention, dedup, provenance):
     from .report import Report
+
+    if provenance not in PROVENANCE_CHOICES:
+        raise ValueError(f"unknown provenance {provenance!r}; accepted: "
+                         + ", ".join(repr(p) for p in PROVENANCE_CHOICES))
 
     if mode not in ("inference", "train"):
         raise ValueError(f"unknown mode {mode!r}; accepted: 'inference', 'train'")
@@ -409,12 +511,18 @@ def _analyze(model, example_inputs, example_kwargs, *, gpu, dtype, batch_size, s
             notes.append(f"traced every layer: {why}")
             stacks = []
         else:
-            rows = expand_rows(rows, stacks)
             notes.append("traced one layer per group of identical layers (checked against "
                          "two): " + "; ".join(f"{s.name}: {len(s.groups)} of {s.length}"
                                               for s in stacks))
     if not stacks:
         gm, rows, unsupported = _annotated(model, *args)
+    if provenance == "traced":
+        rows, traced_notes = _with_traced_provenance(gm, rows, model, args, stacks)
+        notes.extend(traced_notes)
+    elif provenance is None:
+        rows = _replaced(gm, rows, [{"set_by": ()}] * len(rows))
+    if stacks:
+        rows = expand_rows(rows, stacks)
     return Report(rows=tuple(rows), unsupported=tuple(unsupported), gpu=spec.name,
                   dtype=dkey, model_name=type(model).__name__, graph_module=gm,
                   notes=tuple(notes))

@@ -180,6 +180,19 @@ def capture(model, example_inputs=None, example_kwargs=None, *, batch_size=None,
     from .ops import register_transformers_ops
 
     register_transformers_ops()
+    args, kwargs = forward_arguments(model, example_inputs, example_kwargs,
+                                     batch_size=batch_size, seq_len=seq_len)
+    # torch's own tracebacks of a failing path (the fake-tensor "failed while attempting to
+    # run meta" logs) stay off stderr: CaptureError reports every path
+    with quiet_loggers("torch._subclasses.fake_tensor", "torch._dynamo", "torch.export"):
+        return _capture(model, args, kwargs, train)
+
+
+def forward_arguments(model, example_inputs=None, example_kwargs=None, *, batch_size=None,
+                      seq_len=None) -> tuple:
+    """(args, kwargs) a capture calls ``model`` with: the given ones, or inputs synthesized
+    for a Hugging Face model (:func:`example_inputs_for`); ``use_cache=False`` where the
+    forward takes it; on the meta device when the model is there."""
     device = _model_device(model)
     if example_inputs is None and example_kwargs is None:
         example_kwargs = example_inputs_for(model, batch_size=batch_size, seq_len=seq_len,
@@ -193,11 +206,7 @@ def capture(model, example_inputs=None, example_kwargs=None, *, batch_size=None,
         kwargs["use_cache"] = False  # a KV-cache object in the output breaks export
     if device.type == "meta":  # keep everything on meta: no real memory anywhere
         args, kwargs = _to_device(args, device), _to_device(kwargs, device)
-
-    # torch's own tracebacks of a failing path (the fake-tensor "failed while attempting to
-    # run meta" logs) stay off stderr: CaptureError reports every path
-    with quiet_loggers("torch._subclasses.fake_tensor", "torch._dynamo", "torch.export"):
-        return _capture(model, args, kwargs, train)
+    return args, kwargs
 
 
 @contextlib.contextmanager

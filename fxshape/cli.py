@@ -94,7 +94,8 @@ def _cmd_analyze(args) -> int:
     try:
         report = analyze(model, gpu=args.gpu, dtype=args.dtype, batch_size=args.batch_size,
                          seq_len=args.seq_len, mode="train" if args.train else "inference",
-                         tp=args.tp, attention=args.attention)
+                         tp=args.tp, attention=args.attention,
+                         provenance=None if args.provenance == "none" else args.provenance)
     except CaptureError as exc:
         raise ValueError(str(exc).splitlines()[0] + " (see fxshape.capture for details)") \
             from None
@@ -244,6 +245,10 @@ def build_parser() -> argparse.ArgumentParser:
     pa.add_argument("--train", action="store_true",
                     help="add the backward GEMMs autograd runs (phase 'backward')")
     pa.add_argument("--format", choices=("table", "json", "csv", "markdown"), default="table")
+    pa.add_argument("--provenance", choices=("traced", "matched", "none"), default="traced",
+                    help="how the 'set by' column is decided: traced (default: by cause, "
+                         "re-tracing with one hyperparameter or input size changed at a "
+                         "time), matched (by value, faster, can confuse equal values), none")
     pa.add_argument("--plot", default=None, metavar="PATH",
                     help="also draw where the time goes (.png or .svg; needs matplotlib)")
     pa.set_defaults(func=_cmd_analyze)

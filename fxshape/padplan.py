@@ -281,6 +281,7 @@ def _plan_padding(model_or_report, example_inputs, example_kwargs, *, gpu, dtype
         from .analysis import analyze
 
         kw = dict(analyze_kwargs)
+        kw.setdefault("provenance", None)  # the plan does not say what sets a dimension
         if dtype is not None:
             kw["dtype"] = dtype
         report = analyze(model_or_report, example_inputs, example_kwargs, gpu=gpu, **kw)

@@ -1,6 +1,16 @@
 """Which hyperparameter sets each GEMM dimension ("lm_head N <- vocab_size").
 
-Two steps, per GEMM dimension:
+By cause (the default of ``analyze``): ``fxshape.perturb`` re-traces the model with one
+*knob* (:class:`Knob`: a config hyperparameter such as ``vocab_size``, or an input size such
+as ``seq_len``) changed at a time, and :func:`name_by_cause` names each dimension from what it
+measured at every point: its causes are the knobs whose change changed it, its label the first
+named expression of :func:`catalog` (``batch_size × seq_len``, ``num_key_value_heads ×
+head_dim``, ``3 × hidden_size``, ... evaluated on :func:`environment`, which derives
+``head_dim = hidden_size / num_attention_heads`` and the like as Hugging Face models do) that
+equals the dimension at all of them. A dimension no knob changes is named by the parameter axis
+that carries it (:func:`weight_axes`, dataflow through view-like ops).
+
+By value (``analyze(provenance="matched")``, :func:`dimension_sources`), without re-tracing:
 
 1. Dataflow (networkx over the captured graph): which operand carries the dimension (M: the
    left operand, N: the right, K: both), and whether that operand is a parameter — reached
@@ -11,21 +21,25 @@ Two steps, per GEMM dimension:
    ``num_key_value_heads × head_dim``, … and ``/ tp`` when sharded); one carried by activations
    against the input sizes as well (``batch_size × seq_len``, ``seq_len``, ``head_dim``,
    ``batch_size × num_attention_heads``). Without a config (a plain module) the answer is the
-   parameter and axis (``fc1.weight[0]``) or the input (``input x[0] × x[1]``).
+   parameter and axis (``fc1.weight[0]``) or the input (``input x[0] × x[1]``). Values that
+   coincide are decided by a fixed preference order, which can be wrong (a sequence length
+   equal to the head dimension).
 
-Pure functions over a graph and a config; deterministic (fixed preference order).
+Pure functions over graphs, configs and measured sizes; deterministic.
 """
 
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import networkx as nx
 import torch
 
 from .capture import _VIEW_OPS, _op_name
 
-__all__ = ["hyperparameters", "expressions", "dimension_sources", "input_sizes"]
+__all__ = ["hyperparameters", "expressions", "dimension_sources", "input_sizes", "Knob",
+           "config_knobs", "environment", "catalog", "name_by_cause", "weight_axes"]
 
 #: canonical hyperparameter -> config attribute names that hold it, first found wins
 _FIELDS = {
@@ -269,3 +283,219 @@ def _label(v, carriers, op, g, inputs, w_expr, a_expr) -> str:
                         dims = "×".join(f"{arg}.shape[{x}]" for x in range(i, j))
                         return f"input {dims}"
     return "activation"
+
+
+# ---------------------------------------------------------------------------------------
+# provenance by cause: what changes when one hyperparameter or input size changes
+# ---------------------------------------------------------------------------------------
+
+#: config integers varied besides the hyperparameters above: routing and the vision inputs
+_EXTRA_KNOBS = {
+    "num_experts_per_tok": ("num_experts_per_tok",),
+    "image_size": ("image_size",),
+    "patch_size": ("patch_size",),
+    "num_channels": ("num_channels",),
+    "max_source_positions": ("max_source_positions",),  # speech encoders: frames / 2
+    "num_mel_bins": ("num_mel_bins",),
+}
+
+
+@dataclass(frozen=True)
+class Knob:
+    """One thing that provenance varies, one at a time: a config attribute (``attr``), a size
+    of the synthesized inputs (``batch_size``, ``seq_len``), or one size of the user's inputs
+    (``axes``: every (input, axis) that must equal it, varied together)."""
+
+    name: str  # key in an environment (canonical hyperparameter, "batch_size", ...)
+    label: str  # as the user writes it: "n_embd", "batch_size", "x.shape[0]"
+    value: int
+    attr: str | None = None
+    axes: tuple = ()
+
+
+def config_knobs(config) -> list:
+    """The config integers that set GEMM sizes, as knobs (first attribute found per
+    hyperparameter, as :func:`hyperparameters` names them)."""
+    out = []
+    for canonical, attrs in {**_FIELDS, **_EXTRA_KNOBS}.items():
+        for attr in attrs:
+            v = getattr(config, attr, None)
+            if isinstance(v, int) and not isinstance(v, bool) and v > 0:
+                out.append(Knob(canonical, attr, v, attr=attr))
+                break
+    return out
+
+
+def environment(config, knobs, values: dict | None = None):
+    """(values, labels) of every quantity a label may use, with ``values`` overriding knob
+    values (a perturbed point). Derived quantities follow their sources the way Hugging Face
+    models derive them: ``head_dim = hidden_size / num_attention_heads`` when the config
+    states none, GPT-2's unset ``n_inner = 4 × n_embd``, ``num_key_value_heads =
+    num_attention_heads`` when unset, ViT's ``seq_len = (image_size / patch_size)² + 1``."""
+    env = {k.name: k.value for k in knobs}
+    env.update(values or {})
+    lab = {k.name: k.label for k in knobs}
+    h, a = env.get("hidden_size"), env.get("num_attention_heads")
+    if "head_dim" not in env and h and a and h % a == 0:
+        env["head_dim"] = h // a
+        lab["head_dim"] = f"head_dim = {lab['hidden_size']} / {lab['num_attention_heads']}"
+    if "intermediate_size" not in env and h and config is not None and \
+            hasattr(config, "n_inner"):
+        env["intermediate_size"] = 4 * h
+        lab["intermediate_size"] = f"4 × {lab['hidden_size']} (n_inner unset)"
+    if "num_key_value_heads" not in env and a:
+        env["num_key_value_heads"], lab["num_key_value_heads"] = a, lab["num_attention_heads"]
+    img, patch = env.get("image_size"), env.get("patch_size")
+    if "seq_len" not in env and img and patch:
+        env["seq_len"] = (img // patch) ** 2 + 1
+        lab["seq_len"] = f"seq_len = ({lab['image_size']} / {lab['patch_size']})² + 1"
+    return env, lab
+
+
+def catalog(labels: dict, inputs=(), *, tp: int = 1) -> list:
+    """Named expressions, ``(label, function of an environment)``, in preference order: the
+    names a dimension may get when it equals one at every point provenance measured.
+    ``inputs``: (label, (knob names...)) for products of the user's input sizes."""
+    L = labels.get
+    out = []
+
+    def add(label, fn, *needs):
+        if all(n in labels for n in needs):
+            out.append((label, fn))
+
+    hd = "head_dim"
+    weight = [
+        (L("vocab_size"), lambda e: e["vocab_size"], "vocab_size"),
+        (L("hidden_size"), lambda e: e["hidden_size"], "hidden_size"),
+        (L("intermediate_size"), lambda e: e["intermediate_size"], "intermediate_size"),
+        (f"2 × {L('intermediate_size')}", lambda e: 2 * e["intermediate_size"],
+         "intermediate_size"),
+        (f"3 × {L('hidden_size')}", lambda e: 3 * e["hidden_size"], "hidden_size"),
+        (f"{L('num_attention_heads')} × head_dim",
+         lambda e: e["num_attention_heads"] * e[hd], "num_attention_heads", hd),
+        (f"{L('num_key_value_heads')} × head_dim",
+         lambda e: e["num_key_value_heads"] * e[hd], "num_key_value_heads", hd),
+        (f"({L('num_attention_heads')} + 2 × {L('num_key_value_heads')}) × head_dim",
+         lambda e: (e["num_attention_heads"] + 2 * e["num_key_value_heads"]) * e[hd],
+         "num_attention_heads", "num_key_value_heads", hd),
+        (f"3 × {L('num_attention_heads')} × head_dim",
+         lambda e: 3 * e["num_attention_heads"] * e[hd], "num_attention_heads", hd),
+        (L("num_local_experts"), lambda e: e["num_local_experts"], "num_local_experts"),
+        (f"{L('num_channels')} × {L('patch_size')}²",
+         lambda e: e["num_channels"] * e["patch_size"] ** 2, "num_channels", "patch_size"),
+    ]
+    if tp > 1:
+        for label, fn, *needs in list(weight):
+            add(f"{label} / tp", lambda e, fn=fn: fn(e) // tp if fn(e) % tp == 0 else None,
+                *needs)
+    for label, fn, *needs in weight:
+        add(label, fn, *needs)
+    # a head_dim the config states is "head_dim" (T5's d_kv too), a derived one says how
+    hd_label = L(hd) if " = " in L(hd, "") else "head_dim"
+    act = [
+        ("batch_size × seq_len", lambda e: e["batch_size"] * e["seq_len"],
+         "batch_size", "seq_len"),
+        (L("seq_len"), lambda e: e["seq_len"], "seq_len"),
+        (hd_label, lambda e: e[hd], hd),
+    ]
+    for k in ("num_attention_heads", "num_key_value_heads"):
+        if tp > 1:
+            act.append((f"batch_size × {L(k)} / tp",
+                        lambda e, k=k: e["batch_size"] * e[k] // tp
+                        if e["batch_size"] * e[k] % tp == 0 else None, "batch_size", k))
+        act.append((f"batch_size × {L(k)}", lambda e, k=k: e["batch_size"] * e[k],
+                    "batch_size", k))
+    act += [
+        ("batch_size", lambda e: e["batch_size"], "batch_size"),
+        (f"batch_size × ({L('image_size')} / {L('patch_size')})²",
+         lambda e: e["batch_size"] * (e["image_size"] // e["patch_size"]) ** 2,
+         "batch_size", "image_size", "patch_size"),
+        (L("max_source_positions"), lambda e: e["max_source_positions"],
+         "max_source_positions"),
+        (f"batch_size × {L('max_source_positions')}",
+         lambda e: e["batch_size"] * e["max_source_positions"],
+         "batch_size", "max_source_positions"),
+        ("batch_size × seq_len × top-k / experts (routing)",
+         lambda e: max(1, -(-e["batch_size"] * e["seq_len"] * e["num_experts_per_tok"]
+                            // e["num_local_experts"])),
+         "batch_size", "seq_len", "num_experts_per_tok", "num_local_experts"),
+    ]
+    for label, fn, *needs in act:
+        add(label, fn, *needs)
+    for label, names in inputs:
+        add(label, lambda e, names=names: math.prod(e[n] for n in names), *names)
+    return out
+
+
+def _evaluate(fn, env):
+    try:
+        return fn(env)
+    except (KeyError, ZeroDivisionError, TypeError):
+        return None
+
+
+def name_by_cause(points, labels: dict, exprs) -> tuple:
+    """(label or None, causes) of one GEMM dimension from what it measured at each point.
+
+    ``points``: ``[(knob name or None, environment, value), ...]``, the first the model as
+    given and each other one the model with that one knob changed. ``causes``: the knobs whose
+    change changed the dimension, in order. The label is the first expression of ``exprs``
+    (:func:`catalog`) equal to the dimension at *every* point; else a monomial in the causes
+    read off the points (``4 × x.shape[0]``); else ``f(causes)``; None when nothing varied
+    changes it (the caller names the parameter axis, or says it is fixed)."""
+    (_, env0, v0), rest = points[0], points[1:]
+    causes = tuple(k for k, _, v in rest if v != v0)
+    for label, fn in exprs:
+        if all(_evaluate(fn, env) == v for _, env, v in points):
+            return label, causes
+    if not causes:
+        return None, causes
+    mono = _monomial(v0, env0, [(k, env, v) for k, env, v in rest if k in causes], labels)
+    return mono or "f(" + ", ".join(labels.get(c, c) for c in causes) + ")", causes
+
+
+def _monomial(v0, env0, moved, labels):
+    """``c × Π knob^e`` through the base point and each moved point, if the ratios are
+    exact integer powers (|e| ≤ 3); its label, or None."""
+    from fractions import Fraction
+
+    c, num, den = Fraction(v0), [], []
+    for k, env, v in moved:
+        r, q = Fraction(v, v0), Fraction(env[k], env0[k])
+        e = next((e for e in (1, -1, 2, -2, 3, -3) if q ** e == r), None)
+        if e is None:
+            return None
+        c /= Fraction(env0[k]) ** e
+        term = labels.get(k, k) + ("" if abs(e) == 1 else "²" if abs(e) == 2 else "³")
+        (num if e > 0 else den).append(term)
+    if c.numerator != 1 or not num:
+        num.insert(0, str(c.numerator))
+    if c.denominator != 1:
+        den.insert(0, str(c.denominator))
+    text = " × ".join(num)
+    if den:
+        text += " / " + (den[0] if len(den) == 1 else "(" + " × ".join(den) + ")")
+    return text
+
+
+def weight_axes(gm: torch.fx.GraphModule, rows_by_node: dict) -> dict:
+    """``{node name: [(M, N, K) parameter-axis labels or None, per row]}``: the dimension's
+    parameter axis (``fc1.weight[0]``) where a weight carries it (dataflow)."""
+    nodes = {n.name: n for n in gm.graph.nodes}
+    out = {}
+    for name, rows in rows_by_node.items():
+        res = []
+        for row in rows:
+            a, b, kops = _operands(nodes[name], row.op)
+            labels = []
+            for v, carriers in ((row.m, (a,)), (row.n, (b,)), (row.k, kops)):
+                found = None
+                for c in carriers:
+                    w = _weight_of(c) if c is not None else None
+                    if w and v in w[1]:
+                        found = f"{w[0]}[{w[1].index(v)}]"
+                        break
+                labels.append(found)
+            res.append(tuple(labels))
+        out[name] = res
+    return out

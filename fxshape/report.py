@@ -319,4 +319,7 @@ def _row_dict(r) -> dict:
         "wave_efficiency": k["wave_efficiency"], "bound": k["bound"], "misaligned": _flag(r),
         "note": r.note, "set_by_m": r.set_by[0] if r.set_by else "",
         "set_by_n": r.set_by[1] if r.set_by else "", "set_by_k": r.set_by[2] if r.set_by else "",
+        "causes_m": list(r.causes[0]) if r.causes else [],
+        "causes_n": list(r.causes[1]) if r.causes else [],
+        "causes_k": list(r.causes[2]) if r.causes else [],
     }

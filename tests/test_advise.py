@@ -38,6 +38,7 @@ def _expected(cfg, b, s):
         "vocab_size": hp.get("vocab_size"), "hidden_size": h,
         "3 × hidden_size": 3 * h,
         "num_key_value_heads × head_dim": kv * hd,
+        "num_attention_heads × head_dim": a * hd,
     }
     f = hp.get("intermediate_size")
     for label in ("intermediate_size", "d_ff", "4 × hidden_size (n_inner unset)"):

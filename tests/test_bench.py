@@ -220,3 +220,17 @@ def test_vectorized_equals_scalar_property(m, n, k, b, gpu, layout):
                               np.array([k]), np.array([layout]), model_params(spec))
     one = predict_matmul(m, n, k, batch=b, dtype="fp16", gpu=spec, layout=layout).time_s
     assert vec[0] == pytest.approx(one, rel=1e-12)
+
+
+@needs_shared
+def test_leave_the_gpu_out_transfer(monkeypatch):
+    import validate_heldout
+
+    # a GPU lent its own constants predicts exactly as its own fit: the borrowed columns
+    # equal the own ones; lent the A100's, the A40 (same rows) predicts differently
+    monkeypatch.setattr(validate_heldout, "TRANSFER", (("a40", "a40"),
+                                                       ("a40", "a100-sxm4-80gb")))
+    same, lent = validate_heldout.transfer()
+    assert same[:4] == ("a40", "a40", "microsoft-vidur", lent[3]) and lent[3] > 1000
+    assert same[4:6] == same[6:8]  # own median/p90 == borrowed median/p90
+    assert lent[4:6] == same[4:6] and lent[6:8] != same[6:8]
