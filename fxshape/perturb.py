@@ -103,9 +103,10 @@ def _trace(model, rows, observe, example_inputs, example_kwargs, batch_size, seq
            stacks, tp):
     config = getattr(model, "config", None) if _is_hf(model) else None
     synthesized = example_inputs is None and example_kwargs is None
-    notes, knobs = [], []
+    notes, knobs, unvaried = [], [], False
     if config is not None:
         why = _rebuild_differs(model)
+        unvaried = bool(why)
         if why:
             notes.append(f"set by: hyperparameters not varied ({why}); dimensions named by "
                          "input size or parameter axis")
@@ -162,8 +163,7 @@ def _trace(model, rows, observe, example_inputs, example_kwargs, batch_size, seq
     if failed:
         notes.append("set by: could not vary " + "; ".join(failed) +
                      ": labels are not tested against it")
-    complete = not failed and not (inputs and inputs.fixed) and \
-        not any(n.startswith("set by: hyperparameters not varied") for n in notes)
+    complete = not (failed or unvaried or (inputs and inputs.fixed))
     return by_key, tuple(notes), complete
 
 
