@@ -210,12 +210,13 @@ def _with_traced_provenance(gm, rows, model, args, stacks):
             return None
         if not aligned(gm, fast, sizes=sizes):
             return None
-        for bn, fn in zip(base_nodes, gemm_nodes(fast)):
+        pairs = list(zip(base_nodes, gemm_nodes(fast)))
+        for bn, fn in pairs:
             fn.meta["fxshape_module"] = module_of(bn)[0]
         got, _ = annotate(fast, features=_features(target) if tp > 1 else None, **opts)
         mine = _by_node(got)
         out = {}
-        for bn, fn in zip(base_nodes, gemm_nodes(fast)):
+        for bn, fn in pairs:
             theirs, ours = by_node.get(bn.name, []), mine.get(fn.name, [])
             if len(theirs) != len(ours):
                 return None

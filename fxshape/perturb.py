@@ -68,11 +68,12 @@ def traced_sources(model, rows, fallback, *, observe, example_inputs, example_kw
             are reduced the same way.
         cache_key: what the result depends on besides the model (mode, tp, inputs ...).
     """
-    key = (_model_key(model),) + tuple(cache_key)
+    structure = _structure(model)
+    key = (_model_key(model, structure),) + tuple(cache_key)
     if key not in _CACHE:
         if len(_CACHE) >= _CACHE_SIZE:
             _CACHE.pop(next(iter(_CACHE)))
-        _CACHE[key] = _trace(model, rows, observe, example_inputs, example_kwargs,
+        _CACHE[key] = _trace(model, structure, rows, observe, example_inputs, example_kwargs,
                              batch_size, seq_len, stacks, tp)
     by_key, notes, complete = _CACHE[key]
     out = []
@@ -87,10 +88,10 @@ def traced_sources(model, rows, fallback, *, observe, example_inputs, example_kw
     return out, notes
 
 
-def _model_key(model):
+def _model_key(model, structure):
     cfg = getattr(model, "config", None)
     cfg_text = cfg.to_json_string(use_diff=False) if hasattr(cfg, "to_json_string") else None
-    return (type(model).__module__, type(model).__qualname__, cfg_text, _structure(model))
+    return (type(model).__module__, type(model).__qualname__, cfg_text, structure)
 
 
 def _structure(model) -> tuple:
@@ -99,13 +100,13 @@ def _structure(model) -> tuple:
             tuple((n, tuple(p.shape)) for n, p in model.named_parameters()))
 
 
-def _trace(model, rows, observe, example_inputs, example_kwargs, batch_size, seq_len,
-           stacks, tp):
+def _trace(model, structure, rows, observe, example_inputs, example_kwargs, batch_size,
+           seq_len, stacks, tp):
     config = getattr(model, "config", None) if _is_hf(model) else None
     synthesized = example_inputs is None and example_kwargs is None
     notes, knobs, unvaried = [], [], False
     if config is not None:
-        why = _rebuild_differs(model)
+        why = _rebuild_differs(model, structure)
         unvaried = bool(why)
         if why:
             notes.append(f"set by: hyperparameters not varied ({why}); dimensions named by "
@@ -198,14 +199,14 @@ def _build(model, config):
         return type(model)(config)
 
 
-def _rebuild_differs(model) -> str:
-    """Why the model's config does not rebuild it ("" if it does: same modules, classes and
-    parameter shapes)."""
+def _rebuild_differs(model, structure) -> str:
+    """Why the model's config does not rebuild it ("" if it does: the same ``structure``,
+    modules, classes and parameter shapes)."""
     try:
         again = _build(model, copy.deepcopy(model.config))
     except Exception as exc:  # noqa: BLE001
         return f"{type(model).__name__}(config) fails: {_first_line(exc)}"
-    if _structure(again) != _structure(model):
+    if _structure(again) != structure:
         return f"the model differs from what {type(model).__name__}(its config) builds"
     return ""
 
