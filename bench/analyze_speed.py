@@ -33,9 +33,9 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import torch  # noqa: E402
 
 import fxshape  # noqa: E402
-from fxshape.analysis import _CHECKED  # noqa: E402
-from fxshape.perturb import _CACHE as _TRACED  # noqa: E402
-from fxshape.capture import example_inputs_for  # noqa: E402
+from fxshape.analysis.annotate import _CHECKED  # noqa: E402
+from fxshape.analysis.perturb import _CACHE as _TRACED  # noqa: E402
+from fxshape.tracing.export import example_inputs_for  # noqa: E402
 from fxshape.presets import build_preset  # noqa: E402
 
 
@@ -86,7 +86,7 @@ def main(argv=None):
               f"{f:.2f} s; {len(report.rows)} GEMMs, rows equal: {same}")
         print(f"  provenance, structure checked: traced by cause {t:.2f} s, matched by value "
               f"{m:.2f} s (tracing costs {t - m:.2f} s)")
-    from fxshape.advise import advise, sweep
+    from fxshape.codesign.advise import advise, sweep
 
     t, adv = _best(lambda: advise(build_preset("llama-2-7b"), gpu="h100"), 1)
     print(f"advise llama-2-7b (train, 1 x 1024): {t:.1f} s (target <= 30 s), "

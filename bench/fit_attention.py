@@ -11,7 +11,7 @@ causal, dtype, batch, heads, seq_len, head_dim, tflops). The fused-kernel consta
 kernel's instructions, see below) are fitted on the
 ``fa2`` rows, the unfused path's (``math_bytes_per_score``, ``math_copy_passes``) on the
 ``standard`` rows, by least squares on log(predicted / measured) from a few fixed starting
-points, through ``fxshape.attention.predict_with``: the model that is fitted is the model that
+points, through ``fxshape.cost.attention.predict_with``: the model that is fitted is the model that
 ships. GEMM constants (e_max, power limit, L2 and DRAM rates, launch latency) are the GEMM
 fit's (``bench/fit_model.py``) for the same GPU and are not refitted here.
 
@@ -37,10 +37,10 @@ from scipy.optimize import least_squares
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from fxshape.attention import (AttentionParams, AttentionShape, attention_params,  # noqa: E402
+from fxshape.cost.attention import (AttentionParams, AttentionShape, attention_params,  # noqa: E402
                                predict_with)
-from fxshape.calibration import calibration_dir  # noqa: E402
-from fxshape.gpus import get_gpu  # noqa: E402
+from fxshape.fit.calibration import calibration_dir  # noqa: E402
+from fxshape.hardware.gpus import get_gpu  # noqa: E402
 
 # kernel names in the CSVs -> attention= choices ("sdpa": PyTorch's SDPA as
 # bench/measure_attention.py times it)

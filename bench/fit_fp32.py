@@ -46,12 +46,12 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from tabulate import tabulate  # noqa: E402
 
-from fxshape.calibration import calibration_dir  # noqa: E402
-from fxshape.fitting import _round, _to_unbounded  # noqa: E402
-from fxshape.gpus import get_gpu, list_gpus  # noqa: E402
-from fxshape.perf import (_DEFAULT_PARAMS_PATH, _SIMT_K_TILE, _SIMT_SPLIT_K,  # noqa: E402
+from fxshape.fit.calibration import calibration_dir  # noqa: E402
+from fxshape.fit.fitting import _round, _to_unbounded  # noqa: E402
+from fxshape.hardware.gpus import get_gpu, list_gpus  # noqa: E402
+from fxshape.cost.gemm import (_DEFAULT_PARAMS_PATH, _SIMT_K_TILE, _SIMT_SPLIT_K,  # noqa: E402
                           ModelParams, _core, _numpy_xp, predict_times_array)
-from fxshape.simt import parse_kernel_name, simt_menu  # noqa: E402
+from fxshape.cost.simt import parse_kernel_name, simt_menu  # noqa: E402
 
 FREE = ("l2_bytes_per_clk_per_sm", "dram_eff", "wave_s", "smooth_q", "split_k_s", "power_eff",
         "sm_stream_bytes_per_clk", "throttle_s", "throttle_ratio")
@@ -146,7 +146,7 @@ def _to_u(name, v):
 
 
 def _from_u(name, u):
-    # not fxshape.fitting._from_unbounded: that one rounds differently in the last bits,
+    # not fxshape.fit.fitting._from_unbounded: that one rounds differently in the last bits,
     # which moves this fit's optimizer path and the packaged constants in the 4th digit
     lo, hi = BOUNDS[name]
     log = name in LOGSCALE
@@ -205,7 +205,7 @@ def fit_gpu(rows: Rows, max_nfev=300):
 
     Every row is predicted with the kernel it ran (the data names it), so each kernel's FMA
     efficiency is fitted from its own calls; kernels with fewer than ``MIN_KERNEL_ROWS``
-    calls take the sqrt law of ``fxshape.simt.tile_fma_efficiency`` fitted to the others.
+    calls take the sqrt law of ``fxshape.cost.simt.tile_fma_efficiency`` fitted to the others.
     The host overhead is fitted per op: an ``nn.Linear`` call (module, bias, addmm) costs the
     host more than a bare ``torch.bmm`` (the smallest linears take ~52 us on the A100 host,
     the smallest bmms ~30 us).

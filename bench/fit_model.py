@@ -3,7 +3,7 @@
 
     python bench/fit_model.py [--calibration-dir DIR] [--out fxshape/data/perf_params.json]
 
-For each GPU in the calibration data it fits the ``ModelParams`` (see fxshape/perf.py)
+For each GPU in the calibration data it fits the ``ModelParams`` (see fxshape/cost/gemm.py)
 plus timing-method nuisance terms for every method other than a CUDA-timed kernel
 (``mean-wall``, ``worst-iteration-wall``, and LLMCompass's ``reported`` figures, whose smallest
 GEMMs take ~30 us): an additive host overhead per call and a slow-iteration factor, by
@@ -29,11 +29,11 @@ from dataclasses import asdict
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from fxshape.calibration import calibration_sku, read_dir  # noqa: E402
-from fxshape.fitting import (_BOUNDS, _START, _STARTS, _Problem, _fit_one,  # noqa: E402,F401
+from fxshape.fit.calibration import calibration_sku, read_dir  # noqa: E402
+from fxshape.fit.fitting import (_BOUNDS, _START, _STARTS, _Problem, _fit_one,  # noqa: E402,F401
                              _from_unbounded, _round, _to_unbounded)
-from fxshape.gpus import get_gpu, list_gpus  # noqa: E402
-from fxshape.perf import ModelParams, model_params  # noqa: E402
+from fxshape.hardware.gpus import get_gpu, list_gpus  # noqa: E402
+from fxshape.cost.gemm import ModelParams, model_params  # noqa: E402
 
 # (SKU, params to fit, SKU to take the others from) in fitting order.
 _ALL = ModelParams.STORED  # batched_eff too: the cookbook has bmm sweeps

@@ -21,7 +21,7 @@ Sections, in order (a section that would start past the budget is listed as skip
 
 Writes ``gpu_check.csv`` (section, name, dtype, predicted_s, measured_s) and ``gpu_check.md``
 (one table per section, median and p90 |error|) into ``--out-dir``. GEMMs are timed with
-``fxshape.measure`` (CUDA events, median, rotating operands). Without CUDA it says so and
+``fxshape.fit.measure`` (CUDA events, median, rotating operands). Without CUDA it says so and
 exits with status 2.
 """
 
@@ -38,7 +38,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from fxshape import predict_matmul  # noqa: E402
-from fxshape.attention import AttentionShape, predict_attention  # noqa: E402
+from fxshape.cost.attention import AttentionShape, predict_attention  # noqa: E402
 
 COLUMNS = ("section", "name", "dtype", "predicted_s", "measured_s")
 
@@ -103,7 +103,7 @@ def gpt2_step(gpu):  # pragma: no cover - needs CUDA and transformers
     from transformers import GPT2Config, GPT2LMHeadModel
 
     import fxshape
-    from fxshape.measure import cuda_event_median
+    from fxshape.fit.measure import cuda_event_median
 
     torch.manual_seed(0)
     cfg = GPT2Config()
@@ -182,7 +182,7 @@ def write(out_dir, rows, skipped):
 
 
 class _Timers:
-    """One fxshape.measure timer per dtype, created on first use."""
+    """One fxshape.fit.measure timer per dtype, created on first use."""
 
     def __init__(self, gpu, make):
         self.gpu, self.make, self.cache = gpu, make, {}
@@ -227,8 +227,8 @@ def main(argv=None):
         print("gpu_check: needs a CUDA GPU visible to PyTorch (torch.cuda.is_available() is "
               "False)", file=sys.stderr)
         return 2
-    from fxshape.calibrate import detect_gpu
-    from fxshape.measure import CudaEventTimer
+    from fxshape.fit.calibrate import detect_gpu
+    from fxshape.fit.measure import CudaEventTimer
     from measure_attention import CudaTimer
 
     gpu = args.gpu or detect_gpu(torch.cuda.get_device_name(0))

@@ -26,9 +26,9 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from fxshape.attention import AttentionShape, predict_attention  # noqa: E402
-from fxshape.dtypes import canonical_dtype  # noqa: E402
-from fxshape.measure import cuda_event_median  # noqa: E402
+from fxshape.cost.attention import AttentionShape, predict_attention  # noqa: E402
+from fxshape.hardware.dtypes import canonical_dtype  # noqa: E402
+from fxshape.fit.measure import cuda_event_median  # noqa: E402
 
 SOURCE = "fxshape-measure"
 COLUMNS = ("source", "gpu", "kernel", "direction", "causal", "dtype", "batch", "heads",

@@ -8,7 +8,7 @@ Then refit on them (together with the shared data, or alone):
 
     FXSHAPE_CALIBRATION_DIR=folder_with_my_csv python bench/fit_model.py
 
-Timing (fxshape/measure.py): CUDA events around each call, after warm-up; the median of
+Timing (fxshape/fit/measure.py): CUDA events around each call, after warm-up; the median of
 ``--repeats`` timed calls, with rotating operand buffers larger than twice the L2 cache.
 Rows are tagged ``timing=cuda-event-median``.
 Without CUDA the script says so and exits with status 2.
@@ -22,8 +22,8 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from fxshape.calibration import write_rows  # noqa: E402
-from fxshape.measure import (  # noqa: E402,F401  (re-exported for callers of this script)
+from fxshape.fit.calibration import write_rows  # noqa: E402
+from fxshape.fit.measure import (  # noqa: E402,F401  (re-exported for callers of this script)
     SOURCE, TIMING, CudaEventTimer, cuda_event_median, default_sweep, measure)
 
 

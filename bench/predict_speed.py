@@ -15,7 +15,7 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from fxshape import predict_matmul  # noqa: E402
-from fxshape.perf import _predict_cached  # noqa: E402
+from fxshape.cost.gemm import _predict_cached  # noqa: E402
 
 
 def main(argv=None):

@@ -40,10 +40,10 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import numpy as np  # noqa: E402
 from tabulate import tabulate  # noqa: E402
 
-from fxshape.calibration import calibration_sku, read_dir  # noqa: E402
-from fxshape.fitting import _START, _Problem, _fit_one  # noqa: E402
-from fxshape.gpus import get_gpu  # noqa: E402
-from fxshape.perf import ModelParams, model_params, predict_times_array  # noqa: E402
+from fxshape.fit.calibration import calibration_sku, read_dir  # noqa: E402
+from fxshape.fit.fitting import _START, _Problem, _fit_one  # noqa: E402
+from fxshape.hardware.gpus import get_gpu  # noqa: E402
+from fxshape.cost.gemm import ModelParams, model_params, predict_times_array  # noqa: E402
 
 from fit_model import _ALL, _NO_ALIGN  # noqa: E402  (bench/: the free constants it fits)
 
@@ -162,7 +162,7 @@ def run(directory=None, only=None):
 
 def transfer(directory=None, only=None):
     """Rows (target, from, source, rows, own median/p90 %, borrowed median/p90 %)."""
-    from fxshape.perf import _load_params, resolve_params_path
+    from fxshape.cost.gemm import _load_params, resolve_params_path
 
     rows = read_dir(directory)
     by_sku = defaultdict(list)

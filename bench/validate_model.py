@@ -6,7 +6,7 @@
 For every (source, GPU, sweep) it prints the number of rows, the median and 90th-percentile
 absolute percentage error of predicted vs measured time, and the Spearman rank correlation.
 Predictions come from the public ``fxshape.predict_matmul`` on the SKU the row is taken for
-(``fxshape.calibration.calibration_sku``). Rows not timed as kernels (``mean-wall``,
+(``fxshape.fit.calibration.calibration_sku``). Rows not timed as kernels (``mean-wall``,
 ``worst-iteration-wall``, ``reported``) include per-call host overhead that a kernel model does
 not predict; the fitted overhead of that timing method (``measurement`` in perf_params.json)
 is added to the prediction before comparing, and the ``raw med`` column shows the error
@@ -27,8 +27,8 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from tabulate import tabulate  # noqa: E402
 
-from fxshape.calibration import calibration_dir, calibration_sku, read_dir  # noqa: E402
-from fxshape.perf import _DEFAULT_PARAMS_PATH, predict_matmul  # noqa: E402
+from fxshape.fit.calibration import calibration_dir, calibration_sku, read_dir  # noqa: E402
+from fxshape.cost.gemm import _DEFAULT_PARAMS_PATH, predict_matmul  # noqa: E402
 
 MIN_ROWS = 50
 TARGET_MEDIAN, TARGET_P90, TARGET_SPEARMAN = 0.05, 0.15, 0.98

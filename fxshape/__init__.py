@@ -7,19 +7,19 @@ graph capture (:func:`capture`) and the per-GEMM analysis
 (:func:`register_gemm_handler`).
 """
 
-from .analysis import GemmRow, Unsupported, analyze
-# the functions, not the submodule of the same name: ``fxshape.advise(...)`` as documented
-from .advise import Advice, Recommendation, advise, sweep
-from .attention import AttentionPrediction, AttentionShape, predict_attention
-from .capture import CaptureError, capture
-from .dtypes import canonical_dtype
-from .gpus import GPUSpec, Peaks, get_gpu, list_gpus
-from .ops import Gemm, register_gemm_handler
-from .padplan import PadDecision, PaddingPlan, can_pad, plan_padding
-from .rewrite import PaddedConv1D, PaddedLinear, pad
-from .perf import (DimAlignment, MatmulPrediction, ModelParams, model_params, predict_matmul,
-                   use_params)
-from .report import Report
+from .analysis.annotate import analyze
+from .analysis.ops import Gemm, register_gemm_handler
+from .analysis.report import Report
+from .analysis.rows import GemmRow, Unsupported
+from .codesign.advise import Advice, Recommendation, advise, sweep
+from .cost.attention import AttentionPrediction, AttentionShape, predict_attention
+from .cost.gemm import (DimAlignment, MatmulPrediction, ModelParams, model_params, predict_matmul,
+                        use_params)
+from .hardware.dtypes import canonical_dtype
+from .hardware.gpus import GPUSpec, Peaks, get_gpu, list_gpus
+from .padding.plan import PadDecision, PaddingPlan, can_pad, plan_padding
+from .padding.rewrite import PaddedConv1D, PaddedLinear, pad
+from .tracing.export import CaptureError, capture
 
 __all__ = [
     "GPUSpec",

@@ -10,9 +10,9 @@ import sys
 
 from tabulate import tabulate
 
-from .gpus import get_gpu, list_gpus, ALIASES
-from .attention import ATTENTION_CHOICES
-from .perf import LAYOUTS, is_default_params, predict_matmul, resolve_params_path, use_params
+from .cost.attention import ATTENTION_CHOICES
+from .cost.gemm import LAYOUTS, is_default_params, predict_matmul, resolve_params_path, use_params
+from .hardware.gpus import ALIASES, get_gpu, list_gpus
 
 __all__ = ["main", "format_prediction"]
 
@@ -84,9 +84,9 @@ def _cmd_gpus(args) -> int:
 
 
 def _cmd_analyze(args) -> int:
-    from .analysis import analyze
-    from .capture import CaptureError
+    from .analysis.annotate import analyze
     from .presets import load_target
+    from .tracing.export import CaptureError
 
     if args.plot and not args.plot.lower().endswith((".png", ".svg")):
         raise ValueError(f"--plot must end in .png or .svg, got {args.plot!r}")
@@ -100,7 +100,7 @@ def _cmd_analyze(args) -> int:
         raise ValueError(str(exc).splitlines()[0] + " (see fxshape.capture for details)") \
             from None
     if args.plot:
-        from .plot import plot_report
+        from .analysis.plot import plot_report
 
         if plot_report(report, args.plot):
             print(f"wrote {args.plot}", file=sys.stderr)
@@ -108,7 +108,7 @@ def _cmd_analyze(args) -> int:
             print("matplotlib is not installed (pip install 'fxshape[plot]'): no plot",
                   file=sys.stderr)
     if args.pad:
-        from .padplan import plan_padding
+        from .padding.plan import plan_padding
 
         plan = plan_padding(report)
         if args.format == "json":  # the report and the plan, one document
@@ -144,7 +144,7 @@ def _model_config(target):
 
 
 def _cmd_advise(args) -> int:
-    from .advise import advise
+    from .codesign.advise import advise
 
     advice = advise(_model_config(args.target), gpu=args.gpu, dtype=args.dtype,
                     batch_size=args.batch_size, seq_len=args.seq_len, tp=args.tp,
@@ -165,8 +165,8 @@ def _cmd_advise(args) -> int:
 
 
 def _cmd_sweep(args) -> int:
-    from .advise import parse_range, sweep
-    from .plot import plot_sweep
+    from .analysis.plot import plot_sweep
+    from .codesign.advise import parse_range, sweep
 
     values = parse_range(args.range)
     if args.out and not args.out.lower().endswith((".png", ".svg")):
@@ -303,7 +303,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _cmd_calibrate(args) -> int:
-    from .calibrate import main as calibrate_main
+    from .fit.calibrate import main as calibrate_main
 
     return calibrate_main(args)
 
@@ -319,7 +319,7 @@ def _quiet(verbose: bool):
     import logging
     import warnings
 
-    from .capture import quiet_loggers
+    from .tracing.export import quiet_loggers
 
     if importlib.util.find_spec("transformers") is not None:
         # transformers sets its loggers' levels when first imported: import it first

@@ -6,8 +6,8 @@ import pytest
 import torch
 
 import fxshape
-from fxshape.advise import advise, parse_range, sweep
-from fxshape.provenance import hyperparameters
+from fxshape.codesign.advise import advise, parse_range, sweep
+from fxshape.analysis.provenance import hyperparameters
 
 from models import MLP
 
@@ -186,7 +186,7 @@ def test_cli_advise_and_sweep_plot(tmp_path, capsys):
 def test_wave_boundary_note():
     from types import SimpleNamespace
 
-    from fxshape.advise import _rule_notes
+    from fxshape.codesign.advise import _rule_notes
 
     # H100 SXM has 132 SMs: 140 tiles = 1 full wave + 8 tiles (8 <= 15% of 132), so the
     # second wave is 8/132 full and wave efficiency 140 / (2 * 132) = 53%
@@ -205,19 +205,19 @@ def test_wave_boundary_note():
 
 
 def test_advise_and_sweep_are_the_package_level_functions():
-    # the README calls fxshape.advise(...): the function, not the submodule of that name
+    # the README calls fxshape.advise(...): the function, even once its module is imported
     import subprocess
     import sys
 
-    code = ("import fxshape, fxshape.advise; "
+    code = ("import fxshape, fxshape.codesign.advise; "
             "assert callable(fxshape.advise) and callable(fxshape.sweep); "
-            "assert fxshape.advise.__module__ == 'fxshape.advise'")
+            "assert fxshape.advise.__module__ == 'fxshape.codesign.advise'")
     subprocess.run([sys.executable, "-c", code], check=True)
 
 
 def test_advice_says_what_the_step_times_leave_out():
     from fxshape import analyze
-    from fxshape.advise import _rule_notes
+    from fxshape.codesign.advise import _rule_notes
 
     class UsesAddbmm(torch.nn.Module):
         def forward(self, c, a, b):

@@ -9,7 +9,7 @@ import torch
 import fxshape
 import fxshape.presets
 from fxshape import CaptureError, analyze, capture
-from fxshape.analysis import META_KEY
+from fxshape.analysis.annotate import META_KEY
 
 from models import MLP, EinsumBmm, NanoGPT, NoMatmul
 
@@ -597,7 +597,7 @@ def test_moe_routing_keeps_the_total_when_shares_do_not_divide():
     # and 0. Floors 76 + 38 + 12 = 126 leave two rows for the two largest remainders (0.8 of
     # experts 0 and 2; expert 1's is 0.4): 77, 38, 13, 0. Rounding each share instead can
     # miss the total: 3 rows at [0.25] x 4 round to 1 + 1 + 1 + 1 = 4.
-    from fxshape.analysis import apportion
+    from fxshape.analysis.annotate import apportion
 
     assert apportion(128, [0.6, 0.3, 0.1, 0.0]) == [77, 38, 13, 0]
     assert apportion(7, [0.5, 0.3, 0.2]) == [4, 2, 1]  # 3.5, 2.1, 1.4: +1 to the 0.5

@@ -14,10 +14,10 @@ from hypothesis import strategies as st
 from torch import nn
 
 import fxshape
-from fxshape.attention import (ATTENTION_CHOICES, AttentionShape, predict_attention,
+from fxshape.cost.attention import (ATTENTION_CHOICES, AttentionShape, predict_attention,
                                resolve_kernel)
-from fxshape.attnops import attention, attention_backward, keep_attention_fused
-from fxshape.calibration import calibration_dir
+from fxshape.tracing.attnops import attention, attention_backward, keep_attention_fused
+from fxshape.fit.calibration import calibration_dir
 
 transformers = pytest.importorskip("transformers")
 
@@ -388,7 +388,7 @@ def test_fit_script_reproduces_the_packaged_constants_and_holds_out_well(tmp_pat
 @needs_data
 def test_causal_figures_never_fitted_are_predicted_within_12_percent():
     fit_attention = pytest.importorskip("fit_attention")
-    from fxshape.attention import attention_params
+    from fxshape.cost.attention import attention_params
 
     with open(fit_attention._CAUSAL) as f:
         rows = [fit_attention.Row(d) for d in csv.DictReader(f)]

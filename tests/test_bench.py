@@ -13,9 +13,9 @@ import measure_gemm  # noqa: E402
 import validate_model  # noqa: E402
 
 from fxshape import get_gpu, predict_matmul  # noqa: E402
-from fxshape.calibration import (COLUMNS, CalibrationRow, calibration_dir,  # noqa: E402
+from fxshape.fit.calibration import (COLUMNS, CalibrationRow, calibration_dir,  # noqa: E402
                                  calibration_sku, read_dir, read_rows, write_rows)
-from fxshape.perf import model_params, predict_times_array  # noqa: E402
+from fxshape.cost.gemm import model_params, predict_times_array  # noqa: E402
 
 
 def test_percentile_and_spearman_by_hand():
@@ -196,7 +196,7 @@ def test_fit_is_reproducible_for_the_cookbook_a100():
     # digits, as written). One GPU keeps this to seconds; bench/fit_model.py does them all.
     import json
 
-    from fxshape.perf import _DEFAULT_PARAMS_PATH
+    from fxshape.cost.gemm import _DEFAULT_PARAMS_PATH
 
     result = fit_model.fit(only=["a100-sxm4-40gb"])
     with open(_DEFAULT_PARAMS_PATH) as f:

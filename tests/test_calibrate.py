@@ -12,12 +12,12 @@ np = pytest.importorskip("numpy")
 pytest.importorskip("scipy")
 
 from fxshape import analyze, get_gpu, predict_matmul, use_params  # noqa: E402
-from fxshape.calibrate import calibration_sweep, detect_gpu, fit_rows, write_params  # noqa: E402
-from fxshape.calibration import CalibrationRow, calibration_dir  # noqa: E402
+from fxshape.fit.calibrate import calibration_sweep, detect_gpu, fit_rows, write_params  # noqa: E402
+from fxshape.fit.calibration import CalibrationRow, calibration_dir  # noqa: E402
 from fxshape.cli import main as cli_main  # noqa: E402
-from fxshape.measure import default_sweep  # noqa: E402
-from fxshape.perf import model_params, predict_times_array  # noqa: E402
-from fxshape.simt import parse_kernel_name, simt_menu, tile_fma_efficiency  # noqa: E402
+from fxshape.fit.measure import default_sweep  # noqa: E402
+from fxshape.cost.gemm import model_params, predict_times_array  # noqa: E402
+from fxshape.cost.simt import parse_kernel_name, simt_menu, tile_fma_efficiency  # noqa: E402
 
 
 def _synthetic(shapes, spec, params, noise, seed):

@@ -137,7 +137,7 @@ def test_analyze_config_file(tmp_path, capsys):
     # intermediate 688 = 16 x 43: 32-byte aligned in bf16, past the 16-byte rule but not a
     # multiple of 64, so the down projection's K is "ok", not "best", and not misaligned
     # (M = 32 tokens = 64 bytes is "ok" too; N = 256 is "best")
-    from fxshape.perf import predict_matmul
+    from fxshape.cost.gemm import predict_matmul
 
     p = predict_matmul(32, 256, 688, dtype="bf16", gpu="h100", layout="nt")
     assert [a.status for a in p.alignment] == ["ok", "best", "ok"]

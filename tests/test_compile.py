@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-import fxshape.compile as fc
+import fxshape.padding.compile as fc
 
 from models import MLP
 

@@ -1,11 +1,11 @@
-"""Tracing each distinct layer once (fxshape.dedup) gives exactly the full trace's rows."""
+"""Tracing each distinct layer once (fxshape.tracing.dedup) gives exactly the full trace's rows."""
 
 import pytest
 import torch
 from torch import nn
 
 import fxshape
-from fxshape.dedup import find_stacks
+from fxshape.tracing.dedup import find_stacks
 
 transformers = pytest.importorskip("transformers")
 

@@ -82,3 +82,45 @@ def test_every_name_the_docs_use_is_importable():
             assert hasattr(fxshape, attr) or importlib.util.find_spec(f"fxshape.{attr}"), \
                 f"fxshape.{attr} in {name}"
     assert set(fxshape.__all__) <= set(dir(fxshape))
+
+
+_DOTTED = re.compile(r"(?<![\w.])fxshape(?:\.[A-Za-z_]\w*)+")
+_PATH = re.compile(r"(?<![\w./-])fxshape/[\w/]+(?:\.py|\.json|/)")
+
+
+def _resolves(dotted: str) -> bool:
+    """Is ``fxshape.a.b.c`` a module or an attribute reached from one?"""
+    import importlib
+
+    parts = dotted.split(".")
+    obj, i = None, len(parts)
+    while i > 0:  # the longest importable module prefix
+        try:
+            obj = importlib.import_module(".".join(parts[:i]))
+            break
+        except ImportError:
+            i -= 1
+    for attr in parts[i:]:
+        if not hasattr(obj, attr):
+            return False
+        obj = getattr(obj, attr)
+    return True
+
+
+def test_every_module_path_the_docs_and_sources_name_exists():
+    # after files move, the dotted names (fxshape.cost.gemm.ModelParams) and file paths
+    # (fxshape/analysis/ops.py) that README, docs/, docstrings and bench/ name must follow
+    sources = FILES + sorted(os.path.relpath(p, ROOT) for pattern in
+                             ("fxshape/**/*.py", "bench/*.py")
+                             for p in glob.glob(os.path.join(ROOT, pattern), recursive=True))
+    bad = []
+    for name in sources:
+        with open(os.path.join(ROOT, name)) as f:
+            text = f.read()
+        for dotted in sorted(set(_DOTTED.findall(text))):
+            if not _resolves(dotted.rstrip(".")):
+                bad.append(f"{name}: {dotted}")
+        for path in sorted(set(_PATH.findall(text))):
+            if not os.path.exists(os.path.join(ROOT, path)):
+                bad.append(f"{name}: {path}")
+    assert bad == []

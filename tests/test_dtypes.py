@@ -1,7 +1,7 @@
 import pytest
 import torch
 
-from fxshape.dtypes import canonical_dtype, itemsize, output_itemsize
+from fxshape.hardware.dtypes import canonical_dtype, itemsize, output_itemsize
 
 
 @pytest.mark.parametrize("value,key", [

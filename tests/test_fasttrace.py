@@ -1,13 +1,13 @@
-"""fxshape.fasttrace: the GEMMs a model runs on fake tensors line up with the captured graph's
-(same order, same sizes, same phases), forward and backward, so provenance may re-measure
-changed models with it."""
+"""fxshape.analysis.fasttrace: the GEMMs a model runs on fake tensors line up with the captured
+graph's (same order, same sizes, same phases), forward and backward, so provenance may
+re-measure changed models with it."""
 
 import pytest
 import torch
 
-from fxshape.capture import capture, forward_arguments
-from fxshape.fasttrace import aligned, gemm_graph, gemm_nodes
-from fxshape.ops import gemms_for_node
+from fxshape.tracing.export import capture, forward_arguments
+from fxshape.analysis.fasttrace import aligned, gemm_graph, gemm_nodes
+from fxshape.analysis.ops import gemms_for_node
 
 from models import MLP, EinsumBmm, NanoGPT
 

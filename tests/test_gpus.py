@@ -1,7 +1,7 @@
 import pytest
 
 from fxshape import GPUSpec, get_gpu, list_gpus
-from fxshape.gpus import ALIASES
+from fxshape.hardware.gpus import ALIASES
 
 REQUIRED = ["v100-sxm2", "v100-pcie", "a100-sxm4-40gb", "a100-sxm4-80gb", "a100-pcie-40gb",
             "a100-pcie-80gb", "a40", "a10", "l4", "t4", "h100-sxm", "h100-pcie", "h200-sxm",

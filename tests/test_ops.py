@@ -3,8 +3,8 @@
 import torch
 from torch.export import Dim
 
-from fxshape.analysis import annotate
-from fxshape.ops import flash_head_dim, looks_like_matmul
+from fxshape.analysis.annotate import annotate
+from fxshape.analysis.ops import flash_head_dim, looks_like_matmul
 
 from models import MLP
 
@@ -115,7 +115,7 @@ def test_vector_products_and_contractions_get_gemm_rows():
 
 def test_unsupported_by_structure_not_by_name():
     aten = torch.ops.aten
-    from fxshape.ops import does_flops
+    from fxshape.analysis.ops import does_flops
 
     # counted by torch.utils.flop_counter, or a product it leaves out: reported if unhandled
     for op in (aten.mm.default, aten.addbmm.default, aten._trilinear.default, aten.kron.default,

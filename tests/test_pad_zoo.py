@@ -18,7 +18,7 @@ import pytest
 import torch
 
 import fxshape
-import fxshape.compile as fc
+import fxshape.padding.compile as fc
 
 from models import NanoGPT
 

@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from fxshape import analyze, plan_padding, predict_matmul
-from fxshape.padplan import can_pad, padded_size
+from fxshape.padding.plan import can_pad, padded_size
 
 from models import MLP, NanoGPT
 
@@ -88,8 +88,8 @@ def test_plan_from_a_model_and_determinism():
 def test_symbolic_rows_are_not_padded():
     from torch.export import Dim
 
-    from fxshape.analysis import annotate
-    from fxshape.report import Report
+    from fxshape.analysis.annotate import annotate
+    from fxshape.analysis.report import Report
 
     ep = torch.export.export(MLP(d_hidden=4095), (torch.randn(48, 64),),
                              dynamic_shapes={"x": {0: Dim("batch", min=2, max=8192)}})

@@ -8,7 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from fxshape import get_gpu, predict_matmul
-from fxshape.perf import MatmulPrediction, model_params
+from fxshape.cost.gemm import MatmulPrediction, model_params
 
 
 def _one_tile_gpu(tiles=((128, 128),), sms=108):
@@ -265,7 +265,7 @@ def test_rounding_up_to_multiple_of_8_never_slower(m, n, k, gpu, dtype, layout, 
 def test_deterministic():
     a = predict_matmul(8192, 50257, 14336, dtype="fp16", gpu="a100")
     predict_matmul.__wrapped__ if hasattr(predict_matmul, "__wrapped__") else None
-    from fxshape.perf import _predict_cached
+    from fxshape.cost.gemm import _predict_cached
 
     _predict_cached.cache_clear()
     b = predict_matmul(8192, 50257, 14336, dtype="fp16", gpu="a100")
@@ -293,7 +293,7 @@ def _sectors_by_enumeration(ld_bytes: int, run_bytes: int, rows: int = 4096) -> 
 def test_sector_inflation_matches_counting_sectors(ld, e, run):
     import numpy as np
 
-    from fxshape.perf import _SCALAR, _sector_inflation
+    from fxshape.cost.gemm import _SCALAR, _sector_inflation
 
     expected = _sectors_by_enumeration(ld * e, run)
     assert _sector_inflation(_SCALAR, ld, e, run) == pytest.approx(expected, rel=1e-3)
@@ -349,7 +349,7 @@ def test_batched_kernels_run_at_their_own_rate_on_v100():
 def test_parameter_entries_without_optional_constants_load(tmp_path):
     import json
 
-    from fxshape.perf import _DEFAULT_PARAMS_PATH
+    from fxshape.cost.gemm import _DEFAULT_PARAMS_PATH
 
     with open(_DEFAULT_PARAMS_PATH) as f:
         entry = dict(json.load(f)["gpus"]["h100-sxm"])

@@ -1,12 +1,12 @@
-"""Provenance by cause (fxshape.perturb, fxshape.provenance.name_by_cause): a GEMM dimension
-is set by what changes it, so sizes that coincide in value are not confused."""
+"""Provenance by cause (fxshape.analysis.perturb, fxshape.analysis.provenance.name_by_cause): a
+GEMM dimension is set by what changes it, so sizes that coincide in value are not confused."""
 
 import pytest
 import torch
 
 import fxshape
-from fxshape import perturb
-from fxshape.provenance import Knob, catalog, environment, name_by_cause
+from fxshape.analysis import perturb
+from fxshape.analysis.provenance import Knob, catalog, environment, name_by_cause
 
 from models import MLP, EinsumBmm
 
@@ -190,7 +190,7 @@ def test_a_knob_the_model_rejects_is_named(monkeypatch):
 # -- the fast trace stands in for export exactly; determinism ---------------------------------
 
 def test_fast_trace_and_export_give_the_same_provenance(monkeypatch):
-    from fxshape import fasttrace
+    from fxshape.analysis import fasttrace
 
     model = _gpt2()
     perturb._CACHE.clear()

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 import fxshape
-from fxshape.advise import _progress
+from fxshape.codesign.advise import _progress
 
 from models import NanoGPT
 

@@ -14,7 +14,7 @@ import glob
 import os
 from dataclasses import astuple, dataclass, fields
 
-from .dtypes import canonical_dtype
+from ..hardware.dtypes import canonical_dtype
 
 __all__ = ["CalibrationRow", "COLUMNS", "calibration_dir", "read_rows", "read_dir",
            "write_rows", "CALIBRATION_GPU", "calibration_sku"]
@@ -48,7 +48,7 @@ def calibration_sku(source: str, gpu: str) -> str:
         return _SOURCE_SKU[key]
     if key[1] in CALIBRATION_GPU:
         return CALIBRATION_GPU[key[1]]
-    from .gpus import get_gpu  # any fxshape GPU name or alias works as a label too
+    from ..hardware.gpus import get_gpu  # any fxshape GPU name or alias works as a label too
 
     return get_gpu(key[1]).name
 
@@ -77,7 +77,8 @@ def calibration_dir(explicit: str | None = None) -> str:
     env = os.environ.get("FXSHAPE_CALIBRATION_DIR")
     if env:
         return env
-    repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    # fxshape/fit/calibration.py -> the repository root
+    repo = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     for base in (repo, os.getcwd()):
         cand = os.path.normpath(os.path.join(base, "..", "shared", "calibration"))
         if os.path.isdir(cand):

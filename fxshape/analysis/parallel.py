@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 
+from ..cost.notes import join_notes
 from .ops import Gemm
 
 __all__ = ["layer_kind", "shard_gemm", "check_tp"]
@@ -105,8 +106,3 @@ def shard_gemm(g: Gemm, kind: str, tp: int, phase: str, features: int | None = N
     if value % tp:
         note += f" ({dim.upper()}={value} not divisible: padded to {_div(value, tp) * tp})"
     return dataclasses.replace(g, **{dim: _div(value, tp)}, note=join_notes(g.note, note))
-
-
-def join_notes(a: str, b: str) -> str:
-    """Two row notes as one ("a; b"), either of them possibly empty."""
-    return f"{a}; {b}" if a and b else (a or b)

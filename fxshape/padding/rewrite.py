@@ -13,7 +13,7 @@ that a parent module also holds (BERT's ``cls.predictions.bias``) is replaced th
 
 GEMMs the plan pads elsewhere (activation-by-activation ``bmm``/``matmul``, routers, experts)
 are left as they are, and ``padding_report`` on the returned module says so; the
-``torch.compile`` backend (``fxshape.compile``) pads those.
+``torch.compile`` backend (``fxshape.padding.compile``) pads those.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .padplan import DEFAULT_MIN_GAIN, DEFAULT_MULTIPLES, plan_padding
+from .plan import DEFAULT_MIN_GAIN, DEFAULT_MULTIPLES, plan_padding
 
 __all__ = ["pad", "PaddedLinear", "PaddedConv1D"]
 

@@ -4,17 +4,17 @@
 backward of a scalar loss on its first floating output, as ``fxshape.capture`` does) on the
 meta device when the model and its inputs are there (else, or where a meta run fails, under
 ``FakeTensorMode``), with a dispatch mode that records every aten call the op registry
-(``fxshape.ops``) has a handler for. Each call becomes a node of a flat FX graph — its tensor
-arguments placeholders carrying their fake values, its output in ``meta["val"]`` — which the
-handlers and ``fxshape.analysis.annotate`` read like a captured graph. Nothing is computed
+(``fxshape.analysis.ops``) has a handler for. Each call becomes a node of a flat FX graph — its
+tensor arguments placeholders carrying their fake values, its output in ``meta["val"]`` — which
+the handlers and ``fxshape.analysis.annotate`` read like a captured graph. Nothing is computed
 and no memory is spent on weights.
 
 This is several times cheaper than ``torch.export`` and is what provenance
-(``fxshape.perturb``) re-measures changed models with; it is trusted only after it reproduces
-the captured graph's GEMMs exactly (:func:`aligned`), and the export path is used otherwise.
-Calls run at dispatch level, where composite ops are already decomposed (``linear`` is ``mm``
-or ``addmm``), so its nodes are matched to the captured graph's by position and sizes, not
-by op.
+(``fxshape.analysis.perturb``) re-measures changed models with; it is trusted only after it
+reproduces the captured graph's GEMMs exactly (:func:`aligned`), and the export path is used
+otherwise. Calls run at dispatch level, where composite ops are already decomposed (``linear``
+is ``mm`` or ``addmm``), so its nodes are matched to the captured graph's by position and
+sizes, not by op.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_leaves, tree_map
 
-from .attnops import keep_attention_fused
+from ..tracing.attnops import keep_attention_fused
 from .ops import gemm_handler, gemms_for_node
 
 __all__ = ["gemm_graph", "gemm_nodes", "aligned"]
@@ -50,7 +50,7 @@ def gemm_graph(model, args=(), kwargs=None, *, train: bool = False) -> torch.fx.
     backward of the scalar loss with ``train``); nodes carry ``meta["fxshape_phase"]``."""
     from torch._subclasses.fake_tensor import FakeTensorMode
 
-    from .capture import quiet_loggers
+    from ..tracing.export import quiet_loggers
 
     args = (args,) if isinstance(args, torch.Tensor) else tuple(args or ())
     kwargs = dict(kwargs or {})
@@ -66,7 +66,7 @@ def gemm_graph(model, args=(), kwargs=None, *, train: bool = False) -> torch.fx.
 
 
 def _run(model, args, kwargs, train, mode) -> torch.fx.GraphModule:
-    from .capture import _float_outputs, _preserve_training_flags
+    from ..tracing.export import _float_outputs, _preserve_training_flags
 
     rec = _Recorder()
     grad = torch.enable_grad() if train else torch.no_grad()

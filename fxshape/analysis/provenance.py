@@ -1,6 +1,6 @@
 """Which hyperparameter sets each GEMM dimension ("lm_head N <- vocab_size").
 
-By cause (the default of ``analyze``): ``fxshape.perturb`` re-traces the model with one
+By cause (the default of ``analyze``): ``fxshape.analysis.perturb`` re-traces the model with one
 *knob* (:class:`Knob`: a config hyperparameter such as ``vocab_size``, or an input size such
 as ``seq_len``) changed at a time, and :func:`name_by_cause` names each dimension from what it
 measured at every point: its causes are the knobs whose change changed it, its label the first
@@ -36,7 +36,7 @@ from dataclasses import dataclass
 import networkx as nx
 import torch
 
-from .capture import _VIEW_OPS, _op_name
+from ..tracing.export import _VIEW_OPS, _op_name
 
 __all__ = ["hyperparameters", "expressions", "dimension_sources", "input_sizes", "Knob",
            "config_knobs", "environment", "catalog", "name_by_cause", "weight_axes"]

@@ -40,8 +40,8 @@ import json
 import os
 from dataclasses import asdict, dataclass, replace
 
-from .dtypes import canonical_dtype, itemsize
-from .gpus import GPUSpec, get_gpu
+from ..hardware.dtypes import canonical_dtype, itemsize
+from ..hardware.gpus import GPUSpec, get_gpu
 
 __all__ = ["AttentionShape", "AttentionParams", "AttentionPrediction", "predict_attention",
            "resolve_kernel", "attention_params", "ATTENTION_CHOICES", "KERNELS",
@@ -69,7 +69,8 @@ _NEWER_MMA = ("hopper", "blackwell")
 # per clock per CU (CDNA ISA guides).
 _SMEM_BYTES_PER_CLK = 128
 _MEASURED = {(k, "hopper", d) for k in ("fa2", "fa3", "math") for d in DIRECTIONS}
-_DEFAULT_PARAMS_PATH = os.path.join(os.path.dirname(__file__), "data", "attention_params.json")
+_DEFAULT_PARAMS_PATH = os.path.join(os.path.dirname(os.path.dirname(__file__)), "data",
+                                    "attention_params.json")
 
 
 def flash_head_dim(d: int, dims=FLASH_HEAD_DIMS) -> int:
@@ -484,8 +485,8 @@ def predict_with(ap: AttentionParams, shape: AttentionShape, direction: str, att
                  dkey: str, spec: GPUSpec) -> AttentionPrediction:
     """The model with the given constants (``bench/fit_attention.py`` fits through this,
     so the model that is fitted is the model that ships)."""
-    from .parallel import join_notes
-    from .perf import model_params, predict_matmul
+    from .gemm import model_params, predict_matmul
+    from .notes import join_notes
 
     kernel, note = resolve_kernel(attention, spec, dkey, max(shape.head_dim, shape.head_dim_v))
     gp = model_params(spec)

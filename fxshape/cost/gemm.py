@@ -34,8 +34,8 @@ from dataclasses import asdict, dataclass
 from types import SimpleNamespace
 from typing import NamedTuple
 
-from .dtypes import canonical_dtype, itemsize, output_itemsize
-from .gpus import GPUSpec, get_gpu
+from ..hardware.dtypes import canonical_dtype, itemsize, output_itemsize
+from ..hardware.gpus import GPUSpec, get_gpu
 from .simt import simt_menu, tile_fma_efficiency
 
 __all__ = [
@@ -59,7 +59,8 @@ _K_TILE_BYTES = 64  # depth of one mainloop step: 32 fp16 / 64 fp8 / 16 fp32 ele
 # cuBLAS's SIMT sgemm splits K by any factor (the data shows 2 to 162); these cover the range
 _SIMT_SPLIT_K = (1, 2, 3, 4, 6, 8, 12, 16)
 _SIMT_K_TILE = 8  # sgemm mainloop depth (sgemm_128x128x8)
-_DEFAULT_PARAMS_PATH = os.path.join(os.path.dirname(__file__), "data", "perf_params.json")
+_DEFAULT_PARAMS_PATH = os.path.join(os.path.dirname(os.path.dirname(__file__)), "data",
+                                    "perf_params.json")
 
 
 @dataclass(frozen=True)
@@ -86,7 +87,7 @@ class ModelParams:
             costs less than a full one, because the active SMs clock higher).
         tile_overhead: SIMT (fp32 ``sgemm``) kernels only: shared-memory operand loads per
             FMA, as a fraction of FMA time for a 1x1 register tile (see
-            ``fxshape.simt.tile_fma_efficiency``); 0 for tensor-core kernels. Used for
+            ``fxshape.cost.simt.tile_fma_efficiency``); 0 for tensor-core kernels. Used for
             kernels without a fitted ``kernel_eff``.
         kernel_eff: SIMT kernels only: ``(kernel name, FMA efficiency)`` pairs fitted with
             the kernel each measured call ran (its name is in the data).

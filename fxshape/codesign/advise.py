@@ -11,8 +11,8 @@ that a smaller model never wins just for being smaller, and its parameter count 
 
 Re-analysis builds each candidate at full depth on the meta device (~20 ms) and analyzes it
 like any model: ``fxshape.analyze`` traces one layer per group of identical layers and gives
-every layer its rows (``fxshape.dedup``), exactly the full trace's rows, at a fraction of its
-cost.
+every layer its rows (``fxshape.tracing.dedup``), exactly the full trace's rows, at a fraction
+of its cost.
 """
 
 from __future__ import annotations
@@ -26,8 +26,8 @@ from dataclasses import dataclass
 import torch
 from tabulate import tabulate
 
-from .gpus import get_gpu
-from .provenance import hyperparameters
+from ..analysis.provenance import hyperparameters
+from ..hardware.gpus import get_gpu
 
 __all__ = ["Advice", "Recommendation", "advise", "evaluate_config", "sweep", "SweepPoint"]
 
@@ -164,7 +164,7 @@ class _Evaluator:
     def __call__(self, changes=()) -> Evaluation:
         key = tuple(sorted(changes))
         if key not in self.cache:
-            from .analysis import analyze
+            from ..analysis.annotate import analyze
 
             model = _build(self.cls, self.config_with(key))  # on meta: ~20 ms
             # what sets each dimension is read off the baseline (its notes); candidates are
@@ -332,7 +332,7 @@ def _rule_notes(config, report, tp, batch_size):
     if a and batch_size and tp > 1 and (batch_size * a) % tp:
         notes.append(f"(b·a)/t = ({batch_size}·{a})/{tp} is not an integer")
     if report is not None:
-        sms = get_gpu(report.gpu).sm_count  # one tile per SM per wave, as in fxshape.perf
+        sms = get_gpu(report.gpu).sm_count  # one tile per SM per wave, as in fxshape.cost.gemm
         seen = set()
         for g in report.groups():
             r = g["row"]
@@ -425,7 +425,7 @@ def advise(model_or_config, *, gpu="h100", dtype=torch.bfloat16, batch_size=None
 
 
 def _batch(report):
-    from .provenance import input_sizes
+    from ..analysis.provenance import input_sizes
 
     return input_sizes(report.graph_module.graph)[0] if report.graph_module is not None \
         else None

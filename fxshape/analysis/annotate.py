@@ -1,9 +1,9 @@
 """Annotate every matmul-like node of a captured graph with its GEMMs and predicted cost.
 
 ``analyze(model)`` captures the model (``fxshape.capture``), asks the op registry
-(``fxshape.ops``) which GEMMs each node runs, predicts each with ``predict_matmul`` and
+(``fxshape.analysis.ops``) which GEMMs each node runs, predicts each with ``predict_matmul`` and
 stores a tuple of :class:`GemmRow` records on ``node.meta["fxshape"]``. The result is a
-:class:`fxshape.report.Report`.
+:class:`fxshape.analysis.report.Report`.
 """
 
 from __future__ import annotations
@@ -11,82 +11,24 @@ from __future__ import annotations
 import dataclasses
 import math
 import re
-from dataclasses import dataclass
 
 import torch
 
-from .capture import CaptureError, capture
-from .dedup import check_reduction, expand_rows, find_stacks, reduced_model, structure_key
-from .dtypes import canonical_dtype
-from .gpus import get_gpu
+from ..cost.gemm import is_default_params, predict_matmul, resolve_params_path, use_params
+from ..cost.notes import join_notes
+from ..hardware.dtypes import canonical_dtype
+from ..hardware.gpus import get_gpu
+from ..tracing.dedup import check_reduction, expand_rows, find_stacks, reduced_model, structure_key
+from ..tracing.export import CaptureError, capture
 from .ops import Gemm, gemms_for_node, looks_like_matmul
-from .parallel import check_tp, join_notes, layer_kind, shard_gemm
-from .perf import (MatmulPrediction, is_default_params, predict_matmul, resolve_params_path,
-                   use_params)
+from .parallel import check_tp, layer_kind, shard_gemm
+from .rows import GemmRow, Unsupported
 
-__all__ = ["GemmRow", "Unsupported", "analyze", "annotate", "module_of"]
+__all__ = ["analyze", "annotate", "module_of"]
 
 META_KEY = "fxshape"
 #: how ``analyze`` decides what sets each GEMM dimension
 PROVENANCE_CHOICES = ("traced", "matched", None)
-
-
-@dataclass(frozen=True)
-class GemmRow:
-    """One GEMM of one graph node, with its prediction.
-
-    ``flops`` counts the work actually done (``2·batch·M·N·K`` times ``work``, e.g. one half
-    for causal attention) and ``time_s`` is the prediction scaled the same way.
-    """
-
-    node: str
-    module: str
-    module_type: str
-    op: str
-    phase: str
-    batch: int
-    m: int
-    n: int
-    k: int
-    dtype: str
-    layout: str
-    work: float
-    note: str
-    flops: int
-    time_s: float
-    prediction: MatmulPrediction
-    #: what sets (M, N, K): a hyperparameter, an input size or a parameter axis
-    #: (``fxshape.provenance``); empty when not traced
-    set_by: tuple = ()
-    #: the knobs whose change changes (M, N, K): a tuple of labels per dimension, when
-    #: provenance was traced by cause (``analyze(provenance="traced")``); empty otherwise
-    causes: tuple = ()
-    #: the kernel an attention GEMM was predicted as ("fa2", "fa3", "mem_efficient",
-    #: "math"); empty for ordinary GEMMs
-    kernel: str = ""
-    #: the whole attention call's prediction (``fxshape.attention.AttentionPrediction``),
-    #: shared by the rows of one call; None for ordinary GEMMs
-    attention: object = None
-
-    @property
-    def tflops(self) -> float:
-        """Useful TFLOP/s: this row's FLOPs over its predicted time (padding not counted)."""
-        return self.flops / self.time_s / 1e12 if self.time_s > 0 else 0.0
-
-    @property
-    def efficiency(self) -> float:
-        """Useful TFLOP/s over the dtype's dense peak."""
-        return self.tflops / self.prediction.peak_tflops
-
-
-@dataclass(frozen=True)
-class Unsupported:
-    """A node that looks like a matmul but has no handler (reported, never counted as zero)."""
-
-    node: str
-    target: str
-    module: str
-    reason: str
 
 
 def module_of(node: torch.fx.Node) -> tuple[str, str]:
@@ -107,13 +49,13 @@ def annotate(gm: torch.fx.GraphModule, *, gpu="h100", dtype=torch.bfloat16,
              moe_routing=None, attention: str = "flash"):
     """Put GEMM rows on every matmul-like node; return (rows, unsupported).
 
-    ``tp`` > 1 shards each GEMM Megatron-style (``fxshape.parallel``); ``features`` maps a
+    ``tp`` > 1 shards each GEMM Megatron-style (``fxshape.analysis.parallel``); ``features`` maps a
     module name to its (out_features, in_features), to find the sharded dimension of
     backward GEMMs. ``causal_decoder``: attention that gets a mask tensor over a square
     (query = key length) self-attention is the causal mask of a decoder (Hugging Face decoders
     pass the causal mask as a tensor, not ``is_causal``). ``moe_routing``: fractions of the
     routed rows per expert; default balanced. ``attention``: the kernel attention calls are
-    predicted as (``fxshape.attention.ATTENTION_CHOICES``; ``"flash"``: what PyTorch's SDPA
+    predicted as (``fxshape.cost.attention.ATTENTION_CHOICES``; ``"flash"``: what PyTorch's SDPA
     runs on the GPU).
     """
     spec = get_gpu(gpu)
@@ -170,8 +112,8 @@ def _replaced(gm, rows, changes):
 
 
 def _with_provenance(gm, rows, config, tp):
-    """Rows with ``set_by`` matched by value (``fxshape.provenance.dimension_sources``), also
-    on ``node.meta``."""
+    """Rows with ``set_by`` matched by value
+    (``fxshape.analysis.provenance.dimension_sources``), also on ``node.meta``."""
     from .provenance import dimension_sources
 
     by_node = _by_node(rows)
@@ -183,8 +125,8 @@ def _with_provenance(gm, rows, config, tp):
 
 
 def _with_traced_provenance(gm, rows, model, args, stacks):
-    """Rows with ``set_by`` and ``causes`` traced by cause (``fxshape.perturb``); notes."""
-    from .capture import forward_arguments
+    """Rows with ``set_by`` and ``causes`` traced by cause (``fxshape.analysis.perturb``); notes."""
+    from ..tracing.export import forward_arguments
     from .fasttrace import aligned, gemm_graph, gemm_nodes
     from .perturb import row_keys, traced_sources
     from .provenance import weight_axes
@@ -201,7 +143,7 @@ def _with_traced_provenance(gm, rows, model, args, stacks):
 
     def recorded(target, ex_in, ex_kw, b, s, sizes):
         """Sizes by row key from running ``target`` on meta or fake tensors
-        (``fxshape.fasttrace``), or None where its GEMMs do not line up with the captured
+        (``fxshape.analysis.fasttrace``), or None where its GEMMs do not line up with the captured
         graph's (with ``sizes``: or their sizes differ)."""
         a, k = forward_arguments(target, ex_in, ex_kw, batch_size=b, seq_len=s)
         try:
@@ -305,13 +247,13 @@ def apportion(total: int, fractions) -> list[int]:
 
 
 def _attention_rows(node, gemms, fqn, cls, phase, dkey, spec, attention):
-    """Rows of one attention call, predicted as the kernel it runs (``fxshape.attention``).
+    """Rows of one attention call, predicted as the kernel it runs (``fxshape.cost.attention``).
 
     A fused kernel's time is split over its GEMMs by FLOPs, so every row shows the kernel's
     throughput. The math path runs its GEMMs unfused (each predicted by the GEMM model; no
     recomputed QKᵀ in the backward; the full score matrix even when causal), and the
     elementwise kernels between them are split over its rows by FLOPs."""
-    from .attention import predict_attention
+    from ..cost.attention import predict_attention
 
     call = gemms[0].attn
     pred = predict_attention(call.shape, direction=call.direction, attention=attention,
@@ -332,7 +274,7 @@ def _attention_rows(node, gemms, fqn, cls, phase, dkey, spec, attention):
                  for r, t in zip(rows, times))
 
 
-#: the two-layer check's verdicts ("" = the reduction holds), by fxshape.dedup.structure_key
+#: the two-layer check's verdicts ("" = the reduction holds), by fxshape.tracing.dedup.structure_key
 _CHECKED: dict = {}
 
 
@@ -365,7 +307,7 @@ def _annotated(target, example_inputs, example_kwargs, kw, spec, dkey, tp, model
 
 def _check_attention(attention, spec, dkey) -> None:
     """Fail before capturing on an unknown kernel choice or FA3 off Hopper."""
-    from .attention import resolve_kernel
+    from ..cost.attention import resolve_kernel
 
     resolve_kernel(attention, spec, dkey, 128)
 
@@ -429,13 +371,13 @@ def analyze(model, example_inputs=None, example_kwargs=None, *, gpu="h100",
     Args:
         model: an ``nn.Module`` (real or meta parameters; never modified).
         example_inputs, example_kwargs: forward arguments; synthesized for Hugging Face models
-            (see ``fxshape.capture.example_inputs_for``).
+            (see ``fxshape.tracing.export.example_inputs_for``).
         gpu: GPU name or alias (default ``"h100"``).
         dtype: the dtype the GEMMs run in, as under autocast (default ``torch.bfloat16``).
         batch_size, seq_len: sizes of synthesized inputs.
         mode: ``"inference"`` (forward GEMMs) or ``"train"`` (forward and backward GEMMs as
             autograd runs them, from the joint graph; rows carry ``phase``).
-        tp: Megatron-style tensor-parallel degree: per-GPU shapes (``fxshape.parallel``);
+        tp: Megatron-style tensor-parallel degree: per-GPU shapes (``fxshape.analysis.parallel``);
             must divide the number of attention heads.
         moe_routing: for MoE layers, the fraction of routed rows each expert gets (one per
             expert, summing to 1). Default: balanced routing, said in each row's note.
@@ -444,7 +386,7 @@ def analyze(model, example_inputs=None, example_kwargs=None, *, gpu="h100",
             and Hopper), ``"fa2"``, ``"fa3"`` (FlashAttention-3, Hopper only) or ``"math"``
             (unfused, as ``attn_implementation="eager"`` runs). Rows carry ``kernel``.
         dedup: trace one representative of each group of identical layers and give every
-            layer its representative's rows (``fxshape.dedup``); the rows equal the full
+            layer its representative's rows (``fxshape.tracing.dedup``); the rows equal the full
             trace's. ``False`` traces every layer. ``report.notes`` says which was done.
         params: a parameter file (e.g. written by ``fxshape calibrate``) whose constants
             replace the packaged ones for the GPUs it has; default ``$FXSHAPE_PARAMS`` if set.
@@ -452,12 +394,12 @@ def analyze(model, example_inputs=None, example_kwargs=None, *, gpu="h100",
         provenance: how each row's ``set_by`` (what sets M, N and K) is decided:
             ``"traced"`` (default: by cause; the model is re-traced with one hyperparameter
             or input size changed at a time, at reduced depth, and a dimension is set by what
-            changes it; ``row.causes`` lists those; ``fxshape.perturb``), ``"matched"``
+            changes it; ``row.causes`` lists those; ``fxshape.analysis.perturb``), ``"matched"``
             (by value against the config and input sizes, no re-capture: faster, but values
             that coincide can be confused) or ``None`` (not decided; ``set_by`` empty).
 
     Returns:
-        A :class:`fxshape.report.Report`.
+        A :class:`fxshape.analysis.report.Report`.
     """
     with use_params(params):
         report = _analyze(model, example_inputs, example_kwargs, gpu=gpu, dtype=dtype,

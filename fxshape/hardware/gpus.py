@@ -142,7 +142,7 @@ def _add(spec: GPUSpec) -> None:
 
 
 # Pascal has no tensor cores: only the fp32 (SIMT sgemm) path is modelled; the tile menu below
-# is unused by it (fxshape.simt holds the sgemm kernels) but a GPUSpec needs one.
+# is unused by it (fxshape.cost.simt holds the sgemm kernels) but a GPUSpec needs one.
 # Source: NVIDIA Tesla P100 PCIe datasheet (16 GB: 9.3 TFLOPS fp32 at 1303 MHz boost, 56 SMs x
 # 64 FP32 cores, 732 GB/s HBM2); Pascal GP100 whitepaper (4 MB L2).
 _add(GPUSpec("p100-pcie", "nvidia", "pascal", 56, 1303, Peaks(None, None, None, 9.3),

@@ -27,8 +27,9 @@ from typing import Callable
 
 import torch
 
-from .attention import FLASH_HEAD_DIMS, AttentionShape, flash_head_dim
-from .attnops import ATTENTION_OPS
+from ..cost.attention import FLASH_HEAD_DIMS, AttentionShape, flash_head_dim
+from ..tracing.attnops import ATTENTION_OPS
+from ..tracing.export import set_labelled_ops
 
 __all__ = ["Gemm", "AttentionCall", "register_gemm_handler", "flash_head_dim",
            "FLASH_HEAD_DIMS", "gemm_handler", "gemms_for_node", "input_shapes",
@@ -61,7 +62,7 @@ class Gemm:
         work: fraction of the full GEMM actually computed (0.5 for causal attention).
         note: why the shape is what it is, when that is not obvious (e.g. MoE routing).
         attn: for the GEMMs of a fused attention call, the call (predicted as one kernel by
-            ``fxshape.attention``); None for ordinary GEMMs.
+            ``fxshape.cost.attention``); None for ordinary GEMMs.
     """
 
     op: str
@@ -539,3 +540,9 @@ def register_transformers_ops() -> None:
         op = getattr(ns, name, None)
         if op is not None and gemm_handler(op) is None:
             register_gemm_handler(op)(handler)
+
+
+# capture labels the phase and owning module of every node this registry has a handler for,
+# and registers transformers' ops first (fxshape.tracing cannot import the registry)
+set_labelled_ops(lambda target: gemm_handler(target) is not None,
+                 before_capture=register_transformers_ops)

@@ -1,7 +1,7 @@
 """Provenance by cause: re-capture the model with one hyperparameter or input size changed.
 
 A GEMM dimension is *set by* a hyperparameter when changing that hyperparameter changes it.
-:func:`traced_sources` finds the knobs of a model (``fxshape.provenance.Knob``): the config
+:func:`traced_sources` finds the knobs of a model (``fxshape.analysis.provenance.Knob``): the config
 integers that size GEMMs (``vocab_size``, ``hidden_size``, heads, KV heads, ``head_dim``, MLP
 width, experts, top-k, the vision and speech input sizes) of a Hugging Face model, and the
 input sizes: ``batch_size`` and ``seq_len`` of synthesized inputs, or, for inputs the user
@@ -13,7 +13,7 @@ compares every GEMM's M, N and K with the original's. The causes of a dimension 
 whose change changed it; its label is the named expression (``batch_size × seq_len``,
 ``num_key_value_heads × head_dim``) that equals it at *every* point measured, so values that
 coincide (a sequence length equal to the head dimension, a hidden size equal to the
-vocabulary) cannot be confused (``fxshape.provenance.name_by_cause``).
+vocabulary) cannot be confused (``fxshape.analysis.provenance.name_by_cause``).
 
 A knob that cannot be changed (the model rejects every value tried) is named in the report's
 notes, and the labels are not tested against it. A model that its config does not rebuild
@@ -29,8 +29,8 @@ import inspect
 
 import torch
 
-from .capture import DEFAULT_BATCH_SIZE, _is_hf, _seq_len
-from .dedup import find_stacks, reduced_model
+from ..tracing.dedup import find_stacks, reduced_model
+from ..tracing.export import DEFAULT_BATCH_SIZE, _is_hf, _seq_len
 from .provenance import Knob, catalog, config_knobs, environment, name_by_cause
 
 __all__ = ["traced_sources", "row_keys"]
@@ -64,7 +64,7 @@ def traced_sources(model, rows, fallback, *, observe, example_inputs, example_kw
         observe: ``observe(target, example_inputs, example_kwargs, batch_size, seq_len)``
             -> ``{row key: (M, N, K)}`` of ``target`` traced and annotated like ``rows``
             (keys: :func:`row_keys` of ``rows``).
-        stacks: the layer stacks the analysis reduced (``fxshape.dedup``); changed models
+        stacks: the layer stacks the analysis reduced (``fxshape.tracing.dedup``); changed models
             are reduced the same way.
         cache_key: what the result depends on besides the model (mode, tp, inputs ...).
     """
@@ -364,8 +364,8 @@ def _tied_axes(model, args, kwargs, leaves):
     from torch.export.graph_signature import InputKind
     from torch.utils._pytree import tree_map
 
-    from .attnops import keep_attention_fused
-    from .capture import quiet_loggers
+    from ..tracing.attnops import keep_attention_fused
+    from ..tracing.export import quiet_loggers
 
     def spec(x):
         return {i: Dim.AUTO for i in range(x.dim())} if isinstance(x, torch.Tensor) else None

@@ -18,9 +18,9 @@ from dataclasses import dataclass
 
 from tabulate import tabulate
 
-from .dtypes import itemsize, output_itemsize
-from .gpus import get_gpu
-from .perf import model_params, predict_matmul, use_params
+from ..cost.gemm import model_params, predict_matmul, use_params
+from ..hardware.dtypes import itemsize, output_itemsize
+from ..hardware.gpus import get_gpu
 
 __all__ = ["PadDecision", "PaddingPlan", "plan_padding", "can_pad", "padded_size",
            "DEFAULT_MIN_GAIN", "DEFAULT_MULTIPLES"]
@@ -270,7 +270,7 @@ def plan_padding(model_or_report, example_inputs=None, example_kwargs=None, *, g
 
 def _plan_padding(model_or_report, example_inputs, example_kwargs, *, gpu, dtype, min_gain,
                   multiples, filter_fn, **analyze_kwargs) -> PaddingPlan:
-    from .report import Report
+    from ..analysis.report import Report
 
     multiples = tuple(_check_multiple(m) for m in multiples)
     if not 0 <= min_gain < 1:
@@ -278,7 +278,7 @@ def _plan_padding(model_or_report, example_inputs, example_kwargs, *, gpu, dtype
     if isinstance(model_or_report, Report):
         report = model_or_report
     else:
-        from .analysis import analyze
+        from ..analysis.annotate import analyze
 
         kw = dict(analyze_kwargs)
         kw.setdefault("provenance", None)  # the plan does not say what sets a dimension

@@ -2,15 +2,15 @@
 
     fxshape calibrate [--quick] [--out params.json] [--gpu NAME] [--dtype bf16]
 
-It times a built-in sweep (``fxshape.measure.default_sweep``: N, K and F.linear's N in steps
+It times a built-in sweep (``fxshape.fit.measure.default_sweep``: N, K and F.linear's N in steps
 of one around 4096 for the alignment penalties, N in steps of 64 at M = 2304 for the wave
 sawtooth, tokens 1 to 8192 through a 4096 x 14336 projection for the decode-to-prefill
 regimes, and batched GEMMs) with CUDA events, fits every constant of
-``fxshape.perf.ModelParams`` for the detected GPU (the packaged constants are the starting
+``fxshape.cost.gemm.ModelParams`` for the detected GPU (the packaged constants are the starting
 point), and writes a parameter file holding that one GPU. ``predict_matmul``, ``analyze``,
 ``pad`` and ``advise`` use it when given ``params=path`` or with ``FXSHAPE_PARAMS=path`` set;
 a report then names the file in its notes. The fit is the one ``bench/fit_model.py`` runs on
-the shared data (``fxshape.fitting``).
+the shared data (``fxshape.fit.fitting``).
 
 The measuring half needs CUDA; the fitting half (:func:`fit_rows`) runs anywhere and is
 tested on CPU with synthetic measurements of known constants. Tensor-core dtypes only: the
@@ -25,10 +25,10 @@ import sys
 import time
 from dataclasses import asdict
 
+from ..cost.gemm import ModelParams, model_params
+from ..hardware.dtypes import canonical_dtype
+from ..hardware.gpus import get_gpu
 from .calibration import CalibrationRow
-from .dtypes import canonical_dtype
-from .gpus import get_gpu
-from .perf import ModelParams, model_params
 
 __all__ = ["detect_gpu", "calibration_sweep", "fit_rows", "calibrate", "write_params"]
 
@@ -71,7 +71,7 @@ def calibration_sweep(quick: bool = False):
 
 
 def _median_err(prob, params: ModelParams) -> float:
-    """Median |predicted / measured - 1| of a ``fxshape.fitting._Problem``."""
+    """Median |predicted / measured - 1| of a ``fxshape.fit.fitting._Problem``."""
     return float(statistics.median((abs(prob.measured_model(params, []) / prob.t - 1)).tolist()))
 
 
@@ -79,7 +79,7 @@ def fit_rows(rows, gpu, *, start: ModelParams | None = None):
     """Fit every constant to measured rows of one GPU and dtype.
 
     Args:
-        rows: :class:`fxshape.calibration.CalibrationRow` (CUDA-event timings).
+        rows: :class:`fxshape.fit.calibration.CalibrationRow` (CUDA-event timings).
         gpu: the GPU they were measured on.
         start: starting constants (default: the packaged ones for ``gpu``).
 
@@ -87,7 +87,7 @@ def fit_rows(rows, gpu, *, start: ModelParams | None = None):
         ``(params, summary)``: the fitted :class:`ModelParams` and a dict with the median
         error before (packaged constants) and after, and the mean |log error| of the fit.
     """
-    from .fitting import _START, _STARTS, _Problem, _fit_one
+    from .fitting import _START, _STARTS, _fit_one, _Problem
 
     rows = list(rows)
     if not rows:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from .rows import kernel_figures, misaligned
+
 __all__ = ["plot_sweep", "plot_report", "loss_cause"]
 
 #: what a GEMM's time beyond the dense peak is lost to, and the colour each is drawn in
@@ -48,13 +50,11 @@ def plot_sweep(points, param: str, path: str, *, title: str = "") -> bool:
 
 def loss_cause(row) -> str:
     """The main reason a report row runs below the dense peak (a key of ``CAUSES``)."""
-    from .report import _flag, _kernel_figures
-
     if row.kernel and row.kernel != "math":
         return "attention kernel overheads"
-    if _flag(row):
+    if misaligned(row):
         return "misalignment"
-    k = _kernel_figures(row)
+    k = kernel_figures(row)
     if k["bound"] == "memory":
         return "memory-bound"
     tile, wave = k["tile_efficiency"], k["wave_efficiency"]
@@ -78,7 +78,7 @@ def plot_report(report, path: str, *, top: int = 15) -> bool:
     import matplotlib.pyplot as plt
     from matplotlib.patches import Patch
 
-    from .gpus import get_gpu
+    from ..hardware.gpus import get_gpu
 
     matplotlib.rcParams["svg.hashsalt"] = "fxshape"
     peak = get_gpu(report.gpu).peak_tflops(report.dtype) * 1e12

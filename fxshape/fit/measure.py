@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import statistics
 
-from .dtypes import canonical_dtype, itemsize
+from ..hardware.dtypes import canonical_dtype, itemsize
 
 __all__ = ["default_sweep", "cuda_event_median", "CudaEventTimer", "measure", "SOURCE",
            "TIMING"]

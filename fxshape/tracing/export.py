@@ -141,6 +141,20 @@ def _to_device(obj, device):
     return obj
 
 
+#: Which nodes of a joint (training) graph get ``fxshape_phase`` and ``fxshape_module``
+#: labels (a predicate on node targets), and what runs before each capture. The op registry
+#: (``fxshape.analysis.ops``) installs its own when it is imported, as ``import fxshape``
+#: does: capture knows which ops are GEMMs without importing anything above it.
+_LABELLED = {"is_labelled": lambda target: False, "before_capture": lambda: None}
+
+
+def set_labelled_ops(is_labelled, before_capture=None) -> None:
+    """Label the nodes whose target ``is_labelled`` accepts in joint graphs, and call
+    ``before_capture()`` (if given) at the start of every capture."""
+    _LABELLED["is_labelled"] = is_labelled
+    _LABELLED["before_capture"] = before_capture or (lambda: None)
+
+
 @contextlib.contextmanager
 def _preserve_training_flags(model: torch.nn.Module, train: bool):
     flags = [(m, m.training) for m in model.modules()]
@@ -177,9 +191,7 @@ def capture(model, example_inputs=None, example_kwargs=None, *, batch_size=None,
     """
     if not isinstance(model, torch.nn.Module):
         raise ValueError(f"expected a torch.nn.Module, got {type(model).__name__}")
-    from .ops import register_transformers_ops
-
-    register_transformers_ops()
+    _LABELLED["before_capture"]()
     args, kwargs = forward_arguments(model, example_inputs, example_kwargs,
                                      batch_size=batch_size, seq_len=seq_len)
     # torch's own tracebacks of a failing path (the fake-tensor "failed while attempting to
@@ -380,8 +392,6 @@ def _label_joint(gm, params: dict, grad_of: dict, loss) -> None:
     """Phase and owning module of every GEMM node of a joint graph. ``params``: placeholder
     name -> parameter name; ``grad_of``: output node name -> the parameter it is the gradient
     of; ``loss``: the loss node."""
-    from .ops import gemm_handler
-
     nodes = {n.name: n for n in gm.graph.nodes}
     for name, fqn in params.items():  # which parameter each placeholder is (provenance)
         if name in nodes:
@@ -428,7 +438,7 @@ def _label_joint(gm, params: dict, grad_of: dict, loss) -> None:
         return found
 
     gemm_nodes = [n for n in gm.graph.nodes
-                  if n.op == "call_function" and gemm_handler(n.target) is not None]
+                  if n.op == "call_function" and _LABELLED["is_labelled"](n.target)]
     owner = {}
     for n in gemm_nodes:
         n.meta["fxshape_phase"] = "forward" if n.name in forward else "backward"

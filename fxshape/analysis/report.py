@@ -16,7 +16,8 @@ from dataclasses import dataclass, field
 
 from tabulate import tabulate
 
-from .gpus import get_gpu
+from ..hardware.gpus import get_gpu
+from .rows import kernel_figures, misaligned
 
 __all__ = ["Report"]
 
@@ -26,15 +27,6 @@ _LAYER_INDEX = re.compile(r"(?<=\.)\d+(?=\.|$)")
 def _pattern(module: str) -> str:
     """``model.layers.7.mlp.down_proj`` -> ``model.layers.*.mlp.down_proj``."""
     return _LAYER_INDEX.sub("*", module)
-
-
-def _flag(row) -> str:
-    if row.kernel not in ("", "math"):
-        # a fused attention kernel handles any sequence length (predicated tail blocks);
-        # its head-dimension padding shows as tile efficiency and in the note
-        return ""
-    bad = [a for a in row.prediction.alignment if a.status == "misaligned" and a.leading]
-    return ", ".join(f"{a.dim}={a.size}->{a.next_aligned}" for a in bad)
 
 
 def _set_by(row) -> str:
@@ -101,14 +93,14 @@ class Report:
         body = []
         for g in groups:
             r = g["row"]
-            k = _kernel_figures(r)
+            k = kernel_figures(r)
             name = g["module"] + (f" x{g['count']}" if g["count"] > 1 else "")
             op = f"{r.op} ({r.kernel})" if r.kernel else r.op
             body.append((name, op, r.phase, g["count"], r.m, r.n, r.k, r.batch,
                          k["tile"], f"{100 * k['tile_efficiency']:.0f}%", k["waves"],
                          f"{100 * k['wave_efficiency']:.0f}%", f"{r.tflops:.0f}",
                          f"{100 * r.efficiency:.0f}%", f"{100 * g['share']:.1f}",
-                         _flag(r)) + ((_set_by(r),) if with_set_by else ()))
+                         misaligned(r)) + ((_set_by(r),) if with_set_by else ()))
         return head, body
 
     def table(self, fmt: str = "simple") -> str:
@@ -140,7 +132,7 @@ class Report:
         return f"{text}<p>{tail}</p>"
 
     def plot(self, path: str, *, top: int = 15) -> bool:
-        """Where the time goes, as a bar chart (``fxshape.plot.plot_report``) written to
+        """Where the time goes, as a bar chart (``fxshape.analysis.plot.plot_report``) written to
         ``path`` (.png or .svg). Returns False when matplotlib is not installed."""
         from .plot import plot_report
 
@@ -155,10 +147,10 @@ class Report:
             f"{100 * self.efficiency:.1f}% of dense peak",
         ]
         lines.extend(f"note: {n}" for n in self.notes)
-        offenders = [g for g in (groups or self.groups()) if _flag(g["row"])][:3]
+        offenders = [g for g in (groups or self.groups()) if misaligned(g["row"])][:3]
         if offenders:
             lines.append("top offenders (misaligned): " + "; ".join(
-                f"{g['module']} {g['op']} ({_flag(g['row'])}{_culprits(g['row'])}, "
+                f"{g['module']} {g['op']} ({misaligned(g['row'])}{_culprits(g['row'])}, "
                 f"{100 * g['share']:.1f}% of time)" for g in offenders))
         return "\n".join(lines)
 
@@ -293,30 +285,15 @@ def _culprits(row) -> str:
     return f" <- {', '.join(names)}" if names else ""
 
 
-def _kernel_figures(r) -> dict:
-    """Tile, tile/wave efficiency, waves and bound of the kernel a row runs in: a fused
-    attention kernel's own (its Br x Bc tile over the padded head dimension), else the
-    GEMM's."""
-    a, p = r.attention, r.prediction
-    if a is not None and r.kernel != "math":
-        s = a.shape
-        dims = max(s.head_dim, s.head_dim_v)
-        return dict(tile=f"{a.tile[0]}x{a.tile[1]}", tile_efficiency=dims / a.run_head_dim,
-                    waves=a.waves, wave_efficiency=a.wave_efficiency, bound=a.bound)
-    return dict(tile=f"{p.tile[0]}x{p.tile[1]}" + (f"/s{p.split_k}" if p.split_k > 1 else ""),
-                tile_efficiency=p.tile_efficiency, waves=p.waves,
-                wave_efficiency=p.wave_efficiency, bound=p.bound)
-
-
 def _row_dict(r) -> dict:
-    k = _kernel_figures(r)
+    k = kernel_figures(r)
     return {
         "node": r.node, "module": r.module, "module_type": r.module_type, "op": r.op,
         "kernel": r.kernel, "phase": r.phase, "batch": r.batch, "m": r.m, "n": r.n, "k": r.k,
         "dtype": r.dtype, "layout": r.layout, "work": r.work, "flops": r.flops,
         "time_s": r.time_s, "tflops": r.tflops, "efficiency": r.efficiency,
         "tile": k["tile"], "tile_efficiency": k["tile_efficiency"], "waves": k["waves"],
-        "wave_efficiency": k["wave_efficiency"], "bound": k["bound"], "misaligned": _flag(r),
+        "wave_efficiency": k["wave_efficiency"], "bound": k["bound"], "misaligned": misaligned(r),
         "note": r.note, "set_by_m": r.set_by[0] if r.set_by else "",
         "set_by_n": r.set_by[1] if r.set_by else "", "set_by_k": r.set_by[2] if r.set_by else "",
         "causes_m": list(r.causes[0]) if r.causes else [],

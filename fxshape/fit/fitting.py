@@ -13,8 +13,8 @@ from __future__ import annotations
 import math
 from collections import defaultdict
 
-from .dtypes import canonical_dtype
-from .perf import ModelParams, predict_times_array
+from ..cost.gemm import ModelParams, predict_times_array
+from ..hardware.dtypes import canonical_dtype
 
 try:
     import numpy as np

@@ -1,7 +1,7 @@
 """``torch.compile(model, backend="fxshape")``: pad GEMMs in the compiled graphs.
 
 The backend pads the aten-level forward and backward graphs that AOTAutograd produces: every
-``mm`` / ``addmm`` / ``bmm`` whose padded version the plan (``fxshape.padplan.best_padding``)
+``mm`` / ``addmm`` / ``bmm`` whose padded version the plan (``fxshape.padding.plan.best_padding``)
 predicts at least ``min_gain`` faster becomes pad -> GEMM -> slice (a contiguous copy), then
 the graph goes on to the inner backend. With ``inner="inductor"`` (the default) the pass runs
 as Inductor's ``post_grad_custom_pre_pass``, after Inductor's own ``pad_mm`` (which pads only
@@ -21,10 +21,10 @@ from dataclasses import dataclass
 
 import torch
 
-from .dtypes import canonical_dtype
-from .gpus import get_gpu
-from .padplan import DEFAULT_MIN_GAIN, DEFAULT_MULTIPLES, best_padding
-from .perf import model_params, predict_matmul
+from ..cost.gemm import model_params, predict_matmul
+from ..hardware.dtypes import canonical_dtype
+from ..hardware.gpus import get_gpu
+from .plan import DEFAULT_MIN_GAIN, DEFAULT_MULTIPLES, best_padding
 
 __all__ = ["fxshape_backend", "make_backend", "pad_graph"]
 
@@ -134,7 +134,8 @@ def _options(options) -> dict:
 
 def make_backend(**options):
     """A backend callable with fixed options, e.g.
-    ``torch.compile(model, backend=fxshape.compile.make_backend(gpu="a100", inner="eager"))``."""
+    ``torch.compile(model, backend=make_backend(gpu="a100", inner="eager"))``
+    (``fxshape.padding.compile.make_backend``)."""
     opts = _options(options)
     padded: list = []  # (node, sizes, padded sizes) of every graph this backend compiled
 

@@ -1,0 +1,99 @@
+"""The records a GEMM analysis produces, and the kernel figures read off a row.
+
+:class:`GemmRow` is one GEMM of one graph node with its prediction (a tuple of them sits on
+``node.meta["fxshape"]``); :class:`Unsupported` is a node that does FLOPs but has no handler.
+:func:`misaligned` and :func:`kernel_figures` are what the tables, exports and plots show of
+a row beyond its fields.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..cost.gemm import MatmulPrediction
+
+__all__ = ["GemmRow", "Unsupported", "misaligned", "kernel_figures"]
+
+
+@dataclass(frozen=True)
+class GemmRow:
+    """One GEMM of one graph node, with its prediction.
+
+    ``flops`` counts the work actually done (``2·batch·M·N·K`` times ``work``, e.g. one half
+    for causal attention) and ``time_s`` is the prediction scaled the same way.
+    """
+
+    node: str
+    module: str
+    module_type: str
+    op: str
+    phase: str
+    batch: int
+    m: int
+    n: int
+    k: int
+    dtype: str
+    layout: str
+    work: float
+    note: str
+    flops: int
+    time_s: float
+    prediction: MatmulPrediction
+    #: what sets (M, N, K): a hyperparameter, an input size or a parameter axis
+    #: (``fxshape.analysis.provenance``); empty when not traced
+    set_by: tuple = ()
+    #: the knobs whose change changes (M, N, K): a tuple of labels per dimension, when
+    #: provenance was traced by cause (``analyze(provenance="traced")``); empty otherwise
+    causes: tuple = ()
+    #: the kernel an attention GEMM was predicted as ("fa2", "fa3", "mem_efficient",
+    #: "math"); empty for ordinary GEMMs
+    kernel: str = ""
+    #: the whole attention call's prediction (``fxshape.cost.attention.AttentionPrediction``),
+    #: shared by the rows of one call; None for ordinary GEMMs
+    attention: object = None
+
+    @property
+    def tflops(self) -> float:
+        """Useful TFLOP/s: this row's FLOPs over its predicted time (padding not counted)."""
+        return self.flops / self.time_s / 1e12 if self.time_s > 0 else 0.0
+
+    @property
+    def efficiency(self) -> float:
+        """Useful TFLOP/s over the dtype's dense peak."""
+        return self.tflops / self.prediction.peak_tflops
+
+
+@dataclass(frozen=True)
+class Unsupported:
+    """A node that looks like a matmul but has no handler (reported, never counted as zero)."""
+
+    node: str
+    target: str
+    module: str
+    reason: str
+
+
+def misaligned(row) -> str:
+    """``N=50257->50264``: each misaligned leading dimension of a row and its next aligned
+    size (empty for fused attention kernels and aligned GEMMs)."""
+    if row.kernel not in ("", "math"):
+        # a fused attention kernel handles any sequence length (predicated tail blocks);
+        # its head-dimension padding shows as tile efficiency and in the note
+        return ""
+    bad = [a for a in row.prediction.alignment if a.status == "misaligned" and a.leading]
+    return ", ".join(f"{a.dim}={a.size}->{a.next_aligned}" for a in bad)
+
+
+def kernel_figures(r) -> dict:
+    """Tile, tile/wave efficiency, waves and bound of the kernel a row runs in: a fused
+    attention kernel's own (its Br x Bc tile over the padded head dimension), else the
+    GEMM's."""
+    a, p = r.attention, r.prediction
+    if a is not None and r.kernel != "math":
+        s = a.shape
+        dims = max(s.head_dim, s.head_dim_v)
+        return dict(tile=f"{a.tile[0]}x{a.tile[1]}", tile_efficiency=dims / a.run_head_dim,
+                    waves=a.waves, wave_efficiency=a.wave_efficiency, bound=a.bound)
+    return dict(tile=f"{p.tile[0]}x{p.tile[1]}" + (f"/s{p.split_k}" if p.split_k > 1 else ""),
+                tile_efficiency=p.tile_efficiency, waves=p.waves,
+                wave_efficiency=p.wave_efficiency, bound=p.bound)

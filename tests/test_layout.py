@@ -1,0 +1,182 @@
+"""The package's layout stays true (docs/architecture.md): wings by concern, each importing
+only the wings its ``__init__`` paragraph names, and no import circle anywhere.
+
+Imports are read from the source (AST, nothing executed), function-level ones included.
+"""
+
+import ast
+import os
+import re
+
+import networkx as nx
+import pytest
+
+import fxshape
+
+PKG_DIR = os.path.dirname(fxshape.__file__)
+ROOT = os.path.dirname(PKG_DIR)
+#: ``May import: hardware, cost.`` or ``May import: nothing of fxshape.``
+_MAY = re.compile(r"^May import: (.*?)\.?$", re.M)
+
+
+def _modules(pkg_dir: str, pkg: str) -> dict:
+    """{dotted module name: path} for every .py file under ``pkg_dir``."""
+    out = {}
+    for dirpath, dirs, files in os.walk(pkg_dir):
+        dirs[:] = sorted(d for d in dirs if not d.startswith(("_", ".")))
+        rel = os.path.relpath(dirpath, pkg_dir)
+        parts = [pkg] + ([] if rel == "." else rel.split(os.sep))
+        for f in sorted(files):
+            if f.endswith(".py"):
+                name = parts + ([] if f == "__init__.py" else [f[:-3]])
+                out[".".join(name)] = os.path.join(dirpath, f)
+    return out
+
+
+def _imports(name: str, path: str, modules: dict) -> set:
+    """The package modules ``name`` imports (absolute names), anywhere in the file."""
+    is_pkg = path.endswith("__init__.py")
+    base = name.split(".") if is_pkg else name.split(".")[:-1]
+    found = set()
+    for node in ast.walk(ast.parse(open(path).read(), filename=path)):
+        if isinstance(node, ast.Import):
+            targets = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                anchor = base[:len(base) - node.level + 1]
+                mod = ".".join(anchor + ([node.module] if node.module else []))
+            else:
+                mod = node.module or ""
+            # ``from .cost import gemm`` imports the submodule, ``from .gemm import x`` the
+            # module itself
+            targets = [f"{mod}.{a.name}" if f"{mod}.{a.name}" in modules else mod
+                       for a in node.names]
+        else:
+            continue
+        for t in targets:
+            while t and t not in modules:  # ``import fxshape.cost.gemm.x`` -> the module
+                t = t.rpartition(".")[0]
+            if t and t != name:
+                found.add(t)
+    return found
+
+
+def _wing(module: str, wings) -> str:
+    """``fxshape.cost.gemm`` -> ``cost``; top-level modules and the package -> ``""``."""
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 and parts[1] in wings else ""
+
+
+def layout_problems(pkg_dir: str, pkg: str) -> list:
+    """Every import circle and every import a wing's paragraph forbids, as sentences."""
+    modules = _modules(pkg_dir, pkg)
+    wings = {m.split(".")[1]: p for m, p in modules.items()
+             if m.count(".") == 1 and p.endswith("__init__.py")}
+    problems = []
+    allowed = {}
+    for w, path in sorted(wings.items()):
+        doc = ast.get_docstring(ast.parse(open(path).read())) or ""
+        m = _MAY.search(doc)
+        if m is None:
+            problems.append(f"wing {w}: its __init__ paragraph has no 'May import:' line")
+            allowed[w] = set()
+            continue
+        said = m.group(1).strip()
+        allowed[w] = set() if said.startswith("nothing") else \
+            {x.strip() for x in said.split(",")}
+        unknown = allowed[w] - set(wings)
+        if unknown:
+            problems.append(f"wing {w} may import {sorted(unknown)}, which are not wings")
+    graph = nx.DiGraph()
+    for name, path in modules.items():
+        graph.add_node(name)
+        src = _wing(name, wings)
+        for target in sorted(_imports(name, path, modules)):
+            graph.add_edge(name, target)
+            dst = _wing(target, wings)
+            if src and dst and dst != src and dst not in allowed.get(src, set()):
+                problems.append(f"{name} imports {target}: wing {src} may not import {dst}")
+            if src and not dst and target != pkg:
+                problems.append(f"{name} imports {target}: a wing may not import the top "
+                                "level")
+            if src and target == pkg:
+                problems.append(f"{name} imports {pkg} itself (the public API)")
+    for cycle in sorted(sorted(c) for c in nx.simple_cycles(graph)):
+        problems.append("import circle: " + " -> ".join(cycle))
+    return problems
+
+
+def test_the_package_keeps_its_layout():
+    assert layout_problems(PKG_DIR, "fxshape") == []
+
+
+def test_at_most_six_plain_modules_at_the_top():
+    plain = sorted(f for f in os.listdir(PKG_DIR) if f.endswith(".py"))
+    assert len(plain) <= 6, plain
+
+
+def test_every_wing_is_in_the_architecture_page():
+    wings = sorted(d for d in os.listdir(PKG_DIR)
+                   if os.path.isfile(os.path.join(PKG_DIR, d, "__init__.py")))
+    # hardware, cost, fit, tracing, analysis, codesign, padding
+    assert len(wings) == 7, wings
+    page = open(os.path.join(ROOT, "docs", "architecture.md")).read()
+    missing = [w for w in wings if f"`fxshape/{w}/`" not in page]
+    assert missing == []
+
+
+def _write(root, files: dict) -> None:
+    for rel, text in files.items():
+        path = os.path.join(root, rel)
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        with open(path, "w") as f:
+            f.write(text)
+
+
+@pytest.mark.parametrize("files, expected", [
+    # a lower wing importing a higher one, inside a function
+    ({"low/__init__.py": '"""Low.\n\nMay import: nothing of pkg.\n"""\n',
+      "low/a.py": "def f():\n    from ..high.b import g\n",
+      "high/__init__.py": '"""High.\n\nMay import: low.\n"""\n',
+      "high/b.py": "from ..low.a import f\n"},
+     ["pkg.low.a imports pkg.high.b: wing low may not import high",
+      "import circle: pkg.high.b -> pkg.low.a"]),
+    # a circle inside one wing, through ``from . import``
+    ({"w/__init__.py": '"""W.\n\nMay import: nothing of pkg.\n"""\n',
+      "w/a.py": "from . import b\n", "w/b.py": "from .a import x\n"},
+     ["import circle: pkg.w.a -> pkg.w.b"]),
+    # a wing without its paragraph's line, and one reaching the top level
+    ({"w/__init__.py": '"""W."""\n', "w/a.py": "from ..cli import main\n",
+      "cli.py": "from .w.a import x\n"},
+     ["wing w: its __init__ paragraph has no 'May import:' line",
+      "pkg.w.a imports pkg.cli: a wing may not import the top level",
+      "import circle: pkg.cli -> pkg.w.a"]),
+])
+def test_the_checker_finds_what_it_should(tmp_path, files, expected):
+    root = tmp_path / "pkg"
+    _write(str(root), dict(files, **{"__init__.py": ""}))
+    assert layout_problems(str(root), "pkg") == expected
+
+
+def test_the_op_registry_tells_tracing_which_nodes_are_gemms():
+    # tracing imports nothing above it: the registry installs its lookup when imported, so a
+    # training capture labels the phase of exactly the nodes that have a GEMM handler
+    import torch
+
+    class MLP(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.up = torch.nn.Linear(16, 32)
+
+        def forward(self, x):
+            return torch.relu(self.up(x)) + 1
+
+    gm = fxshape.capture(MLP(), (torch.randn(4, 16),), train=True)
+    calls = [n for n in gm.graph.nodes if n.op == "call_function"]
+    labelled = {n.name for n in calls if "fxshape_phase" in n.meta}
+    gemms = {n.name for n in calls if fxshape.analysis.ops.gemm_handler(n.target) is not None}
+    # the forward addmm/mm and the backward's input and weight gradients are GEMMs; relu and
+    # add are not
+    assert len(gemms) >= 2 and labelled == gemms
+    assert {n.meta["fxshape_phase"] for n in calls if n.name in gemms} == {"forward",
+                                                                          "backward"}
