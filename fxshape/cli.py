@@ -17,14 +17,58 @@ from .hardware.gpus import ALIASES, get_gpu, list_gpus
 __all__ = ["main", "format_prediction"]
 
 
+#: the largest size an option takes (a GPU kernel's grid and torch's sizes stay in range)
+MAX_SIZE = 2**31 - 1
+
+
 def _positive_int(text: str) -> int:
     try:
         v = int(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
-    if v <= 0:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {v}")
+    if v <= 0 or v > MAX_SIZE:
+        raise argparse.ArgumentTypeError(f"expected a positive integer up to {MAX_SIZE}, got "
+                                         f"{v}")
     return v
+
+
+_INPUT_DTYPES = {"long": "int64", "int64": "int64", "int": "int32", "int32": "int32",
+                 "float": "float32", "float32": "float32", "fp32": "float32",
+                 "half": "float16", "float16": "float16", "fp16": "float16",
+                 "bfloat16": "bfloat16", "bf16": "bfloat16", "bool": "bool"}
+
+
+def _input_spec(text: str) -> tuple:
+    """``8x1024:long`` -> ((8, 1024), "int64"); the dtype defaults to float32."""
+    shape_text, _, dtype = text.partition(":")
+    dtype = dtype.strip().lower() or "float32"
+    if dtype not in _INPUT_DTYPES:
+        raise argparse.ArgumentTypeError(
+            f"unknown dtype {dtype!r} in --input {text!r}; accepted: "
+            f"{', '.join(sorted(_INPUT_DTYPES))}")
+    try:
+        shape = tuple(int(d) for d in shape_text.lower().split("x"))
+    except ValueError:
+        shape = ()
+    if not shape or any(d <= 0 or d > MAX_SIZE for d in shape):
+        raise argparse.ArgumentTypeError(
+            f"--input {text!r}: expected SHAPE[:DTYPE], e.g. 8x1024:long (positive sizes)")
+    return shape, _INPUT_DTYPES[dtype]
+
+
+def _check_plot_path(path, option: str) -> None:
+    """Fail before any work on a plot path that cannot be written, or without matplotlib."""
+    import importlib.util
+    import os
+
+    if not path.lower().endswith((".png", ".svg")):
+        raise ValueError(f"{option} must end in .png or .svg, got {path!r}")
+    folder = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(folder):
+        raise ValueError(f"{option} {path!r}: folder {folder} does not exist")
+    if importlib.util.find_spec("matplotlib") is None:
+        raise ValueError(f"{option} needs matplotlib, which is not installed: pip install "
+                         "'fxshape[plot]'")
 
 
 def format_prediction(p) -> str:
@@ -83,30 +127,44 @@ def _cmd_gpus(args) -> int:
     return 0
 
 
+def _capture_failure(exc, verbose: bool) -> str:
+    """A CaptureError for the terminal: the first line and the first path's reason; every
+    path with ``--verbose``."""
+    lines = str(exc).splitlines()
+    if verbose or len(lines) < 2:
+        return str(exc)
+    return f"{lines[0]} {lines[1].strip()} (--verbose: every capture path tried)"
+
+
 def _cmd_analyze(args) -> int:
+    import torch
+
     from .analysis.annotate import analyze
-    from .presets import load_target
+    from .presets import resolve_target
     from .tracing.export import CaptureError
 
-    if args.plot and not args.plot.lower().endswith((".png", ".svg")):
-        raise ValueError(f"--plot must end in .png or .svg, got {args.plot!r}")
-    model = load_target(args.target)
+    if args.plot:
+        _check_plot_path(args.plot, "--plot")
+    model, inputs, kwargs = resolve_target(args.target)
+    if args.input:
+        device = next((t.device for t in list(model.parameters()) + list(model.buffers())),
+                      torch.device("cpu"))
+        inputs = tuple(torch.zeros(shape, dtype=getattr(torch, dtype), device=device)
+                       for shape, dtype in args.input)
+        kwargs = None
     try:
-        report = analyze(model, gpu=args.gpu, dtype=args.dtype, batch_size=args.batch_size,
-                         seq_len=args.seq_len, mode="train" if args.train else "inference",
-                         tp=args.tp, attention=args.attention,
+        report = analyze(model, inputs, kwargs, gpu=args.gpu, dtype=args.dtype,
+                         batch_size=args.batch_size, seq_len=args.seq_len,
+                         mode="train" if args.train else "inference", tp=args.tp,
+                         attention=args.attention,
                          provenance=None if args.provenance == "none" else args.provenance)
     except CaptureError as exc:
-        raise ValueError(str(exc).splitlines()[0] + " (see fxshape.capture for details)") \
-            from None
+        raise ValueError(_capture_failure(exc, args.verbose)) from None
     if args.plot:
         from .analysis.plot import plot_report
 
-        if plot_report(report, args.plot):
-            print(f"wrote {args.plot}", file=sys.stderr)
-        else:
-            print("matplotlib is not installed (pip install 'fxshape[plot]'): no plot",
-                  file=sys.stderr)
+        plot_report(report, args.plot)
+        print(f"wrote {args.plot}", file=sys.stderr)
     if args.pad:
         from .padding.plan import plan_padding
 
@@ -169,8 +227,8 @@ def _cmd_sweep(args) -> int:
     from .codesign.advise import parse_range, sweep
 
     values = parse_range(args.range)
-    if args.out and not args.out.lower().endswith((".png", ".svg")):
-        raise ValueError(f"--out must end in .png or .svg, got {args.out!r}")
+    if args.out:
+        _check_plot_path(args.out, "--out")
     model = _model_config(args.target)
     points = sweep(model, args.param, values, gpu=args.gpu, dtype=args.dtype,
                    batch_size=args.batch_size, seq_len=args.seq_len, tp=args.tp,
@@ -182,11 +240,8 @@ def _cmd_sweep(args) -> int:
                    disable_numparse=True))
     if args.out:
         title = f"{args.target}: {args.param} on {args.gpu} ({args.dtype}, {args.mode})"
-        if plot_sweep(points, args.param, args.out, title=title):
-            print(f"\nwrote {args.out}")
-        else:
-            print("\nmatplotlib is not installed (pip install 'fxshape[plot]'): table only",
-                  file=sys.stderr)
+        plot_sweep(points, args.param, args.out, title=title)
+        print(f"\nwrote {args.out}")
     return 0
 
 
@@ -238,7 +293,13 @@ def build_parser() -> argparse.ArgumentParser:
     pa = sub.add_parser("analyze", help="predict every GEMM of a model on a GPU",
                         description="Capture a model (no weights) and print its GEMMs.")
     _workload_args(pa, "preset name (see `fxshape presets`), path to a Hugging Face "
-                       "config.json, or package.module:factory")
+                       "config.json, a Hugging Face Hub id whose config is in the local "
+                       "cache, or package.module:factory (returning a module, or (module, "
+                       "example_inputs[, example_kwargs]))")
+    pa.add_argument("--input", action="append", type=_input_spec, default=None,
+                    metavar="SHAPE[:DTYPE]",
+                    help="an example input of the model's forward, in order (repeatable), "
+                         "e.g. --input 8x1024:long; dtype default float32")
     pa.add_argument("--pad", action="store_true",
                     help="also the padding plan: per GEMM before/after and totals (json: "
                          "under 'padding_plan'; csv: the plan, one row per GEMM)")
@@ -331,15 +392,35 @@ def _quiet(verbose: bool):
 
 
 def main(argv=None) -> int:
-    """Entry point; returns the exit status."""
+    """Entry point; returns the exit status. Errors are one line on stderr (exit 2); an
+    unexpected exception is one line too, its traceback shown with ``--verbose``."""
     parser = build_parser()
     args = parser.parse_args(argv)
+    verbose = getattr(args, "verbose", False)
     try:
-        with _quiet(getattr(args, "verbose", False)), use_params(getattr(args, "params", None)):
-            return args.func(args)
+        with _quiet(verbose), use_params(getattr(args, "params", None)):
+            code = args.func(args)
+        sys.stdout.flush()  # a closed pipe shows here, inside the handler below
+        return code
     except ValueError as exc:
         print(f"fxshape: error: {exc}", file=sys.stderr)
         return 2
+    except BrokenPipeError:
+        # the reader went away (`fxshape gpus | head`): stop quietly, as cat does
+        import os
+
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
+    except KeyboardInterrupt:
+        print("fxshape: interrupted", file=sys.stderr)
+        return 130
+    except Exception as exc:  # noqa: BLE001 - no traceback reaches the user without --verbose
+        if verbose:
+            raise
+        first = (str(exc).strip().splitlines() or [""])[0][:500]
+        print(f"fxshape: error: {type(exc).__name__}: {first} (--verbose shows the "
+              "traceback)", file=sys.stderr)
+        return 1
 
 
 if __name__ == "__main__":

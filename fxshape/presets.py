@@ -10,10 +10,14 @@ from __future__ import annotations
 import importlib
 import json
 import os
+import re
+import sys
 
 import torch
 
-__all__ = ["PRESETS", "list_presets", "build_preset", "load_target"]
+from .tracing.configs import check_config
+
+__all__ = ["PRESETS", "list_presets", "build_preset", "load_target", "resolve_target"]
 
 # name -> (config class, model class, config kwargs, description)
 PRESETS = {
@@ -82,6 +86,7 @@ def build_preset(name: str) -> torch.nn.Module:
     cfg_cls, model_cls, kwargs, _ = PRESETS[key]
     tf = _transformers()
     cfg = getattr(tf, cfg_cls)(**kwargs)
+    check_config(cfg)
     with torch.device("meta"):
         model = getattr(tf, model_cls)(cfg)
     return model.eval()
@@ -98,47 +103,130 @@ def _from_config_file(path: str) -> torch.nn.Module:
             data = json.load(f)
     except json.JSONDecodeError as exc:
         raise ValueError(f"{path} is not valid JSON: {exc}") from None
-    if "model_type" not in data:
+    if not isinstance(data, dict) or "model_type" not in data:
         raise ValueError(f"{path} has no 'model_type': not a Hugging Face config")
-    cfg = tf.AutoConfig.for_model(**data)
+    return _from_config_dict(tf, data, path)
+
+
+def _from_config_dict(tf, data: dict, where: str) -> torch.nn.Module:
+    """A model on the meta device from a ``config.json``'s contents (``where``: its name)."""
+    model_type = data["model_type"]
+    known = tf.CONFIG_MAPPING if hasattr(tf, "CONFIG_MAPPING") else {}
+    if model_type not in known:
+        remote = (" Its auto_map names remote code, which fxshape does not run."
+                  if "auto_map" in data else "")
+        raise ValueError(f"{where}: unknown model_type {model_type!r} (not one of the "
+                         f"{len(known)} types transformers {tf.__version__} knows).{remote}")
+    if "auto_map" in data:
+        print(f"fxshape: note: {where}: its auto_map names remote code, which fxshape does not "
+              f"run: built with transformers' own {model_type!r} classes", file=sys.stderr)
+    try:
+        cfg = tf.AutoConfig.for_model(**data)
+    except Exception as exc:  # noqa: BLE001 - any rejection (strict dataclass fields too)
+        why = " ".join(ln.strip() for ln in str(exc).splitlines() if ln.strip())
+        raise ValueError(f"{where}: transformers rejects the config: {why[:300]}") from None
+    check_config(cfg)
     with torch.device("meta"):
         for auto in ("AutoModelForCausalLM", "AutoModelForSeq2SeqLM", "AutoModel"):
             try:
                 return getattr(tf, auto).from_config(cfg).eval()
-            except ValueError:
-                continue
-    raise ValueError(f"no transformers model class for model_type {data['model_type']!r}")
+            except ValueError as exc:
+                if "Unrecognized configuration class" in str(exc):
+                    continue  # not this kind of model: try the next auto class
+                raise ValueError(f"{where}: building {model_type} failed: "
+                                 f"{str(exc).splitlines()[0][:300]}") from None
+    raise ValueError(f"no transformers model class for model_type {model_type!r}")
 
 
-def _from_factory(spec: str) -> torch.nn.Module:
+_HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
+
+
+def _from_hub_cache(target: str) -> torch.nn.Module:
+    """A Hugging Face Hub id resolved from the local cache only (nothing is fetched)."""
+    tf = _transformers()
+    try:
+        from transformers.utils import cached_file
+
+        path = cached_file(target, "config.json", local_files_only=True)
+    except Exception:  # noqa: BLE001 - not in the cache, whatever the library says
+        path = None
+    if not path:
+        raise ValueError(f"{target!r} looks like a Hugging Face Hub id, but its config.json is "
+                         "not in the local Hugging Face cache; fxshape works offline: download "
+                         "the config.json into the cache, or pass a path to it")
+    with open(path) as f:
+        data = json.load(f)
+    return _from_config_dict(tf, data, target)
+
+
+def _from_factory(spec: str) -> tuple:
+    """(model, example_inputs, example_kwargs) from ``package.module:factory``: an
+    ``nn.Module``, or a callable returning one, or returning ``(module, example_inputs)`` or
+    ``(module, example_inputs, example_kwargs)``. The current directory is importable, as
+    under ``python -m``."""
     mod_name, _, attr = spec.partition(":")
+    if not mod_name or not attr:
+        raise ValueError(f"{spec!r}: expected package.module:factory")
+    cwd = os.getcwd()
+    added = cwd not in sys.path
+    if added:
+        sys.path.insert(0, cwd)
     try:
         mod = importlib.import_module(mod_name)
     except ImportError as exc:
         raise ValueError(f"cannot import {mod_name!r}: {exc}") from None
+    finally:
+        if added:
+            sys.path.remove(cwd)
     if not hasattr(mod, attr):
         raise ValueError(f"{mod_name!r} has no attribute {attr!r}")
     obj = getattr(mod, attr)
-    model = obj
+    out = obj
     if callable(obj) and not isinstance(obj, torch.nn.Module):
         try:
-            model = obj()
+            out = obj()
         except Exception as exc:  # noqa: BLE001 - the user's factory: say what went wrong
             raise ValueError(f"calling {spec}() failed: {type(exc).__name__}: {exc}") from None
-    if not isinstance(model, torch.nn.Module):
-        raise ValueError(f"{spec} did not return a torch.nn.Module (got "
-                         f"{type(model).__name__})")
-    return model
+    inputs = kwargs = None
+    if isinstance(out, (tuple, list)) and 2 <= len(out) <= 3:
+        out, inputs, *rest = out
+        kwargs = rest[0] if rest else None
+        if isinstance(inputs, torch.Tensor):
+            inputs = (inputs,)
+        if not isinstance(inputs, (tuple, list)):
+            raise ValueError(f"{spec}: example_inputs must be a tensor or a tuple of them, got "
+                             f"{type(inputs).__name__}")
+        if kwargs is not None and not isinstance(kwargs, dict):
+            raise ValueError(f"{spec}: example_kwargs must be a dict, got "
+                             f"{type(kwargs).__name__}")
+    if not isinstance(out, torch.nn.Module):
+        raise ValueError(f"{spec} did not return a torch.nn.Module, (module, example_inputs) "
+                         f"or (module, example_inputs, example_kwargs) (got "
+                         f"{type(out).__name__})")
+    return out, (tuple(inputs) if inputs is not None else None), kwargs
+
+
+def resolve_target(target: str) -> tuple:
+    """(model, example_inputs, example_kwargs) for a CLI target: a preset name, a path to a
+    Hugging Face ``config.json`` (or its folder), a Hugging Face Hub id found in the local
+    cache, or ``package.module:factory`` (the only kind that may bring inputs)."""
+    if not isinstance(target, str) or not target.strip():
+        raise ValueError(f"expected a target name, got {target!r}")
+    if target.strip().lower() in PRESETS:
+        return build_preset(target), None, None
+    if target.endswith(".json") or os.path.isdir(target) or os.path.exists(target):
+        return _from_config_file(target), None, None
+    if ":" in target and os.sep not in target.partition(":")[0]:
+        return _from_factory(target)
+    if _HUB_ID.match(target):
+        return _from_hub_cache(target), None, None
+    if os.sep in target:
+        return _from_config_file(target), None, None
+    raise ValueError(f"unknown target {target!r}: expected a preset ({', '.join(sorted(PRESETS))}),"
+                     " a path to a config.json, a Hugging Face Hub id in the local cache, or "
+                     "package.module:factory")
 
 
 def load_target(target: str) -> torch.nn.Module:
-    """A preset name, a path to a Hugging Face ``config.json`` (or its folder), or
-    ``package.module:factory`` returning an ``nn.Module``."""
-    if target.strip().lower() in PRESETS:
-        return build_preset(target)
-    if target.endswith(".json") or os.path.isdir(target) or os.sep in target:
-        return _from_config_file(target)
-    if ":" in target:
-        return _from_factory(target)
-    raise ValueError(f"unknown target {target!r}: expected a preset ({', '.join(sorted(PRESETS))}),"
-                     " a path to a config.json, or package.module:factory")
+    """The model of :func:`resolve_target` (its example inputs, if any, left out)."""
+    return resolve_target(target)[0]

@@ -371,6 +371,52 @@ def test_tp_refuses_degree_not_dividing_heads():
         analyze(_llama_small(), seq_len=64, tp=0)
 
 
+@pytest.mark.parametrize("mode", ["inference", "train"])
+def test_tp_beyond_the_kv_heads_replicates_whole_kv_heads(mode):
+    # 8 KV heads at tp 16: each GPU holds one whole KV head (128 features), never half of
+    # one (1024 / 16 = 64); query heads still split: 32 / 16 = 2 per GPU
+    rep = analyze(_llama_small(), seq_len=128, tp=16, mode=mode, provenance=None)
+    kv = [r for r in rep.rows if r.module.endswith(("k_proj", "v_proj"))]
+    assert kv and all(r.phase == "backward" or r.n == 128 for r in kv)
+    # the backward GEMMs carry the same 128 wherever the output features appear
+    assert all(128 in (r.m, r.n, r.k) and 64 not in (r.m, r.n, r.k) for r in kv)
+    assert all("one whole KV head" in r.note for r in kv if r.phase == "forward")
+    q = [r for r in rep.rows if r.module.endswith("q_proj") and r.phase == "forward"]
+    assert q[0].n == 4096 // 16
+    attn = [r for r in rep.rows if r.attention is not None]
+    # 2 query heads per GPU; Llama's code repeats the KV heads before SDPA (repeat_kv), so the
+    # call it makes has 32 KV heads, 2 per GPU
+    assert {(r.attention.shape.heads, r.attention.shape.kv_heads) for r in attn} == {(2, 2)}
+    assert any("each GPU holds one whole KV head" in n for n in rep.notes)
+
+
+def test_tp_shards_a_gqa_attention_call_into_whole_kv_heads():
+    # an SDPA call that takes its 8 KV heads as they are (enable_gqa): at tp 16 every GPU
+    # runs 2 query heads against 1 whole KV head; at tp 4, 8 query heads against 2
+    from fxshape.analysis.ops import AttentionCall, Gemm
+    from fxshape.analysis.parallel import shard_gemm
+    from fxshape.cost.attention import AttentionShape
+
+    shape = AttentionShape(batch=1, heads=32, kv_heads=8, seq_q=128, seq_k=128, head_dim=128,
+                           head_dim_v=128)
+    g = Gemm("sdpa.qk", 32, 128, 128, 128, "nt", attn=AttentionCall(shape, "forward"))
+    for tp, heads, kv in ((16, 2, 1), (4, 8, 2)):
+        s = shard_gemm(g, "attention", tp, "forward").attn.shape
+        assert (s.heads, s.kv_heads) == (heads, kv)
+
+
+def test_tp_must_give_whole_kv_heads():
+    # Qwen2-7B's shape: 28 heads, 4 KV heads. tp 7 divides the heads but would put 4/7 of a
+    # KV head on each GPU: neither 7 | 4 nor 4 | 7
+    cfg = transformers.Qwen2Config(hidden_size=3584, intermediate_size=18944,
+                                   num_hidden_layers=1, num_attention_heads=28,
+                                   num_key_value_heads=4, vocab_size=152064)
+    model = _meta(transformers.Qwen2ForCausalLM, cfg)
+    with pytest.raises(ValueError, match=r"tp=7 neither divides the 4 KV heads nor is a "
+                                         r"multiple of them.*accepted: 1, 2, 4, 28$"):
+        analyze(model, seq_len=64, tp=7)
+
+
 def test_tp_gpt2_vocab_padding_note():
     cfg = transformers.GPT2Config(n_layer=1)
     rep = analyze(_meta(transformers.GPT2LMHeadModel, cfg), seq_len=64, tp=2)

@@ -48,7 +48,7 @@ def test_bad_size_is_an_argparse_error():
     proc = subprocess.run([sys.executable, "-m", "fxshape", "predict", "--m", "0", "--n", "8",
                            "--k", "8"], capture_output=True, text=True)
     assert proc.returncode == 2
-    assert "expected a positive integer, got 0" in proc.stderr
+    assert "expected a positive integer up to 2147483647, got 0" in proc.stderr
     assert "Traceback" not in proc.stderr
 
 

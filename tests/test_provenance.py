@@ -182,9 +182,13 @@ def test_a_knob_the_model_rejects_is_named(monkeypatch):
     perturb._CACHE.clear()
     note = [n for n in report.notes if "could not vary" in n]
     assert note and "hidden_size" in note[0] and "num_attention_heads" in note[0]
-    # still named (the expression holds at the points measured), but not a cause
+    # "hidden_size" equals it at every point measured, but hidden_size was never varied: an
+    # untested expression is no label (it could be a coincidence), so the dimension is named
+    # by the parameter axis that carries it, and has no cause
     proj = _rows(report, "addmm", "attn.c_proj")[0]
-    assert proj.set_by[1] == "hidden_size" and proj.causes[1] == ()
+    assert proj.set_by[1] == "transformer.h.0.attn.c_proj.weight[0]" and proj.causes[1] == ()
+    # the knobs that were varied still name what they set
+    assert proj.set_by[0] == "batch_size × seq_len"
 
 
 # -- the fast trace stands in for export exactly; determinism ---------------------------------
@@ -259,3 +263,75 @@ def test_given_token_ids_and_mask_vary_together():
     assert fc.m == 96 and fc.set_by[0] == "batch_size × seq_len"
     assert fc.causes[0] == ("batch_size", "seq_len")
     assert _rows(report, "sdpa.qk")[0].set_by[:2] == ("seq_len", "seq_len")
+
+
+# -- labels agree with their causes (MLA, MoE widths) ----------------------------------------
+
+def _deepseek_v3():
+    # DeepSeek-V3's attention at a small size: 4 heads, q/kv low-rank 64/32, head dims split
+    # 32 (no rope) + 16 (rope) for Q and K, 32 for V; one dense layer, one MoE layer
+    cfg = transformers.DeepseekV3Config(
+        hidden_size=256, num_hidden_layers=2, first_k_dense_replace=1, num_attention_heads=4,
+        num_key_value_heads=4, q_lora_rank=64, kv_lora_rank=32, qk_nope_head_dim=32,
+        qk_rope_head_dim=16, v_head_dim=32, intermediate_size=512, moe_intermediate_size=96,
+        n_routed_experts=4, num_experts_per_tok=2, n_group=1, topk_group=1, vocab_size=1000)
+    return _meta(transformers.DeepseekV3ForCausalLM, cfg)
+
+
+def _label_names_only_its_causes(report):
+    # a label names no knob that was varied without changing the dimension
+    from fxshape.analysis.provenance import agrees
+
+    varied = report.notes[0].split("one of ", 1)[1].split(" changed", 1)[0].split(", ")
+    for r in report.rows:
+        for label, causes in zip(r.set_by, r.causes):
+            assert agrees(label, causes, varied), (r.module, r.op, label, causes)
+
+
+def test_mla_dimensions_are_named_by_the_fields_that_set_them():
+    rep = fxshape.analyze(_deepseek_v3(), seq_len=64, provenance="traced")
+    pv = _rows(rep, "sdpa.pv")[0]
+    # V's head dim is 32 = v_head_dim; value matching called it batch_size x heads before
+    assert pv.n == 32 and pv.set_by[1] == "v_head_dim" and pv.causes[1] == ("v_head_dim",)
+    q_b = _rows(rep, "linear", "q_b_proj")[0]
+    # 4 heads x (32 + 16) = 192, which equals 3 x 4 heads x 16 (head_dim is the rope dim in
+    # this config and could not be varied alone): that coincidence is no label
+    assert q_b.n == 192 and "3 ×" not in q_b.set_by[1] and q_b.set_by[2] == "q_lora_rank"
+    assert "num_attention_heads" in q_b.causes[1] and "qk_nope_head_dim" in q_b.causes[1]
+    kv_b = _rows(rep, "linear", "kv_b_proj")[0]
+    assert kv_b.n == 4 * (32 + 32) and \
+        kv_b.set_by[1] == "num_attention_heads × (qk_nope_head_dim + v_head_dim)"
+    o = _rows(rep, "linear", "o_proj")[0]
+    assert o.k == 4 * 32 and o.set_by[2] == "num_attention_heads × v_head_dim"
+    shared = _rows(rep, "linear", "shared_experts.gate_proj")[0]
+    assert "moe_intermediate_size" in shared.set_by[1]
+    _label_names_only_its_causes(rep)
+
+
+def test_moe_expert_width_is_a_knob():
+    cfg = transformers.Qwen2MoeConfig(hidden_size=128, num_hidden_layers=1,
+                                      num_attention_heads=4, num_key_value_heads=4,
+                                      intermediate_size=256, moe_intermediate_size=96,
+                                      shared_expert_intermediate_size=160, num_experts=4,
+                                      num_experts_per_tok=2, vocab_size=1000)
+    rep = fxshape.analyze(_meta(transformers.Qwen2MoeForCausalLM, cfg), seq_len=32)
+    shared = _rows(rep, "linear", "shared_expert.gate_proj")[0]
+    assert shared.n == 160 and shared.set_by[1] == "shared_expert_intermediate_size"
+    experts = [r for r in rep.rows if r.op.startswith("grouped") and r.phase == "forward"]
+    assert experts and any("moe_intermediate_size" in c for r in experts for c in r.causes)
+    _label_names_only_its_causes(rep)
+
+
+def test_an_expression_over_a_knob_never_varied_is_not_a_label():
+    from fxshape.analysis.provenance import confirmed
+
+    knobs = [Knob("num_attention_heads", "n_head", 4, attr="n_head"),
+             Knob("head_dim", "head_dim", 16, attr="head_dim")]
+    env0, labels = environment(None, knobs)
+    exprs = catalog(labels)
+    # with only the heads varied, "n_head × head_dim" is untested: it is left out; with both
+    # varied it stays
+    only_heads = [lbl for lbl, _ in confirmed(exprs, None, knobs, ["num_attention_heads"])]
+    both = [lbl for lbl, _ in confirmed(exprs, None, knobs, ["num_attention_heads",
+                                                               "head_dim"])]
+    assert "n_head × head_dim" not in only_heads and "n_head × head_dim" in both

@@ -79,3 +79,75 @@ def test_progress_only_on_a_terminal():
     assert "\rsweep x: 1/3" in tty.getvalue() and "\rsweep x: 3/3" in tty.getvalue()
     assert list(_progress([5, 6, 7], "sweep x", pipe)) == [5, 6, 7]
     assert pipe.getvalue() == ""
+
+
+class _TwoMatmuls(torch.nn.Module):
+    """Two matmuls of different shapes in one module: one op name, one module name."""
+
+    def __init__(self):
+        super().__init__()
+        self.a = torch.nn.Parameter(torch.randn(64, 128))
+        self.b = torch.nn.Parameter(torch.randn(128, 32))
+
+    def forward(self, x):
+        return (x @ self.a) @ self.b
+
+
+def test_plot_has_one_bar_per_collapsed_row_with_unique_labels(tmp_path):
+    pytest.importorskip("matplotlib")
+    from fxshape.analysis.plot import bar_labels
+
+    with torch.device("meta"):
+        model = NanoGPT(vocab_size=50257, n_layer=2, n_head=12, n_embd=768)
+    rep = fxshape.analyze(model, (torch.zeros(2, 256, dtype=torch.long, device="meta"),),
+                          gpu="a100", dtype="fp16", mode="train", provenance=None)
+    groups = rep.groups()
+    labels = bar_labels(groups)
+    # training: forward, dX and dW rows of one layer are three bars, not one
+    assert len(labels) == len(set(labels)) == len(groups)
+    assert sum("c_fc" in lab for lab in labels) == 3
+    c_fc = [lab for lab in labels if "c_fc" in lab]
+    # dX and dW are both backward GEMMs of c_fc: their sizes tell them apart
+    assert sum("[forward]" in lab for lab in c_fc) == 1
+    assert sum("[backward]" in lab for lab in c_fc) == 2
+    path = tmp_path / "train.svg"
+    assert rep.plot(str(path), top=len(groups))
+    text = path.read_text()
+    assert all(lab in text for lab in labels)
+    # one module, one op, two shapes: the shapes tell the bars apart
+    two = fxshape.analyze(_TwoMatmuls(), (torch.randn(16, 64),), provenance=None)
+    assert sorted(bar_labels(two.groups())) == ["(top) matmul [forward] 1x16x128x64",
+                                                "(top) matmul [forward] 1x16x32x128"]
+
+
+def test_every_view_states_its_workload(nanogpt_report, tmp_path):
+    import csv
+    import json
+
+    w = nanogpt_report.workload
+    # the inputs were given: 8 x 1024 token ids, inference, tp 1, attention flash -> fa2
+    assert (w.mode, w.batch_size, w.tp, w.attention) == ("inference", None, 1, "flash")
+    assert w.inputs == (("idx", (8, 1024), "int64"),) and w.kernels == ("fa2",)
+    line = "workload: inference, inputs given, tp 1, attention flash (runs fa2); inputs: " \
+           "idx 8x1024 int64"
+    assert line in str(nanogpt_report) and line in nanogpt_report.to_markdown()
+    assert json.loads(nanogpt_report.to_json())["workload"]["inputs"] == [
+        {"name": "idx", "shape": [8, 1024], "dtype": "int64"}]
+    rows = list(csv.DictReader(io.StringIO(nanogpt_report.to_csv())))
+    assert {(r["mode"], r["tp"], r["attention"]) for r in rows} == {("inference", "1",
+                                                                     "flash")}
+    assert "workload: inference" in nanogpt_report._repr_html_()
+    # synthesized inputs: the default seq_len is said to be the default
+    transformers = pytest.importorskip("transformers")
+    with torch.device("meta"):
+        gpt2 = transformers.GPT2LMHeadModel(transformers.GPT2Config(n_layer=1,
+                                                                    n_positions=512))
+    rep = fxshape.analyze(gpt2, provenance=None)
+    assert (rep.workload.batch_size, rep.workload.seq_len) == (1, 512)
+    assert "batch 1 x seq_len 512 (default: 1024, capped at the model's positions)" in str(rep)
+    rep = fxshape.analyze(gpt2, seq_len=64, batch_size=2, mode="train", provenance=None)
+    assert "workload: train, batch 2 x seq_len 64, tp 1" in str(rep)
+    pytest.importorskip("matplotlib")
+    path = tmp_path / "w.svg"
+    rep.plot(str(path))
+    assert "train, batch 2 x seq_len 64, tp 1, attention flash" in path.read_text()

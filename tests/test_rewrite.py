@@ -213,3 +213,48 @@ def test_hf_gpt2_real_vocab(dtype):
     assert (out.float() - ref.float()).abs().max() <= tol * scale
     sd, ref_sd = padded.state_dict(), model.state_dict()
     assert list(sd) == list(ref_sd) and all(sd[k].shape == v.shape for k, v in ref_sd.items())
+
+
+class _SharedWeight(torch.nn.Module):
+    """``enc``'s weight is also used by a second GEMM outside ``enc`` (transposed)."""
+
+    def __init__(self):
+        super().__init__()
+        self.enc = torch.nn.Linear(768, 1001)
+
+    def forward(self, x):
+        return torch.nn.functional.linear(self.enc(x), self.enc.weight.t())
+
+
+def test_a_layer_whose_weight_is_used_elsewhere_is_not_padded():
+    # N = 1001 is worth padding to 1008 on an A100 at 4096 rows, but enc.weight also feeds
+    # the top-level GEMM: padding it to 1008 rows would make that GEMM (4096 x 1001) @
+    # (1008 x 768) fail, so the layer stays whole and the report says why
+    torch.manual_seed(0)
+    model, x = _SharedWeight(), torch.randn(4096, 768)
+    padded = fxshape.pad(model, (x,), gpu="a100", dtype="fp16")
+    enc = [d for d in padded.padding_plan.decisions if d.module == "enc"]
+    assert enc and enc[0].pads  # the plan alone would pad it
+    assert type(padded.enc) is torch.nn.Linear
+    line = padded.padding_report.splitlines()[0]
+    assert line.startswith("enc: ") and "also used outside its own GEMM" in line, line
+    assert torch.equal(padded(x), model(x))
+
+
+def test_the_compile_backend_pads_a_shared_weight_per_gemm():
+    # the backend pads each GEMM's operands (pad -> GEMM -> slice): the weight's other use
+    # sees the original tensor, so results are the same
+    import fxshape.padding.compile as fc
+
+    torch.manual_seed(0)
+    model, x = _SharedWeight(), torch.randn(4096, 768)
+    backend = fc.make_backend(gpu="a100", dtype="fp16", inner="eager")
+    out = torch.compile(model, backend=backend)(x)
+    ref = model(x)
+    assert backend.padded  # something was padded (N 1001 -> 1008 at least)
+    assert (out - ref).abs().max() <= 1e-5 * ref.abs().max()
+
+
+def test_pad_refuses_dedup():
+    with pytest.raises(ValueError, match="dedup is not accepted"):
+        fxshape.pad(MLP(d_in=64, d_hidden=128, d_out=64), (torch.randn(64, 64),), dedup=True)

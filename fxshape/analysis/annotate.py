@@ -9,6 +9,7 @@ stores a tuple of :class:`GemmRow` records on ``node.meta["fxshape"]``. The resu
 from __future__ import annotations
 
 import dataclasses
+import inspect
 import math
 import re
 
@@ -18,11 +19,13 @@ from ..cost.gemm import is_default_params, predict_matmul, resolve_params_path, 
 from ..cost.notes import join_notes
 from ..hardware.dtypes import canonical_dtype
 from ..hardware.gpus import get_gpu
+from ..tracing.configs import check_config
 from ..tracing.dedup import check_reduction, expand_rows, find_stacks, reduced_model, structure_key
-from ..tracing.export import CaptureError, capture
-from .ops import Gemm, gemms_for_node, looks_like_matmul
-from .parallel import check_tp, layer_kind, shard_gemm
-from .rows import GemmRow, Unsupported
+from ..tracing.export import (DEFAULT_BATCH_SIZE, CaptureError, _is_hf, capture, check_module,
+                              check_size, forward_arguments)
+from .ops import Gemm, gemm_handler, gemms_for_node, looks_like_matmul
+from .parallel import check_tp, kv_shard, layer_kind, shard_gemm
+from .rows import GemmRow, Unsupported, Workload
 
 __all__ = ["analyze", "annotate", "module_of"]
 
@@ -45,18 +48,19 @@ def module_of(node: torch.fx.Node) -> tuple[str, str]:
 
 
 def annotate(gm: torch.fx.GraphModule, *, gpu="h100", dtype=torch.bfloat16,
-             phase: str = "forward", tp: int = 1, features=None, causal_decoder=False,
-             moe_routing=None, attention: str = "flash"):
+             phase: str = "forward", tp: int = 1, features=None, heads=None,
+             causal_decoder=False, moe_routing=None, attention: str = "flash"):
     """Put GEMM rows on every matmul-like node; return (rows, unsupported).
 
-    ``tp`` > 1 shards each GEMM Megatron-style (``fxshape.analysis.parallel``); ``features`` maps a
-    module name to its (out_features, in_features), to find the sharded dimension of
-    backward GEMMs. ``causal_decoder``: attention that gets a mask tensor over a square
-    (query = key length) self-attention is the causal mask of a decoder (Hugging Face decoders
-    pass the causal mask as a tensor, not ``is_causal``). ``moe_routing``: fractions of the
-    routed rows per expert; default balanced. ``attention``: the kernel attention calls are
-    predicted as (``fxshape.cost.attention.ATTENTION_CHOICES``; ``"flash"``: what PyTorch's SDPA
-    runs on the GPU).
+    ``tp`` > 1 shards each GEMM Megatron-style (``fxshape.analysis.parallel``); ``features``
+    maps a module name to its (out_features, in_features), to find the sharded dimension of
+    backward GEMMs; ``heads``: (query heads, KV heads), so that K/V projections keep whole KV
+    heads (``fxshape.analysis.parallel.kv_shard``). ``causal_decoder``: attention that gets a
+    mask tensor over a square (query = key length) self-attention is the causal mask of a
+    decoder (Hugging Face decoders pass the causal mask as a tensor, not ``is_causal``).
+    ``moe_routing``: fractions of the routed rows per expert; default balanced. ``attention``:
+    the kernel attention calls are predicted as (``fxshape.cost.attention.ATTENTION_CHOICES``;
+    ``"flash"``: what PyTorch's SDPA runs on the GPU).
     """
     spec = get_gpu(gpu)
     dkey = canonical_dtype(dtype)
@@ -67,6 +71,12 @@ def annotate(gm: torch.fx.GraphModule, *, gpu="h100", dtype=torch.bfloat16,
         if node.op != "call_function":
             continue
         fqn, cls = module_of(node)
+        integer = _integer_operand(node)
+        if integer and (looks_like_matmul(node.target) or gemm_handler(node.target)):
+            unsupported.append(Unsupported(node.name, str(node.target), fqn,
+                                           f"integer matmul ({integer}): fxshape models "
+                                           "floating-point GEMMs only"))
+            continue
         try:
             gemms = gemms_for_node(node)
         except ValueError as exc:
@@ -83,7 +93,7 @@ def annotate(gm: torch.fx.GraphModule, *, gpu="h100", dtype=torch.bfloat16,
         if moe_routing is not None:
             gemms = [x for g in gemms for x in _route(g, moe_routing)]
         if tp > 1:
-            gemms = [_shard(g, fqn, node_phase, tp, features or {}) for g in gemms]
+            gemms = [_shard(g, fqn, node_phase, tp, features or {}, heads) for g in gemms]
         if gemms and all(g.attn is not None for g in gemms):
             node_rows = _attention_rows(node, gemms, fqn, cls, node_phase, dkey, spec,
                                         attention)
@@ -92,6 +102,17 @@ def annotate(gm: torch.fx.GraphModule, *, gpu="h100", dtype=torch.bfloat16,
         node.meta[META_KEY] = node_rows
         rows.extend(node_rows)
     return rows, unsupported
+
+
+def _integer_operand(node) -> str:
+    """The dtype of the data operands (the first two tensor arguments: A and B, or a bias
+    and A) of ``node`` when one is an integer or bool tensor, else ``""``. Later arguments
+    (an attention mask, grouped-GEMM offsets) may be integers."""
+    vals = [a.meta.get("val") for a in node.args if isinstance(a, torch.fx.Node)]
+    for v in [v for v in vals if isinstance(v, torch.Tensor)][:2]:
+        if not (v.is_floating_point() or v.is_complex()):
+            return str(v.dtype).replace("torch.", "")
+    return ""
 
 
 def _by_node(rows) -> dict:
@@ -126,7 +147,6 @@ def _with_provenance(gm, rows, config, tp):
 
 def _with_traced_provenance(gm, rows, model, args, stacks):
     """Rows with ``set_by`` and ``causes`` traced by cause (``fxshape.analysis.perturb``); notes."""
-    from ..tracing.export import forward_arguments
     from .fasttrace import aligned, gemm_graph, gemm_nodes
     from .perturb import row_keys, traced_sources
     from .provenance import weight_axes
@@ -155,7 +175,8 @@ def _with_traced_provenance(gm, rows, model, args, stacks):
         pairs = list(zip(base_nodes, gemm_nodes(fast)))
         for bn, fn in pairs:
             fn.meta["fxshape_module"] = module_of(bn)[0]
-        got, _ = annotate(fast, features=_features(target) if tp > 1 else None, **opts)
+        got, _ = annotate(fast, features=_features(target) if tp > 1 else None,
+                          heads=_head_counts(target), **opts)
         mine = _by_node(got)
         out = {}
         for bn, fn in pairs:
@@ -212,7 +233,11 @@ def _route(g: Gemm, routing):
     """Split a grouped (MoE) GEMM into one GEMM per expert by the given routing fractions."""
     if not g.op.startswith("grouped"):
         return [g]
-    fractions = [float(f) for f in routing]
+    try:
+        fractions = [float(f) for f in routing]
+    except (TypeError, ValueError):
+        raise ValueError(f"moe_routing must be a sequence of fractions, one per expert, got "
+                         f"{routing!r}") from None
     if len(fractions) != g.batch:
         raise ValueError(f"moe_routing has {len(fractions)} fractions but the layer has "
                          f"{g.batch} experts")
@@ -298,6 +323,7 @@ def _annotated(target, example_inputs, example_kwargs, kw, spec, dkey, tp, model
     gm = capture(target, example_inputs, example_kwargs, **kw)
     rows, unsupported = annotate(gm, gpu=spec, dtype=dkey, tp=tp,
                                  features=_features(target) if tp > 1 else None,
+                                 heads=_head_counts(target),
                                  causal_decoder=_is_decoder(model), moe_routing=moe_routing,
                                  attention=attention)
     if provenance is not None:
@@ -312,11 +338,12 @@ def _check_attention(attention, spec, dkey) -> None:
     resolve_kernel(attention, spec, dkey, 128)
 
 
-def _shard(g: Gemm, fqn: str, phase: str, tp: int, features) -> Gemm:
+def _shard(g: Gemm, fqn: str, phase: str, tp: int, features, heads=None) -> Gemm:
     kind = layer_kind(fqn, g.op, g.n, g.k)
     out_in = features.get(fqn)
     feat = None if out_in is None else (out_in[0] if kind == "column" else out_in[1])
-    return shard_gemm(g, kind, tp, phase, feat)
+    kv = kv_shard(fqn, feat, tp, *(heads or (None, None))) if kind == "column" else None
+    return shard_gemm(g, kind, tp, phase, feat, kv)
 
 
 def _features(model) -> dict:
@@ -350,6 +377,14 @@ def _heads(model):
         if isinstance(v, int):
             return v
     return None
+
+
+def _head_counts(model):
+    """(query heads, KV heads) from a model's config; either None when unknown."""
+    if not isinstance(model, torch.nn.Module):
+        return None, None
+    kv = getattr(getattr(model, "config", None), "num_key_value_heads", None)
+    return _heads(model), kv if isinstance(kv, int) and not isinstance(kv, bool) else None
 
 
 def _row(node, g: Gemm, fqn, cls, phase, dkey, spec) -> GemmRow:
@@ -423,7 +458,12 @@ def _analyze(model, example_inputs, example_kwargs, *, gpu, dtype, batch_size, s
 
     if mode not in ("inference", "train"):
         raise ValueError(f"unknown mode {mode!r}; accepted: 'inference', 'train'")
-    check_tp(tp, _heads(model) if isinstance(model, torch.nn.Module) else None)
+    check_module(model)
+    check_size("batch_size", batch_size)
+    check_size("seq_len", seq_len)
+    if _is_hf(model):
+        check_config(model.config)
+    check_tp(tp, *_head_counts(model))
     spec = get_gpu(gpu)
     dkey = canonical_dtype(dtype)
     spec.peak_tflops(dkey)  # fail before capturing
@@ -431,6 +471,11 @@ def _analyze(model, example_inputs, example_kwargs, *, gpu, dtype, batch_size, s
     kw = dict(batch_size=batch_size, seq_len=seq_len, train=mode == "train")
     stacks = [s for s in find_stacks(model) if len(s.groups) < s.length] if dedup else []
     notes = []
+    heads, kv_heads = _head_counts(model)
+    if heads and kv_heads and kv_heads < heads and tp > kv_heads:
+        notes.append(f"tp {tp} > {kv_heads} KV heads: each GPU holds one whole KV head "
+                     f"(K/V projections and KV cache replicated {tp // kv_heads}x), as "
+                     "Megatron and the serving engines do")
     args = (example_inputs, example_kwargs, kw, spec, dkey, tp, model, moe_routing, attention)
     if stacks:
         key = structure_key(model, stacks, mode, tp, _shapes(example_inputs),
@@ -459,6 +504,9 @@ def _analyze(model, example_inputs, example_kwargs, *, gpu, dtype, batch_size, s
                                               for s in stacks))
     if not stacks:
         gm, rows, unsupported = _annotated(model, *args)
+    if moe_routing is not None and not any(r.op.startswith("grouped") for r in rows):
+        raise ValueError("moe_routing was given, but the model has no MoE expert layers "
+                         "(grouped expert GEMMs) to route")
     if provenance == "traced":
         rows, traced_notes = _with_traced_provenance(gm, rows, model, args, stacks)
         notes.extend(traced_notes)
@@ -466,6 +514,47 @@ def _analyze(model, example_inputs, example_kwargs, *, gpu, dtype, batch_size, s
         rows = _replaced(gm, rows, [{"set_by": ()}] * len(rows))
     if stacks:
         rows = expand_rows(rows, stacks)
+    workload = _workload(model, example_inputs, example_kwargs, batch_size=batch_size,
+                         seq_len=seq_len, mode=mode, tp=tp, attention=attention, rows=rows)
     return Report(rows=tuple(rows), unsupported=tuple(unsupported), gpu=spec.name,
                   dtype=dkey, model_name=type(model).__name__, graph_module=gm,
-                  notes=tuple(notes))
+                  notes=tuple(notes), workload=workload)
+
+
+def _workload(model, example_inputs, example_kwargs, *, batch_size, seq_len, mode, tp,
+              attention, rows) -> Workload:
+    """What the report describes: the forward's tensor inputs as captured, the synthesized
+    sizes, mode, tp and the attention kernel (asked for, and what the rows ran as)."""
+    args, kwargs = forward_arguments(model, example_inputs, example_kwargs,
+                                     batch_size=batch_size, seq_len=seq_len)
+    try:
+        params = [p for p in inspect.signature(model.forward).parameters.values()
+                  if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+        names = [p.name for p in params]
+    except (TypeError, ValueError):
+        names = []
+    names += [f"input {i}" for i in range(len(names), len(args))]
+    inputs = []
+
+    def add(name, v):
+        if isinstance(v, torch.Tensor):
+            inputs.append((name, tuple(v.shape), str(v.dtype).replace("torch.", "")))
+        elif isinstance(v, (list, tuple)):
+            for i, x in enumerate(v):
+                add(f"{name}[{i}]", x)
+        elif isinstance(v, dict):
+            for k, x in v.items():
+                add(f"{name}[{k!r}]", x)
+
+    for name, v in list(zip(names, args)) + list(kwargs.items()):
+        add(name, v)
+    synthesized = example_inputs is None and example_kwargs is None
+    b = s = None
+    if synthesized:
+        b = DEFAULT_BATCH_SIZE if batch_size is None else batch_size
+        ids = kwargs.get("input_ids", kwargs.get("decoder_input_ids"))
+        s = ids.shape[1] if isinstance(ids, torch.Tensor) and ids.dim() == 2 else None
+    return Workload(mode=mode, inputs=tuple(inputs), batch_size=b, seq_len=s,
+                    seq_len_default=synthesized and seq_len is None and s is not None, tp=tp,
+                    attention=attention, kernels=tuple(sorted({r.kernel for r in rows
+                                                               if r.kernel})))

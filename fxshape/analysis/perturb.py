@@ -31,7 +31,7 @@ import torch
 
 from ..tracing.dedup import find_stacks, reduced_model
 from ..tracing.export import DEFAULT_BATCH_SIZE, _is_hf, _seq_len
-from .provenance import Knob, catalog, config_knobs, environment, name_by_cause
+from .provenance import Knob, agrees, catalog, config_knobs, confirmed, environment, name_by_cause
 
 __all__ = ["traced_sources", "row_keys"]
 
@@ -75,14 +75,16 @@ def traced_sources(model, rows, fallback, *, observe, example_inputs, example_kw
             _CACHE.pop(next(iter(_CACHE)))
         _CACHE[key] = _trace(model, structure, rows, observe, example_inputs, example_kwargs,
                              batch_size, seq_len, stacks, tp)
-    by_key, notes, complete = _CACHE[key]
+    by_key, notes, complete, varied = _CACHE[key]
     out = []
     for r, k, fb in zip(rows, row_keys(rows), fallback):
         labels, causes = by_key.get(k, ((None,) * 3, ((),) * 3))
         # nothing varied changes it: the parameter axis that carries it; else, where some
-        # knob could not be varied (the notes say which), the label matched by value; else
-        # it is a constant of the model
-        matched = r.set_by if len(r.set_by) == 3 and not complete else (None,) * 3
+        # knob could not be varied (the notes say which), the label matched by value if it
+        # names no knob that was varied without changing it; else a constant of the model
+        matched = tuple(m if m and agrees(m, c, varied) else None
+                        for m, c in zip(r.set_by, causes)) \
+            if len(r.set_by) == 3 and not complete else (None,) * 3
         out.append((tuple(lbl or f or m or "model constant"
                           for lbl, f, m in zip(labels, fb, matched)), causes))
     return out, notes
@@ -147,6 +149,8 @@ def _trace(model, structure, rows, observe, example_inputs, example_kwargs, batc
         value, obs = found
         env, _ = environment(config, knobs, {knob.name: value})
         measured.append((knob.name, env, obs))
+    # a label may only use knobs that were varied: what it says was then tested
+    exprs = confirmed(exprs, config, knobs, [name for name, _, _ in measured])
     by_key = {}
     for k, dims in base.items():
         labels_k, causes_k = [], []
@@ -165,7 +169,7 @@ def _trace(model, structure, rows, observe, example_inputs, example_kwargs, batc
         notes.append("set by: could not vary " + "; ".join(failed) +
                      ": labels are not tested against it")
     complete = not (failed or unvaried or (inputs and inputs.fixed))
-    return by_key, tuple(notes), complete
+    return by_key, tuple(notes), complete, tuple(varied)
 
 
 def _first_line(exc) -> str:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from .rows import kernel_figures, misaligned
 
-__all__ = ["plot_sweep", "plot_report", "loss_cause"]
+__all__ = ["plot_sweep", "plot_report", "loss_cause", "bar_labels"]
 
 #: what a GEMM's time beyond the dense peak is lost to, and the colour each is drawn in
 CAUSES = {
@@ -63,6 +63,26 @@ def loss_cause(row) -> str:
     return "tile quantization" if tile < wave else "wave quantization"
 
 
+def bar_labels(groups) -> list:
+    """One label per collapsed row (``Report.groups()``), all different: module (with its
+    repeat count), op, kernel and phase, and the shape where those still coincide."""
+    base = []
+    for g in groups:
+        r = g["row"]
+        name = g["module"] + (f" x{g['count']}" if g["count"] > 1 else "")
+        base.append(f"{name} {r.op}" + (f" ({r.kernel})" if r.kernel else "") + f" [{r.phase}]")
+    seen = {}
+    for b in base:
+        seen[b] = seen.get(b, 0) + 1
+    out = []
+    for g, b in zip(groups, base):
+        r = g["row"]
+        out.append(b if seen[b] == 1 else f"{b} {r.batch}x{r.m}x{r.n}x{r.k}")
+    # groups differ in their keys (module, op, phase, sizes, layout): only the layout is left
+    return [lab if out.count(lab) == 1 else f"{lab} {g['row'].layout}"
+            for g, lab in zip(groups, out)]
+
+
 def plot_report(report, path: str, *, top: int = 15) -> bool:
     """One horizontal bar per collapsed row of ``report`` (the ``top`` by time share): its
     predicted time split into what its FLOPs take at the dense peak and what is lost,
@@ -84,11 +104,11 @@ def plot_report(report, path: str, *, top: int = 15) -> bool:
     peak = get_gpu(report.gpu).peak_tflops(report.dtype) * 1e12
     groups = report.groups()[:top]
     labels, ideal, lost, colours = [], [], [], []
-    for g in reversed(groups):  # the largest at the top
+    for g, label in zip(reversed(groups), reversed(bar_labels(groups))):  # largest on top
         r = g["row"]
         t = g["time_s"] * 1e3
         t_peak = min(t, r.flops * g["count"] / peak * 1e3)
-        labels.append(f"{g['module']} {r.op}" + (f" ({r.kernel})" if r.kernel else ""))
+        labels.append(label)
         ideal.append(t_peak)
         lost.append(t - t_peak)
         colours.append(CAUSES[loss_cause(r)])
@@ -101,9 +121,15 @@ def plot_report(report, path: str, *, top: int = 15) -> bool:
     ax.legend(handles=[Patch(color="#1b9e77", label="at dense peak")]
               + [Patch(color=CAUSES[c], label=f"lost: {c}") for c in used],
               fontsize=8, loc="lower right")
-    ax.set_title(f"{report.model_name} on {report.gpu} ({report.dtype}): "
-                 f"{report.total_time_s * 1e3:.3f} ms, {report.total_flops / 1e12:.3f} TFLOP, "
-                 f"{100 * report.efficiency:.1f}% of dense peak", fontsize=10)
+    title = (f"{report.model_name} on {report.gpu} ({report.dtype}): "
+             f"{report.total_time_s * 1e3:.3f} ms, {report.total_flops / 1e12:.3f} TFLOP, "
+             f"{100 * report.efficiency:.1f}% of dense peak")
+    if report.workload is not None:
+        w = report.workload
+        size = (f"batch {w.batch_size}" + (f" x seq_len {w.seq_len}" if w.seq_len else "")
+                if w.batch_size is not None else "inputs given")
+        title += f"\n{w.mode}, {size}, tp {w.tp}, attention {w.attention}"
+    ax.set_title(title, fontsize=10)
     ax.grid(True, axis="x", alpha=0.3)
     fig.tight_layout()
     meta = {"Date": None} if path.lower().endswith(".svg") else {"Software": None}

@@ -31,6 +31,7 @@ Pure functions over graphs, configs and measured sizes; deterministic.
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass
 
 import networkx as nx
@@ -39,7 +40,8 @@ import torch
 from ..tracing.export import _VIEW_OPS, _op_name
 
 __all__ = ["hyperparameters", "expressions", "dimension_sources", "input_sizes", "Knob",
-           "config_knobs", "environment", "catalog", "name_by_cause", "weight_axes"]
+           "config_knobs", "environment", "catalog", "confirmed", "agrees", "name_by_cause",
+           "weight_axes"]
 
 #: canonical hyperparameter -> config attribute names that hold it, first found wins
 _FIELDS = {
@@ -49,7 +51,7 @@ _FIELDS = {
     "num_key_value_heads": ("num_key_value_heads",),
     "head_dim": ("head_dim", "d_kv"),
     "intermediate_size": ("intermediate_size", "n_inner", "d_ff", "ffn_dim"),
-    "num_local_experts": ("num_local_experts", "num_experts"),
+    "num_local_experts": ("num_local_experts", "num_experts", "n_routed_experts"),
 }
 
 def _field(config, canonical):
@@ -292,6 +294,16 @@ def _label(v, carriers, op, g, inputs, w_expr, a_expr) -> str:
 #: config integers varied besides the hyperparameters above: routing and the vision inputs
 _EXTRA_KNOBS = {
     "num_experts_per_tok": ("num_experts_per_tok",),
+    # MoE expert widths and shared experts (Qwen-MoE, DeepSeek)
+    "moe_intermediate_size": ("moe_intermediate_size",),
+    "shared_expert_intermediate_size": ("shared_expert_intermediate_size",),
+    "n_shared_experts": ("n_shared_experts",),
+    # multi-head latent attention (DeepSeek-V2/V3): low-rank Q and KV, split head dims
+    "q_lora_rank": ("q_lora_rank",),
+    "kv_lora_rank": ("kv_lora_rank",),
+    "qk_nope_head_dim": ("qk_nope_head_dim",),
+    "qk_rope_head_dim": ("qk_rope_head_dim",),
+    "v_head_dim": ("v_head_dim",),
     "image_size": ("image_size",),
     "patch_size": ("patch_size",),
     "num_channels": ("num_channels",),
@@ -381,6 +393,27 @@ def catalog(labels: dict, inputs=(), *, tp: int = 1) -> list:
         (f"3 × {L('num_attention_heads')} × head_dim",
          lambda e: 3 * e["num_attention_heads"] * e[hd], "num_attention_heads", hd),
         (L("num_local_experts"), lambda e: e["num_local_experts"], "num_local_experts"),
+        (L("moe_intermediate_size"), lambda e: e["moe_intermediate_size"],
+         "moe_intermediate_size"),
+        (f"{L('n_shared_experts')} × {L('moe_intermediate_size')}",
+         lambda e: e["n_shared_experts"] * e["moe_intermediate_size"], "n_shared_experts",
+         "moe_intermediate_size"),
+        (L("shared_expert_intermediate_size"), lambda e: e["shared_expert_intermediate_size"],
+         "shared_expert_intermediate_size"),
+        (L("q_lora_rank"), lambda e: e["q_lora_rank"], "q_lora_rank"),
+        (L("kv_lora_rank"), lambda e: e["kv_lora_rank"], "kv_lora_rank"),
+        (f"{L('kv_lora_rank')} + {L('qk_rope_head_dim')}",
+         lambda e: e["kv_lora_rank"] + e["qk_rope_head_dim"], "kv_lora_rank",
+         "qk_rope_head_dim"),
+        (f"{L('num_attention_heads')} × ({L('qk_nope_head_dim')} + {L('qk_rope_head_dim')})",
+         lambda e: e["num_attention_heads"] * (e["qk_nope_head_dim"] + e["qk_rope_head_dim"]),
+         "num_attention_heads", "qk_nope_head_dim", "qk_rope_head_dim"),
+        (f"{L('num_attention_heads')} × ({L('qk_nope_head_dim')} + {L('v_head_dim')})",
+         lambda e: e["num_attention_heads"] * (e["qk_nope_head_dim"] + e["v_head_dim"]),
+         "num_attention_heads", "qk_nope_head_dim", "v_head_dim"),
+        (f"{L('num_attention_heads')} × {L('v_head_dim')}",
+         lambda e: e["num_attention_heads"] * e["v_head_dim"], "num_attention_heads",
+         "v_head_dim"),
         (f"{L('num_channels')} × {L('patch_size')}²",
          lambda e: e["num_channels"] * e["patch_size"] ** 2, "num_channels", "patch_size"),
     ]
@@ -397,6 +430,10 @@ def catalog(labels: dict, inputs=(), *, tp: int = 1) -> list:
          "batch_size", "seq_len"),
         (L("seq_len"), lambda e: e["seq_len"], "seq_len"),
         (hd_label, lambda e: e[hd], hd),
+        (L("v_head_dim"), lambda e: e["v_head_dim"], "v_head_dim"),
+        (f"{L('qk_nope_head_dim')} + {L('qk_rope_head_dim')}",
+         lambda e: e["qk_nope_head_dim"] + e["qk_rope_head_dim"], "qk_nope_head_dim",
+         "qk_rope_head_dim"),
     ]
     for k in ("num_attention_heads", "num_key_value_heads"):
         if tp > 1:
@@ -432,6 +469,31 @@ def _evaluate(fn, env):
         return fn(env)
     except (KeyError, ZeroDivisionError, TypeError):
         return None
+
+
+def confirmed(exprs, config, knobs, varied) -> list:
+    """The expressions of ``exprs`` (:func:`catalog`) every knob of which is in ``varied``
+    (knob names): one that depends on a knob never varied could equal a dimension by
+    coincidence (DeepSeek's 24,576 = 3 × 128 heads × 64 is 128 heads × (128 + 64)). What an
+    expression depends on is found by changing each knob in its environment."""
+    env0, _ = environment(config, knobs)
+    varied = set(varied)
+    out = []
+    for label, fn in exprs:
+        base = _evaluate(fn, env0)
+        deps = {k.name for k in knobs
+                if _evaluate(fn, environment(config, knobs, {k.name: 2 * k.value + 1})[0])
+                != base}
+        if deps <= varied:
+            out.append((label, fn))
+    return out
+
+
+def agrees(label: str, causes, varied_labels) -> bool:
+    """Does ``label`` (matched by value) name no knob that was varied without changing the
+    dimension (``causes``: the labels of the knobs that did)?"""
+    return not any(re.search(rf"(?<![\w.]){re.escape(v)}(?![\w])", label)
+                   for v in varied_labels if v not in causes)
 
 
 def name_by_cause(points, labels: dict, exprs) -> tuple:

@@ -48,6 +48,8 @@ class Report:
     graph_module: object = field(default=None, compare=False, repr=False)
     #: how the model was traced (one layer per group of identical layers, or all of them)
     notes: tuple = ()
+    #: what the report describes (mode, inputs, tp, attention; ``fxshape.analysis.rows``)
+    workload: object = None
 
     # -- totals ---------------------------------------------------------------------------
     @property
@@ -146,6 +148,8 @@ class Report:
             f"{self.total_time_s * 1e3:.3f} ms, FLOP-weighted efficiency "
             f"{100 * self.efficiency:.1f}% of dense peak",
         ]
+        if self.workload is not None:
+            lines.append(f"workload: {self.workload.describe()}")
         lines.extend(f"note: {n}" for n in self.notes)
         offenders = [g for g in (groups or self.groups()) if misaligned(g["row"])][:3]
         if offenders:
@@ -213,6 +217,7 @@ class Report:
             "total_time_s": self.total_time_s,
             "efficiency": self.efficiency,
             "notes": list(self.notes),
+            "workload": None if self.workload is None else self.workload.as_dict(),
             "rows": [_row_dict(r) for r in self.rows],
             "unsupported": [u.__dict__ for u in self.unsupported],
         }
@@ -226,11 +231,15 @@ class Report:
                 "dtype", "layout", "work", "flops", "time_s", "tflops", "efficiency", "tile",
                 "tile_efficiency", "waves", "wave_efficiency", "bound", "misaligned", "note",
                 "set_by_m", "set_by_n", "set_by_k")
+        # the workload on every row, so that any slice of the file still says what it is
+        wl = self.workload.as_dict() if self.workload is not None else {}
+        extra = ("mode", "batch_size", "seq_len", "tp", "attention")
         w = csv.writer(buf, lineterminator="\n")
-        w.writerow(cols)
+        w.writerow(cols + extra)
         for r in self.rows:
             d = _row_dict(r)
-            w.writerow([d[c] for c in cols])
+            w.writerow([d[c] for c in cols] + ["" if wl.get(c) is None else wl[c]
+                                               for c in extra])
         return buf.getvalue()
 
     def to_networkx(self):

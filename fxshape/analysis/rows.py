@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 from ..cost.gemm import MatmulPrediction
 
-__all__ = ["GemmRow", "Unsupported", "misaligned", "kernel_figures"]
+__all__ = ["GemmRow", "Unsupported", "Workload", "misaligned", "kernel_figures"]
 
 
 @dataclass(frozen=True)
@@ -71,6 +71,53 @@ class Unsupported:
     target: str
     module: str
     reason: str
+
+
+@dataclass(frozen=True)
+class Workload:
+    """What a report describes: the mode, the inputs, the parallelism and the attention
+    kernel. Every view of a report states it."""
+
+    mode: str  # "inference" or "train"
+    #: the forward's tensor inputs as captured: (name, shape, dtype) each
+    inputs: tuple = ()
+    #: sizes of synthesized inputs (None when the user gave the inputs)
+    batch_size: int | None = None
+    seq_len: int | None = None
+    #: seq_len was not given: the default (1024, capped at the model's positions) was used
+    seq_len_default: bool = False
+    tp: int = 1
+    attention: str = "flash"  # the choice; ``kernels``: what the attention rows ran as
+    kernels: tuple = ()
+
+    def describe(self) -> str:
+        """``inference, batch 1 x seq_len 64, tp 1, attention flash (runs fa2); inputs:
+        input_ids 1x64 int64``."""
+        parts = [self.mode]
+        if self.batch_size is not None:
+            size = f"batch {self.batch_size}"
+            if self.seq_len is not None:
+                size += f" x seq_len {self.seq_len}"
+                if self.seq_len_default:
+                    size += " (default: 1024, capped at the model's positions)"
+            parts.append(size)
+        else:
+            parts.append("inputs given")
+        parts.append(f"tp {self.tp}")
+        ran = f" (runs {', '.join(self.kernels)})" if self.kernels else ""
+        parts.append(f"attention {self.attention}{ran}")
+        text = ", ".join(parts)
+        if self.inputs:
+            text += "; inputs: " + ", ".join(
+                f"{name} {'x'.join(map(str, shape)) or 'scalar'} {dtype}"
+                for name, shape, dtype in self.inputs)
+        return text
+
+    def as_dict(self) -> dict:
+        return {"mode": self.mode, "batch_size": self.batch_size, "seq_len": self.seq_len,
+                "seq_len_default": self.seq_len_default, "tp": self.tp,
+                "attention": self.attention, "attention_kernels": list(self.kernels),
+                "inputs": [{"name": n, "shape": list(s), "dtype": d} for n, s, d in self.inputs]}
 
 
 def misaligned(row) -> str:

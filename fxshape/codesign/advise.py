@@ -28,6 +28,7 @@ from tabulate import tabulate
 
 from ..analysis.provenance import hyperparameters
 from ..hardware.gpus import get_gpu
+from ..tracing.configs import check_config
 
 __all__ = ["Advice", "Recommendation", "advise", "evaluate_config", "sweep", "SweepPoint"]
 
@@ -128,6 +129,7 @@ def _model_class(model_or_config):
 def _build(cls, config):
     import transformers
 
+    check_config(config)
     with torch.device("meta"):
         if cls is not None:
             return cls(config)
@@ -148,6 +150,7 @@ class _Evaluator:
 
     def __init__(self, model_or_config, analyze_kwargs):
         self.config, self.cls = _model_class(model_or_config)
+        check_config(self.config)
         self.model_name = type(model_or_config).__name__ \
             if isinstance(model_or_config, torch.nn.Module) \
             else type(_build(self.cls, self.config)).__name__
@@ -481,6 +484,9 @@ def sweep(model_or_config, param: str, values, *, gpu="h100", dtype=torch.bfloat
     values = list(values)
     if not values:
         raise ValueError("empty sweep range")
+    bad = [v for v in values if isinstance(v, bool) or not isinstance(v, int) or v <= 0]
+    if bad:
+        raise ValueError(f"sweep values of {param} must be positive integers, got {bad[0]!r}")
     kw = dict(gpu=gpu, dtype=dtype, batch_size=batch_size, seq_len=seq_len, tp=tp, mode=mode,
               attention=attention)
     ev = _Evaluator(model_or_config, kw)

@@ -172,10 +172,10 @@ def main(args) -> int:
         calibrate(quick=args.quick, out=args.out, gpu=args.gpu, dtype=args.dtype,
                   log=lambda s: print(s, file=sys.stderr))
     except RuntimeError as exc:
-        print(f"fxshape calibrate: {exc}", file=sys.stderr)
+        print(f"fxshape calibrate: error: {exc}", file=sys.stderr)
         return 2
     except (ValueError, ImportError) as exc:
-        print(f"fxshape calibrate: {exc}", file=sys.stderr)
+        print(f"fxshape calibrate: error: {exc}", file=sys.stderr)
         return 2
     return 0
 

@@ -24,6 +24,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from ..analysis.annotate import analyze, module_of
+from ..analysis.ops import gemm_handler
+from ..tracing.export import _VIEW_OPS, _op_name
 from .plan import DEFAULT_MIN_GAIN, DEFAULT_MULTIPLES, plan_padding
 
 __all__ = ["pad", "PaddedLinear", "PaddedConv1D"]
@@ -173,6 +176,55 @@ def _tie_actions(root, d, old, padded, params_by_id):
     return actions, ""
 
 
+def _parameter_uses(gm: torch.fx.GraphModule, model: nn.Module) -> dict:
+    """``{id(parameter): [node, ...]}``: the nodes of a captured graph that consume each
+    parameter of ``model``, through view-like ops (``t``, ``view``, ...)."""
+    uses = {}
+    for node in gm.graph.nodes:
+        if node.op == "get_attr":
+            name = node.target
+        elif node.op == "placeholder" and "fxshape_param" in node.meta:  # joint graphs
+            name = node.meta["fxshape_param"]
+        else:
+            continue
+        try:
+            param = model.get_parameter(name)
+        except AttributeError:
+            continue  # a buffer or constant
+        found, stack, seen = [], list(node.users), set()
+        while stack:
+            n = stack.pop()
+            if n.name in seen:
+                continue
+            seen.add(n.name)
+            if n.op == "call_function" and _op_name(n) in _VIEW_OPS:
+                stack.extend(n.users)
+            elif n.op != "output":
+                found.append(n)
+        uses.setdefault(id(param), []).extend(found)
+    return uses
+
+
+def _used_elsewhere(uses: dict, layer: nn.Module, fqn: str) -> str:
+    """Why ``layer`` (at ``fqn``) cannot be padded because one of its parameters is used
+    outside its own GEMMs (empty if it is not): a padded weight would change that use. An
+    embedding lookup of a tied weight is not such a use (it reads real rows only)."""
+    for leaf in ("weight", "bias"):
+        p = getattr(layer, leaf, None)
+        if p is None:
+            continue
+        for n in uses.get(id(p), []):
+            own = (n.op == "call_function" and gemm_handler(n.target) is not None
+                   and module_of(n)[0] == fqn)
+            lookup = (leaf == "weight" and _op_name(n) == "embedding" and n.args
+                      and getattr(n.args[0], "op", None) in ("get_attr", "placeholder"))
+            if not (own or lookup):
+                where = module_of(n)[0] or "(top)"
+                return (f"its {leaf} is also used outside its own GEMM (by {n.target} in "
+                        f"{where}), which a padded {leaf} would break")
+    return ""
+
+
 def pad(model: nn.Module, example_inputs=None, example_kwargs=None, *, gpu="h100",
         dtype=None, min_gain: float = DEFAULT_MIN_GAIN, multiples=DEFAULT_MULTIPLES,
         filter_fn=None, params=None, **analyze_kwargs) -> nn.Module:
@@ -200,9 +252,17 @@ def pad(model: nn.Module, example_inputs=None, example_kwargs=None, *, gpu="h100
             return False
         return bool(filter_fn(mod, row.module))
 
-    plan = plan_padding(model, example_inputs, example_kwargs, gpu=gpu, dtype=dtype,
-                        min_gain=min_gain, multiples=multiples, filter_fn=row_filter,
-                        params=params, **analyze_kwargs)
+    if "dedup" in analyze_kwargs:
+        raise ValueError("pad traces every layer (it reads each layer's parameter uses off "
+                         "the captured graph): dedup is not accepted")
+    kw = dict(analyze_kwargs, dedup=False)
+    kw.setdefault("provenance", None)  # the plan does not say what sets a dimension
+    if dtype is not None:
+        kw["dtype"] = dtype
+    report = analyze(model, example_inputs, example_kwargs, gpu=gpu, params=params, **kw)
+    plan = plan_padding(report, min_gain=min_gain, multiples=multiples, filter_fn=row_filter,
+                        params=params)
+    uses = _parameter_uses(report.graph_module, model)
     new = copy.deepcopy(model)
     applied, skipped = {}, {}  # decision -> padded module / why not
     first = {}  # module -> the decision it was padded for
@@ -226,6 +286,10 @@ def pad(model: nn.Module, example_inputs=None, example_kwargs=None, *, gpu="h100
         else:
             skipped[d] = (f"{type(mod).__name__} layers are not rewritten (the "
                           "torch.compile backend pads any mm/addmm/bmm)")
+            continue
+        why = _used_elsewhere(uses, model.get_submodule(d.module), d.module)
+        if why:
+            skipped[d] = why
             continue
         pad_m = d.pad_m if d.pad_m != d.m else None
         padded = cls(mod, d.pad_n, d.pad_k, pad_m)

@@ -27,6 +27,22 @@ DEFAULT_BATCH_SIZE = 1
 DEFAULT_SEQ_LEN = 1024
 
 
+#: the largest batch size or sequence length accepted (torch's sizes and a GPU kernel's
+#: grid stay in range)
+MAX_SIZE = 2**31 - 1
+
+
+def check_size(name: str, value, *, optional: bool = True):
+    """``value`` as a size: a positive integer up to :data:`MAX_SIZE` (None when
+    ``optional``); anything else (a float, a string, a bool, zero) is a ``ValueError``."""
+    if value is None and optional:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 < value <= MAX_SIZE:
+        raise ValueError(f"{name} must be a positive integer up to {MAX_SIZE}, got {value!r}"
+                         + (f" ({type(value).__name__})" if not isinstance(value, int) else ""))
+    return value
+
+
 class CaptureError(RuntimeError):
     """Every capture path failed; the message names each one and its first error lines."""
 
@@ -79,9 +95,7 @@ def example_inputs_for(model, *, batch_size=None, seq_len=None, device=None) -> 
             "(a tuple of tensors) or example_kwargs to say what its forward takes")
     cfg = model.config
     device = device or _model_device(model)
-    b = DEFAULT_BATCH_SIZE if batch_size is None else int(batch_size)
-    if b <= 0:
-        raise ValueError(f"batch_size must be positive, got {batch_size}")
+    b = DEFAULT_BATCH_SIZE if batch_size is None else check_size("batch_size", batch_size)
     kwargs = {}
     main = getattr(model, "main_input_name", "input_ids")
     if main == "input_features":
@@ -121,10 +135,8 @@ def _seq_len(cfg, seq_len, *position_attrs) -> int:
         max_pos = getattr(cfg, attr, None)
         if isinstance(max_pos, int):
             break
-    s = int(seq_len if seq_len is not None else
-            (min(DEFAULT_SEQ_LEN, max_pos) if max_pos else DEFAULT_SEQ_LEN))
-    if s <= 0:
-        raise ValueError(f"seq_len must be positive, got {seq_len}")
+    s = check_size("seq_len", seq_len) if seq_len is not None else \
+        (min(DEFAULT_SEQ_LEN, max_pos) if max_pos else DEFAULT_SEQ_LEN)
     if max_pos and s > max_pos:
         raise ValueError(f"seq_len {s} exceeds the model's max_position_embeddings "
                          f"({max_pos})")
@@ -189,8 +201,7 @@ def capture(model, example_inputs=None, example_kwargs=None, *, batch_size=None,
         CaptureError: no capture path worked; the message lists each with its error.
         ValueError: no example inputs for a model that is not a Hugging Face model.
     """
-    if not isinstance(model, torch.nn.Module):
-        raise ValueError(f"expected a torch.nn.Module, got {type(model).__name__}")
+    check_module(model)
     _LABELLED["before_capture"]()
     args, kwargs = forward_arguments(model, example_inputs, example_kwargs,
                                      batch_size=batch_size, seq_len=seq_len)
@@ -200,12 +211,31 @@ def capture(model, example_inputs=None, example_kwargs=None, *, batch_size=None,
         return _capture(model, args, kwargs, train)
 
 
+def check_module(model) -> None:
+    """A one-line ``ValueError`` for anything but an ``nn.Module`` (a preset's name says how
+    to build it)."""
+    if isinstance(model, torch.nn.Module):
+        return
+    hint = (f" (for a preset or config: fxshape.presets.build_preset({model!r}), or the CLI: "
+            f"fxshape analyze {model})" if isinstance(model, str) else "")
+    raise ValueError(f"expected a torch.nn.Module, got {type(model).__name__}{hint}")
+
+
 def forward_arguments(model, example_inputs=None, example_kwargs=None, *, batch_size=None,
                       seq_len=None) -> tuple:
     """(args, kwargs) a capture calls ``model`` with: the given ones, or inputs synthesized
     for a Hugging Face model (:func:`example_inputs_for`); ``use_cache=False`` where the
     forward takes it; on the meta device when the model is there."""
     device = _model_device(model)
+    check_size("batch_size", batch_size)
+    check_size("seq_len", seq_len)
+    if example_inputs is not None and not isinstance(example_inputs,
+                                                     (torch.Tensor, tuple, list)):
+        raise ValueError("example_inputs must be a tensor or a tuple of the forward's "
+                         f"positional arguments, got {type(example_inputs).__name__}")
+    if example_kwargs is not None and not isinstance(example_kwargs, dict):
+        raise ValueError("example_kwargs must be a dict of the forward's keyword arguments, "
+                         f"got {type(example_kwargs).__name__}")
     if example_inputs is None and example_kwargs is None:
         example_kwargs = example_inputs_for(model, batch_size=batch_size, seq_len=seq_len,
                                             device=device)

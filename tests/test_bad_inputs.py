@@ -1,0 +1,523 @@
+"""No wrong answer without a word (issue 19): every bad input gets a one-line error that
+names the value and what is accepted, impossible models are refused before they are
+analyzed, and no traceback reaches a user of the command line.
+
+The sweeps at the end try each CLI option and each public function's arguments with zero,
+negative, huge and wrong-typed values.
+"""
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+import torch
+
+import fxshape
+from fxshape.cli import main
+
+transformers = pytest.importorskip("transformers")
+
+
+def _err(capsys) -> str:
+    err = capsys.readouterr().err
+    assert "Traceback" not in err, err
+    return err
+
+
+def _one_line(capsys, *argv) -> str:
+    """Run the CLI, expect a failure, return its single error line."""
+    assert main(list(argv)) != 0
+    err = _err(capsys).strip()
+    assert err.count("\n") == 0, err
+    return err
+
+
+def _meta(cls, cfg):
+    with torch.device("meta"):
+        return cls(cfg)
+
+
+# -- impossible configs are refused, one line naming the field and the rule -----------------
+
+@pytest.mark.parametrize("changes, expected", [
+    (dict(num_key_value_heads=3), "LlamaConfig.num_key_value_heads = 3 does not divide "
+                                  "num_attention_heads = 4: each KV head serves a whole group "
+                                  "of query heads"),
+    (dict(vocab_size=0), "LlamaConfig.vocab_size = 0: must be a positive integer"),
+    (dict(hidden_size=-64), "LlamaConfig.hidden_size = -64: must be a positive integer"),
+    (dict(num_experts_per_tok=3, num_local_experts=2),
+     "LlamaConfig.num_experts_per_tok = 3 exceeds num_local_experts = 2: a token is routed "
+     "to at most every expert"),
+])
+def test_impossible_llama_configs(changes, expected):
+    from fxshape.tracing.configs import check_config
+
+    cfg = transformers.LlamaConfig(hidden_size=64, intermediate_size=128, num_hidden_layers=1,
+                                   num_attention_heads=4, num_key_value_heads=4,
+                                   vocab_size=256)
+    for k, v in changes.items():
+        setattr(cfg, k, v)
+    with pytest.raises(ValueError) as info:
+        check_config(cfg)
+    assert str(info.value) == expected
+
+
+@pytest.mark.parametrize("value", [64.5, "64", True, None])
+def test_sizes_of_the_wrong_type(value):
+    # transformers' own configs refuse a float or a string at assignment; any other config
+    # object is checked the same way (None means unset and is not checked)
+    from types import SimpleNamespace
+
+    from fxshape.tracing.configs import check_config
+
+    cfg = SimpleNamespace(hidden_size=value, num_attention_heads=4)
+    if value is None:
+        check_config(cfg)
+        return
+    with pytest.raises(ValueError) as info:
+        check_config(cfg)
+    assert str(info.value) == f"SimpleNamespace.hidden_size = {value!r}: must be a positive " \
+                              "integer"
+
+
+def test_a_config_file_with_a_float_size(tmp_path, capsys):
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps({"model_type": "llama", "hidden_size": 64.5}))
+    err = _one_line(capsys, "analyze", str(path))
+    assert "transformers rejects the config" in err and "hidden_size" in err
+
+
+def test_an_impossible_model_is_not_analyzed():
+    # the real forward raises for 3 KV heads under 4 query heads; analyze must not report it
+    cfg = transformers.LlamaConfig(hidden_size=64, intermediate_size=128, num_hidden_layers=1,
+                                   num_attention_heads=4, num_key_value_heads=4,
+                                   vocab_size=256)
+    model = _meta(transformers.LlamaForCausalLM, cfg)
+    model.config.num_key_value_heads = 3
+    with pytest.raises(ValueError, match="num_key_value_heads = 3 does not divide"):
+        fxshape.analyze(model, seq_len=16)
+    model.config.num_key_value_heads, model.config.vocab_size = 4, 0
+    with pytest.raises(ValueError, match=r"vocab_size = 0: must be a positive integer"):
+        fxshape.analyze(model, seq_len=16)
+    with pytest.raises(ValueError, match=r"vocab_size = 0: must be a positive integer"):
+        fxshape.advise(model.config)
+
+
+@pytest.mark.parametrize("cfg, expected", [
+    # GPT-2's head split: said as such, not as "no transformers model class for 'gpt2'"
+    ({"model_type": "gpt2", "n_embd": 770, "n_head": 12},
+     "GPT2Config.n_embd = 770 is not divisible by n_head = 12"),
+    ({"model_type": "llama", "num_key_value_heads": 3, "num_attention_heads": 4,
+      "hidden_size": 64}, "LlamaConfig.num_key_value_heads = 3 does not divide"),
+    ({"model_type": "gpt2", "vocab_size": 0}, "GPT2Config.vocab_size = 0"),
+])
+def test_cli_config_file_errors_name_the_field(tmp_path, capsys, cfg, expected):
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(cfg))
+    assert expected in _one_line(capsys, "analyze", str(path))
+
+
+def test_unknown_model_type_and_remote_code_are_short(tmp_path, capsys):
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps({"model_type": "no-such-type"}))
+    err = _one_line(capsys, "analyze", str(path))
+    # one short line, not the list of every type transformers knows
+    assert "unknown model_type 'no-such-type'" in err and len(err) < 300
+    path.write_text(json.dumps({"model_type": "my-remote",
+                                "auto_map": {"AutoModel": "modeling_x.MyModel"}}))
+    assert "remote code, which fxshape does not run" in _one_line(capsys, "analyze", str(path))
+    # a known model_type with an auto_map: built with transformers' own classes, and said so
+    cfg = transformers.LlamaConfig(hidden_size=64, intermediate_size=128, num_hidden_layers=1,
+                                   num_attention_heads=4, num_key_value_heads=4,
+                                   vocab_size=256).to_dict()
+    cfg["auto_map"] = {"AutoModelForCausalLM": "modeling_x.MyLlama"}
+    path.write_text(json.dumps(cfg))
+    assert main(["analyze", str(path), "--seq-len", "16", "--provenance", "none"]) == 0
+    err = _err(capsys)
+    assert "remote code, which fxshape does not run: built with transformers' own 'llama' " \
+           "classes" in err
+
+
+# -- Python inputs: integers where sizes are meant; integer GEMMs are not bf16 --------------
+
+@pytest.mark.parametrize("kw, shown", [
+    (dict(seq_len=64.7), "seq_len must be a positive integer up to 2147483647, got 64.7 "
+                         "(float)"),
+    (dict(seq_len="64"), "got '64' (str)"),
+    (dict(seq_len=True), "seq_len must be a positive integer up to 2147483647, got True"),
+    (dict(batch_size=0), "batch_size must be a positive integer up to 2147483647, got 0"),
+    (dict(batch_size=-2), "got -2"),
+    (dict(batch_size=10**20), "got 100000000000000000000"),
+])
+def test_sizes_are_integers(kw, shown):
+    model = fxshape.presets.build_preset("gpt2")
+    with pytest.raises(ValueError) as info:
+        fxshape.analyze(model, **kw)
+    assert shown in str(info.value) and "\n" not in str(info.value)
+
+
+class _IntMatmul(torch.nn.Module):
+    def forward(self, a, b):
+        return torch.matmul(a, b)
+
+
+def test_an_integer_matmul_is_unsupported_not_bf16():
+    a = torch.ones(64, 64, dtype=torch.long)
+    rep = fxshape.analyze(_IntMatmul(), (a, a))
+    # not predicted as a bf16 tensor-core GEMM: reported, with the dtype
+    assert rep.rows == ()
+    assert [u.reason for u in rep.unsupported] == [
+        "integer matmul (int64): fxshape models floating-point GEMMs only"]
+    # a float one of the same shape is a GEMM
+    f = torch.ones(64, 64)
+    assert len(fxshape.analyze(_IntMatmul(), (f, f)).rows) == 1
+
+
+@pytest.mark.parametrize("model, expected", [
+    ("gpt2", "expected a torch.nn.Module, got str (for a preset or config: "
+             "fxshape.presets.build_preset('gpt2'), or the CLI: fxshape analyze gpt2)"),
+    (None, "expected a torch.nn.Module, got NoneType"),
+    (42, "expected a torch.nn.Module, got int"),
+])
+def test_analyze_needs_a_module(model, expected):
+    with pytest.raises(ValueError) as info:
+        fxshape.analyze(model)
+    assert str(info.value) == expected
+
+
+def test_example_inputs_of_the_wrong_kind():
+    model = fxshape.presets.build_preset("gpt2")
+    with pytest.raises(ValueError, match="example_inputs must be a tensor or a tuple of the "
+                                         "forward's positional arguments, got int"):
+        fxshape.analyze(model, example_inputs=5)
+    with pytest.raises(ValueError, match="example_kwargs must be a dict"):
+        fxshape.analyze(model, example_kwargs=[1, 2])
+
+
+def test_sweep_values_must_be_positive():
+    # a sweep over n_head including 0 divided by zero before
+    with pytest.raises(ValueError, match="sweep values of n_head must be positive integers, "
+                                         "got 0"):
+        fxshape.sweep(transformers.GPT2Config(n_layer=1), "n_head", [0, 12])
+    with pytest.raises(ValueError, match="got -768"):
+        fxshape.sweep(transformers.GPT2Config(n_layer=1), "n_embd", [-768, 768])
+
+
+# -- the CLI: factories with inputs, --input, Hub ids ------------------------------------------
+
+_FACTORY = textwrap.dedent('''
+    import torch
+
+
+    class Mlp(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.up = torch.nn.Linear(1024, 4096)
+
+        def forward(self, x):
+            return self.up(x)
+
+
+    def plain():
+        return Mlp()
+
+
+    def with_inputs():
+        return Mlp(), (torch.zeros(8, 1024),)
+
+
+    def broken():
+        class Boom(torch.nn.Module):
+            def forward(self, x):
+                raise RuntimeError("boom: this forward always fails")
+        return Boom(), (torch.zeros(2),)
+''')
+
+
+@pytest.fixture()
+def factory_dir(tmp_path, monkeypatch):
+    (tmp_path / "my_models.py").write_text(_FACTORY)
+    monkeypatch.chdir(tmp_path)  # importable from the current directory, as python -m
+    yield tmp_path
+    sys.modules.pop("my_models", None)
+
+
+def test_factory_with_inputs_and_the_input_option(factory_dir, capsys):
+    assert main(["analyze", "my_models:with_inputs", "--format", "json",
+                 "--provenance", "none"]) == 0
+    rows = json.loads(capsys.readouterr().out)["rows"]
+    assert [(r["m"], r["n"], r["k"]) for r in rows] == [(8, 4096, 1024)]
+    # a plain module needs inputs: --input gives them (shape and dtype)
+    assert main(["analyze", "my_models:plain", "--input", "4x16x1024:float",
+                 "--format", "json", "--provenance", "none"]) == 0
+    d = json.loads(capsys.readouterr().out)
+    # 4 x 16 tokens through the linear layer
+    assert [(r["m"], r["n"], r["k"]) for r in d["rows"]] == [(64, 4096, 1024)]
+    assert d["workload"]["inputs"] == [{"name": "x", "shape": [4, 16, 1024],
+                                        "dtype": "float32"}]
+    err = _one_line(capsys, "analyze", "my_models:plain")
+    assert "Mlp is not a Hugging Face model: pass example_inputs" in err
+
+
+def test_input_option_is_checked(capsys):
+    for bad, said in (("8x0", "positive sizes"), ("axb", "expected SHAPE[:DTYPE]"),
+                      ("8x1024:complex", "unknown dtype 'complex'")):
+        with pytest.raises(SystemExit) as info:  # argparse's usage line and error line
+            main(["analyze", "gpt2", "--input", bad])
+        assert info.value.code == 2
+        err = _err(capsys)
+        assert said in err and "--input" in err
+
+
+def test_capture_failure_says_why(factory_dir, capsys):
+    err = _one_line(capsys, "analyze", "my_models:broken")
+    assert "could not capture Boom" in err and "boom: this forward always fails" in err
+    assert main(["analyze", "my_models:broken", "--verbose"]) == 2
+    assert "torch.export (strict)" in _err(capsys)  # every path with --verbose
+
+
+def test_hub_id_from_the_local_cache_only(tmp_path):
+    # a Hub id whose config.json is in the local Hugging Face cache is analyzed offline; one
+    # that is not there is a one-line error saying so (nothing is fetched)
+    cache = tmp_path / "hub"
+    snap = cache / "models--acme--tiny-llama" / "snapshots" / "0123abc"
+    snap.mkdir(parents=True)
+    (cache / "models--acme--tiny-llama" / "refs").mkdir()
+    (cache / "models--acme--tiny-llama" / "refs" / "main").write_text("0123abc")
+    transformers.LlamaConfig(hidden_size=64, intermediate_size=128, num_hidden_layers=1,
+                             num_attention_heads=4, num_key_value_heads=4,
+                             vocab_size=256).to_json_file(str(snap / "config.json"))
+    env = dict(os.environ, HF_HUB_CACHE=str(cache), HF_HUB_OFFLINE="1")
+    run = [sys.executable, "-m", "fxshape", "analyze"]
+    ok = subprocess.run(run + ["acme/tiny-llama", "--seq-len", "16", "--provenance", "none"],
+                        capture_output=True, text=True, env=env, timeout=300)
+    assert ok.returncode == 0, ok.stderr
+    assert "mlp.down_proj" in ok.stdout and "batch 1 x seq_len 16" in ok.stdout
+    bad = subprocess.run(run + ["meta-llama/Llama-3.1-8B"], capture_output=True, text=True,
+                         env=env, timeout=300)
+    assert bad.returncode == 2 and "Traceback" not in bad.stderr
+    assert "looks like a Hugging Face Hub id, but its config.json is not in the local " \
+           "Hugging Face cache" in bad.stderr
+
+
+# -- crashes that were tracebacks -------------------------------------------------------------
+
+def test_plot_path_is_checked_before_the_analysis(tmp_path, capsys, monkeypatch):
+    err = _one_line(capsys, "analyze", "gpt2", "--plot", str(tmp_path / "no" / "x.svg"))
+    assert "does not exist" in err
+    # without matplotlib: a non-zero exit naming the extra, not a note and exit 0
+    import importlib.util
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec",
+                        lambda name, *a: None if name == "matplotlib" else real(name, *a))
+    err = _one_line(capsys, "analyze", "gpt2", "--plot", str(tmp_path / "x.svg"))
+    assert "--plot needs matplotlib" in err and "pip install 'fxshape[plot]'" in err
+    err = _one_line(capsys, "sweep", "gpt2", "--param", "n_embd", "--range", "768:776:8",
+                    "--out", str(tmp_path / "s.svg"))
+    assert "--out needs matplotlib" in err
+
+
+def test_a_closed_pipe_is_no_traceback():
+    # `fxshape gpus | head -1`: the reader goes away after one line
+    proc = subprocess.Popen([sys.executable, "-m", "fxshape", "gpus"], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE)
+    proc.stdout.readline()
+    proc.stdout.close()
+    err = proc.stderr.read().decode()
+    proc.wait(timeout=60)
+    assert "Traceback" not in err and "BrokenPipe" not in err
+
+
+def test_an_unexpected_error_is_one_line(capsys, monkeypatch):
+    import fxshape.cli as cli
+
+    def boom(args):
+        raise ZeroDivisionError("division by zero")
+
+    monkeypatch.setattr(cli, "_cmd_gpus", boom)
+    parser = cli.build_parser
+    monkeypatch.setattr(cli, "build_parser", lambda: _rebind(parser(), "gpus", boom))
+    err = _one_line(capsys, "gpus")
+    assert err == ("fxshape: error: ZeroDivisionError: division by zero (--verbose shows "
+                   "the traceback)")
+
+
+def _rebind(parser, command, fn):
+    for action in parser._subparsers._group_actions:
+        action.choices[command].set_defaults(func=fn)
+    return parser
+
+
+def test_compile_backend_options_are_checked_where_the_backend_is_made():
+    import fxshape.padding.compile as fc
+
+    # make_backend checks its options at once, in one line
+    with pytest.raises(ValueError) as info:
+        fc.make_backend(gpuu="h100")
+    assert str(info.value) == ("unknown fxshape backend option(s) ['gpuu']; accepted: gpu, "
+                               "dtype, min_gain, multiples, inner")
+    with pytest.raises(ValueError, match="unknown GPU 'h300'"):
+        fc.make_backend(gpu="h300")
+    with pytest.raises(ValueError, match="min_gain must be in"):
+        fc.make_backend(min_gain=-1)
+    with pytest.raises(ValueError, match="power of two"):
+        fc.make_backend(multiples=(3,))
+    with pytest.raises(ValueError, match="unknown dtype"):
+        fc.make_backend(dtype="fp7")
+
+
+# -- sweeps of bad values over every CLI option and public function --------------------------
+
+_BAD_SIZES = ("0", "-1", "99999999999999999999", "1.5", "x")
+
+
+def _cli_cases():
+    cases = []
+    for opt in ("--m", "--n", "--k", "--batch"):
+        base = {"--m": "8", "--n": "8", "--k": "8"}
+        for bad in _BAD_SIZES:
+            argv = ["predict"] + [x for k, v in base.items() if k != opt for x in (k, v)]
+            cases.append(argv + [opt, bad])
+    cases += [["predict", "--m", "8", "--n", "8", "--k", "8", "--gpu", "h300"],
+              ["predict", "--m", "8", "--n", "8", "--k", "8", "--dtype", "int3"],
+              ["predict", "--m", "8", "--n", "8", "--k", "8", "--layout", "zz"],
+              ["predict", "--m", "8", "--n", "8", "--k", "8", "--params", "/no/such.json"]]
+    for opt in ("--batch-size", "--seq-len", "--tp"):
+        for bad in _BAD_SIZES:
+            cases.append(["analyze", "gpt2", opt, bad])
+    cases += [["analyze", "gpt2", "--seq-len", "4096"],  # beyond GPT-2's 1024 positions
+              ["analyze", "gpt2", "--tp", "5"],  # does not divide 12 heads
+              ["analyze", "gpt2", "--gpu", ""], ["analyze", "gpt2", "--dtype", "fp4"],
+              ["analyze", "gpt2", "--attention", "fa9"], ["analyze", "gpt2", "--format", "x"],
+              ["analyze", "gpt2", "--provenance", "x"], ["analyze", "gpt2", "--plot", "x.pdf"],
+              ["analyze", "gpt2", "--params", "/no/such.json"], ["analyze", ""],
+              ["analyze", "gpt2", "--attention", "fa3", "--gpu", "a100"]]
+    for opt, bads in (("--tolerance", ("-0.5", "1.5", "x")), ("--min-speedup", ("-1", "x")),
+                      ("--mode", ("x",)), ("--tp", ("0", "x"))):
+        cases += [["advise", "gpt2", opt, b] for b in bads]
+    cases += [["sweep", "gpt2", "--param", "n_embd", "--range", r]
+              for r in ("0:10", "10:5", "a:b", "1:100000", "5")]
+    cases += [["sweep", "gpt2", "--param", "no_such", "--range", "8:16:8"],
+              ["sweep", "gpt2", "--param", "n_embd", "--range", "768:776:8", "--out", "x.pdf"],
+              ["calibrate", "--dtype", "fp4"], ["nope"], []]
+    return cases
+
+
+@pytest.mark.parametrize("argv", _cli_cases(), ids=lambda a: " ".join(a) or "(none)")
+def test_cli_bad_values_fail_without_a_traceback(argv, capsys):
+    with pytest.raises(SystemExit) if _argparse_rejects(argv) else _nothing():
+        code = main(argv)
+        assert code != 0
+    err = _err(capsys)
+    last = err.strip().splitlines()[-1]
+    assert "error" in last, err
+    assert len(last) < 600
+
+
+def _argparse_rejects(argv) -> bool:
+    """Is the bad value one argparse itself refuses (exit 2 through SystemExit)?"""
+    from fxshape.cli import build_parser
+
+    try:
+        build_parser().parse_args(argv)
+    except SystemExit:
+        return True
+    return False
+
+
+class _nothing:
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+
+def _tiny_llama():
+    cfg = transformers.LlamaConfig(hidden_size=64, intermediate_size=128, num_hidden_layers=1,
+                                   num_attention_heads=4, num_key_value_heads=4,
+                                   vocab_size=256)
+    return _meta(transformers.LlamaForCausalLM, cfg)
+
+
+_WRONG = (0, -1, 2**40, 1.5, "8", True, None)
+
+
+def _use_params(path):
+    with fxshape.use_params(path):
+        pass
+
+
+def _api_cases():
+    m = _tiny_llama()
+    cases = []
+    for name in ("batch_size", "seq_len"):
+        cases += [(fxshape.analyze, (m,), {name: v}) for v in _WRONG if v is not None]
+    cases += [(fxshape.analyze, (m,), {"tp": v}) for v in (0, -1, 1.5, "2", True, 3)]
+    cases += [(fxshape.analyze, (m,), kw) for kw in (
+        {"gpu": "h300"}, {"gpu": 5}, {"dtype": "fp4"}, {"dtype": 3}, {"mode": "training"},
+        {"attention": "fa9"}, {"provenance": "x"}, {"params": "/no/such.json"},
+        {"moe_routing": [0.5, 0.5]}, {"seq_len": 4096})]
+    for dim in ("m", "n", "k"):
+        for v in (0, -1, 1.5, "8", True, None):  # 2**40 is a large GEMM, not a wrong one
+            size = {**dict(m=8, n=8, k=8), dim: v}
+            cases.append((fxshape.predict_matmul, (size["m"], size["n"], size["k"]), {}))
+    cases += [(fxshape.predict_matmul, (8, 8, 8), kw) for kw in (
+        {"batch": 0}, {"batch": 1.5}, {"gpu": "h300"}, {"dtype": "fp4"}, {"layout": "zz"})]
+    cases += [(fxshape.get_gpu, (v,), {}) for v in ("h300", 5, None, "")]
+    cases += [(fxshape.canonical_dtype, (v,), {}) for v in ("fp4", 3, None)]
+    cases += [(fxshape.AttentionShape, (), dict(batch=v, heads=4, kv_heads=4, seq_q=8,
+                                                seq_k=8, head_dim=64, head_dim_v=64))
+              for v in (0, -1, 1.5, "8")]
+    cases += [(fxshape.AttentionShape, (), dict(batch=1, heads=4, kv_heads=3, seq_q=8,
+                                                seq_k=8, head_dim=64, head_dim_v=64))]
+    cases += [(fxshape.plan_padding, (m,), kw) for kw in (
+        {"min_gain": -1}, {"min_gain": 1.5}, {"multiples": (3,)}, {"multiples": (0,)},
+        {"seq_len": 0})]
+    cases += [(fxshape.advise, (m.config,), kw) for kw in (
+        {"param_tolerance": -1}, {"min_speedup": 2}, {"tp": 0}, {"seq_len": -1},
+        {"mode": "x"})]
+    cases += [(fxshape.advise, (v,), {}) for v in ("gpt2", None, 5)]
+    cases += [(fxshape.sweep, (m.config, "hidden_size", v), {}) for v in ([], [0], [64.5])]
+    cases += [(fxshape.sweep, (m.config, "no_such", [8]), {})]
+    cases += [(fxshape.capture, (v,), {}) for v in ("gpt2", None)]
+    cases += [(fxshape.capture, (m,), {k: v}) for k in ("batch_size", "seq_len")
+              for v in (0, 1.5, "8")]
+    cases += [(fxshape.pad, (v,), {}) for v in ("gpt2", None)]
+    cases += [(fxshape.pad, (m,), kw) for kw in ({"min_gain": -1}, {"multiples": (3,)},
+                                                 {"seq_len": 0}, {"gpu": "h300"})]
+    shape = fxshape.AttentionShape(batch=1, heads=4, kv_heads=4, seq_q=8, seq_k=8,
+                                   head_dim=64, head_dim_v=64)
+    cases += [(fxshape.predict_attention, (shape,), kw) for kw in (
+        {"gpu": "h300"}, {"dtype": "fp4"}, {"direction": "sideways"}, {"attention": "fa9"},
+        {"attention": "fa3", "gpu": "a100"})]
+    cases += [(fxshape.predict_attention, (v,), {}) for v in (None, (1, 4, 8))]
+    cases += [(_use_params, ("/no/such/params.json",), {})]
+    return cases
+
+
+@pytest.mark.parametrize("fn, args, kw", _api_cases(),
+                         ids=lambda x: getattr(x, "__name__", None) or repr(x)[:40])
+def test_public_functions_refuse_bad_values_in_one_line(fn, args, kw):
+    # a ValueError (or, for a wrong type, a TypeError) with a one-line message that shows the
+    # value, never an AttributeError, ZeroDivisionError or a traceback from deep inside
+    with pytest.raises((ValueError, TypeError)) as info:
+        fn(*args, **kw)
+    msg = str(info.value)
+    assert msg and "\n" not in msg and len(msg) < 600, msg
+
+
+def test_compile_options_given_to_torch_compile_name_the_typo():
+    # torch.compile hands options to the backend only when it first compiles, and dynamo
+    # wraps what the backend raises (BackendCompilerFailed); the message still names the
+    # option and what is accepted. make_backend (above) fails at once instead.
+    compiled = torch.compile(torch.nn.Linear(8, 8), backend="fxshape",
+                             options={"gpuu": "h100"})
+    with pytest.raises(Exception) as info:
+        compiled(torch.randn(2, 8))
+    assert "unknown fxshape backend option(s) ['gpuu']; accepted: gpu, dtype, min_gain, " \
+           "multiples, inner" in str(info.value)
