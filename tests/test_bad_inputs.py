@@ -65,6 +65,27 @@ def test_impossible_llama_configs(changes, expected):
     assert str(info.value) == expected
 
 
+def test_every_default_config_of_transformers_passes():
+    # no false alarm on the library's own defaults (860 config classes in transformers 5.24)
+    from fxshape.tracing.configs import check_config
+
+    checked, refused = 0, []
+    for name in sorted(dir(transformers)):
+        cls = getattr(transformers, name, None)
+        if not (name.endswith("Config") and isinstance(cls, type)):
+            continue
+        try:
+            cfg = cls()
+        except Exception:  # noqa: BLE001 - configs that need arguments
+            continue
+        checked += 1
+        try:
+            check_config(cfg)
+        except ValueError as exc:
+            refused.append(f"{name}: {exc}")
+    assert checked > 100 and refused == []
+
+
 @pytest.mark.parametrize("value", [64.5, "64", True, None])
 def test_sizes_of_the_wrong_type(value):
     # transformers' own configs refuse a float or a string at assignment; any other config
@@ -403,7 +424,9 @@ def _cli_cases():
               for r in ("0:10", "10:5", "a:b", "1:100000", "5")]
     cases += [["sweep", "gpt2", "--param", "no_such", "--range", "8:16:8"],
               ["sweep", "gpt2", "--param", "n_embd", "--range", "768:776:8", "--out", "x.pdf"],
-              ["calibrate", "--dtype", "fp4"], ["nope"], []]
+              ["calibrate", "--dtype", "fp4"], ["calibrate", "--gpu", "h300"],
+              ["calibrate", "--out", "/no/such/dir/p.json"], ["gpus", "--x"],
+              ["presets", "extra"], ["nope"], []]
     return cases
 
 
@@ -497,6 +520,8 @@ def _api_cases():
         {"attention": "fa3", "gpu": "a100"})]
     cases += [(fxshape.predict_attention, (v,), {}) for v in (None, (1, 4, 8))]
     cases += [(_use_params, ("/no/such/params.json",), {})]
+    report = fxshape.analyze(m, seq_len=16, provenance=None)
+    cases += [(report.plot, (v,), {}) for v in ("x.pdf", "/no/such/dir/x.svg", 5)]
     return cases
 
 

@@ -17,6 +17,23 @@ CAUSES = {
 }
 
 
+def _check_path(path) -> str:
+    """``path`` as a string; a one-line error for one that cannot be written as a .png or
+    .svg."""
+    import os
+
+    if not isinstance(path, (str, os.PathLike)):
+        raise ValueError(f"plot path must be a path ending in .png or .svg, got "
+                         f"{type(path).__name__}")
+    path = os.fspath(path)
+    if not path.lower().endswith((".png", ".svg")):
+        raise ValueError(f"plot path must end in .png or .svg, got {path!r}")
+    folder = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(folder):
+        raise ValueError(f"plot path {path!r}: folder {folder} does not exist")
+    return path
+
+
 def plot_sweep(points, param: str, path: str, *, title: str = "") -> bool:
     """Draw predicted TFLOP/s against ``param`` to ``path`` (.png or .svg).
 
@@ -24,6 +41,7 @@ def plot_sweep(points, param: str, path: str, *, title: str = "") -> bool:
     (``tflops is None``) are left out of the line. Deterministic SVG: no timestamps, fixed
     hash salt.
     """
+    path = _check_path(path)
     try:
         import matplotlib
     except ImportError:
@@ -88,8 +106,7 @@ def plot_report(report, path: str, *, top: int = 15) -> bool:
     predicted time split into what its FLOPs take at the dense peak and what is lost,
     coloured by :func:`loss_cause`; model totals in the title. Written to ``path`` (.png or
     .svg); returns False (writing nothing) when matplotlib is not installed."""
-    if not path.lower().endswith((".png", ".svg")):
-        raise ValueError(f"plot path must end in .png or .svg, got {path!r}")
+    path = _check_path(path)
     try:
         import matplotlib
     except ImportError:

@@ -5,10 +5,15 @@ analysis of a model that cannot run.
 The rules are the ones every transformer of the Hugging Face families fxshape handles obeys:
 sizes are positive integers; query heads split evenly over the hidden size (unless the
 config sets ``head_dim`` itself) and over the KV heads; a token goes to no more experts than
-there are.
+there are. A value equal to the config class's own default is not checked (some defaults
+are sentinels: XLNet's ``max_position_embeddings = -1``), and a family whose default splits
+the hidden size unevenly (GLM-4-MoE) does not get the even-split rule: every default config
+of transformers passes (``tests/test_bad_inputs.py``).
 """
 
 from __future__ import annotations
+
+import functools
 
 __all__ = ["check_config", "SIZE_FIELDS"]
 
@@ -26,6 +31,39 @@ SIZE_FIELDS = (
 )
 
 
+_HIDDEN = ("hidden_size", "n_embd", "d_model")
+_HEADS = ("num_attention_heads", "n_head", "num_heads")
+_HEAD_DIM = ("head_dim", "d_kv", "qk_nope_head_dim", "attention_head_size", "kv_channels",
+             "head_size")
+#: a field the config has but will not give one global value of (a per-layer field)
+_UNREADABLE = object()
+
+
+def _get(config, name):
+    """``config.name``; None where the config has no such field; :data:`_UNREADABLE` where it
+    will not give one global value (heterogeneous per-layer configs raise their own errors)."""
+    try:
+        return getattr(config, name, None)
+    except Exception:  # noqa: BLE001 - a per-layer field: not checked here
+        return _UNREADABLE
+
+
+@functools.lru_cache(maxsize=None)
+def _defaults(cls) -> dict:
+    """The size fields of ``cls()``: a library's own defaults are not the user's mistakes
+    (some are sentinels: XLNet's max_position_embeddings = -1, head_dim = 0 for "derived")."""
+    try:
+        cfg = cls()
+    except Exception:  # noqa: BLE001 - a config class without defaults: check everything
+        return {}
+    out = {f: repr(_get(cfg, f)) for f in SIZE_FIELDS}
+    # a family whose own default splits the hidden size unevenly over the heads derives its
+    # head_dim some other way (GLM-4-MoE: 4096 over 96 heads): the rule is not its rule
+    hidden, heads = _first(cfg, *_HIDDEN)[1], _first(cfg, *_HEADS)[1]
+    out["uneven heads"] = _is_int(hidden) and _is_int(heads) and hidden % heads != 0
+    return out
+
+
 def _is_int(v) -> bool:
     return isinstance(v, int) and not isinstance(v, bool)
 
@@ -34,8 +72,8 @@ def _first(config, *names):
     """(name as the config spells it, value) of the first of ``names`` it sets."""
     amap = getattr(config, "attribute_map", None) or {}
     for name in names:
-        v = getattr(config, name, None)
-        if v is not None:
+        v = _get(config, name)
+        if v is not None:  # an unreadable per-layer field counts as set
             return amap.get(name, name), v
     return None, None
 
@@ -45,28 +83,30 @@ def check_config(config) -> None:
     describe a model that runs. Fields a config does not have are not checked."""
     name = type(config).__name__
     amap = getattr(config, "attribute_map", None) or {}
+    defaults = _defaults(type(config))
     for field in [f for f in SIZE_FIELDS if f not in amap]:  # each field once, as spelled
-        v = getattr(config, field, None)
-        if v is None:
+        v = _get(config, field)
+        if v is None or v is _UNREADABLE or defaults.get(field) == repr(v):
             continue
-        if field == "image_size" and isinstance(v, (list, tuple)):
-            vals = list(v)
-        else:
-            vals = [v]
+        # per-stage values (Swin's num_heads, a (height, width) image_size) are lists,
+        # per-part ones (LXMERT's layers) dicts
+        vals = list(v.values() if isinstance(v, dict) else v) \
+            if isinstance(v, (list, tuple, dict)) and v else [v]
         if not all(_is_int(x) and x > 0 for x in vals):
             raise ValueError(f"{name}.{field} = {v!r}: must be a positive integer")
-    h_name, hidden = _first(config, "hidden_size", "n_embd", "d_model")
-    a_name, heads = _first(config, "num_attention_heads", "n_head", "num_heads")
-    d_name, _ = _first(config, "head_dim", "d_kv", "qk_nope_head_dim")
-    if hidden and heads and d_name is None and hidden % heads:
+    h_name, hidden = _first(config, *_HIDDEN)
+    a_name, heads = _first(config, *_HEADS)
+    d_name, _ = _first(config, *_HEAD_DIM)
+    if _is_int(hidden) and _is_int(heads) and d_name is None and hidden % heads \
+            and not defaults.get("uneven heads"):
         raise ValueError(f"{name}.{h_name} = {hidden} is not divisible by {a_name} = {heads}: "
                          f"each head takes {h_name} / {a_name} features (or set head_dim)")
-    kv = getattr(config, "num_key_value_heads", None)
-    if heads and kv and _is_int(kv) and heads % kv:
+    kv = _get(config, "num_key_value_heads")
+    if _is_int(heads) and _is_int(kv) and heads % kv:
         raise ValueError(f"{name}.num_key_value_heads = {kv} does not divide {a_name} = "
                          f"{heads}: each KV head serves a whole group of query heads")
     e_name, experts = _first(config, "num_local_experts", "num_experts", "n_routed_experts")
-    top = getattr(config, "num_experts_per_tok", None)
-    if experts and top and top > experts:
+    top = _get(config, "num_experts_per_tok")
+    if _is_int(experts) and _is_int(top) and top > experts:
         raise ValueError(f"{name}.num_experts_per_tok = {top} exceeds {e_name} = {experts}: "
                          "a token is routed to at most every expert")
