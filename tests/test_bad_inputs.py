@@ -17,6 +17,7 @@ import torch
 
 import fxshape
 from fxshape.cli import main
+from fxshape.presets import build_preset
 
 transformers = pytest.importorskip("transformers")
 
@@ -174,7 +175,7 @@ def test_unknown_model_type_and_remote_code_are_short(tmp_path, capsys):
     (dict(batch_size=10**20), "got 100000000000000000000"),
 ])
 def test_sizes_are_integers(kw, shown):
-    model = fxshape.presets.build_preset("gpt2")
+    model = build_preset("gpt2")
     with pytest.raises(ValueError) as info:
         fxshape.analyze(model, **kw)
     assert shown in str(info.value) and "\n" not in str(info.value)
@@ -198,8 +199,8 @@ def test_an_integer_matmul_is_unsupported_not_bf16():
 
 
 @pytest.mark.parametrize("model, expected", [
-    ("gpt2", "expected a torch.nn.Module, got str (for a preset or config: "
-             "fxshape.presets.build_preset('gpt2'), or the CLI: fxshape analyze gpt2)"),
+    ("gpt2", "expected a torch.nn.Module, got str (for a preset: from fxshape.presets import "
+             "build_preset; build_preset('gpt2'), or the CLI: fxshape analyze gpt2)"),
     (None, "expected a torch.nn.Module, got NoneType"),
     (42, "expected a torch.nn.Module, got int"),
 ])
@@ -210,12 +211,23 @@ def test_analyze_needs_a_module(model, expected):
 
 
 def test_example_inputs_of_the_wrong_kind():
-    model = fxshape.presets.build_preset("gpt2")
+    model = build_preset("gpt2")
     with pytest.raises(ValueError, match="example_inputs must be a tensor or a tuple of the "
                                          "forward's positional arguments, got int"):
         fxshape.analyze(model, example_inputs=5)
     with pytest.raises(ValueError, match="example_kwargs must be a dict"):
         fxshape.analyze(model, example_kwargs=[1, 2])
+
+
+def test_sizes_for_synthesized_inputs_are_not_dropped_silently():
+    # with the inputs given, seq_len would have no effect: said, not ignored
+    model = build_preset("gpt2")
+    ids = torch.zeros(2, 64, dtype=torch.long, device="meta")
+    with pytest.raises(ValueError, match="seq_len size synthesized inputs, but example inputs "
+                                         "were given"):
+        fxshape.analyze(model, (ids,), seq_len=128)
+    with pytest.raises(ValueError, match="batch_size and seq_len size synthesized inputs"):
+        fxshape.analyze(model, example_kwargs={"input_ids": ids}, batch_size=2, seq_len=64)
 
 
 def test_sweep_values_must_be_positive():

@@ -163,6 +163,8 @@ def test_the_op_registry_tells_tracing_which_nodes_are_gemms():
     # training capture labels the phase of exactly the nodes that have a GEMM handler
     import torch
 
+    from fxshape.analysis.ops import gemm_handler
+
     class MLP(torch.nn.Module):
         def __init__(self):
             super().__init__()
@@ -174,7 +176,7 @@ def test_the_op_registry_tells_tracing_which_nodes_are_gemms():
     gm = fxshape.capture(MLP(), (torch.randn(4, 16),), train=True)
     calls = [n for n in gm.graph.nodes if n.op == "call_function"]
     labelled = {n.name for n in calls if "fxshape_phase" in n.meta}
-    gemms = {n.name for n in calls if fxshape.analysis.ops.gemm_handler(n.target) is not None}
+    gemms = {n.name for n in calls if gemm_handler(n.target) is not None}
     # the forward addmm/mm and the backward's input and weight gradients are GEMMs; relu and
     # add are not
     assert len(gemms) >= 2 and labelled == gemms

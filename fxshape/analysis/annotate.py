@@ -461,6 +461,10 @@ def _analyze(model, example_inputs, example_kwargs, *, gpu, dtype, batch_size, s
     check_module(model)
     check_size("batch_size", batch_size)
     check_size("seq_len", seq_len)
+    given = [n for n, v in (("batch_size", batch_size), ("seq_len", seq_len)) if v is not None]
+    if given and (example_inputs is not None or example_kwargs is not None):
+        raise ValueError(f"{' and '.join(given)} size synthesized inputs, but example inputs "
+                         "were given (their sizes are used): drop one or the other")
     if _is_hf(model):
         check_config(model.config)
     check_tp(tp, *_head_counts(model))

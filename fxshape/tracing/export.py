@@ -216,8 +216,9 @@ def check_module(model) -> None:
     to build it)."""
     if isinstance(model, torch.nn.Module):
         return
-    hint = (f" (for a preset or config: fxshape.presets.build_preset({model!r}), or the CLI: "
-            f"fxshape analyze {model})" if isinstance(model, str) else "")
+    hint = (f" (for a preset: from fxshape.presets import build_preset; build_preset("
+            f"{model!r}), or the CLI: fxshape analyze {model})" if isinstance(model, str)
+            else "")
     raise ValueError(f"expected a torch.nn.Module, got {type(model).__name__}{hint}")
 
 
