@@ -13,12 +13,9 @@ from tabulate import tabulate
 from .cost.attention import ATTENTION_CHOICES
 from .cost.gemm import LAYOUTS, is_default_params, predict_matmul, resolve_params_path, use_params
 from .hardware.gpus import ALIASES, get_gpu, list_gpus
+from .tracing.export import MAX_SIZE
 
 __all__ = ["main", "format_prediction"]
-
-
-#: the largest size an option takes (a GPU kernel's grid and torch's sizes stay in range)
-MAX_SIZE = 2**31 - 1
 
 
 def _positive_int(text: str) -> int:
@@ -59,13 +56,10 @@ def _input_spec(text: str) -> tuple:
 def _check_plot_path(path, option: str) -> None:
     """Fail before any work on a plot path that cannot be written, or without matplotlib."""
     import importlib.util
-    import os
 
-    if not path.lower().endswith((".png", ".svg")):
-        raise ValueError(f"{option} must end in .png or .svg, got {path!r}")
-    folder = os.path.dirname(os.path.abspath(path))
-    if not os.path.isdir(folder):
-        raise ValueError(f"{option} {path!r}: folder {folder} does not exist")
+    from .analysis.plot import check_path
+
+    check_path(path, option)
     if importlib.util.find_spec("matplotlib") is None:
         raise ValueError(f"{option} needs matplotlib, which is not installed: pip install "
                          "'fxshape[plot]'")

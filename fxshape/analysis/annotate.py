@@ -19,7 +19,7 @@ from ..cost.gemm import is_default_params, predict_matmul, resolve_params_path, 
 from ..cost.notes import join_notes
 from ..hardware.dtypes import canonical_dtype
 from ..hardware.gpus import get_gpu
-from ..tracing.configs import check_config
+from ..tracing.configs import HEAD_FIELDS, check_config
 from ..tracing.dedup import check_reduction, expand_rows, find_stacks, reduced_model, structure_key
 from ..tracing.export import (DEFAULT_BATCH_SIZE, CaptureError, _is_hf, capture, check_module,
                               check_size, forward_arguments)
@@ -372,7 +372,7 @@ def _is_decoder(model) -> bool:
 
 def _heads(model):
     cfg = getattr(model, "config", None)
-    for attr in ("num_attention_heads", "n_head", "num_heads"):
+    for attr in HEAD_FIELDS:
         v = getattr(cfg, attr, None)
         if isinstance(v, int):
             return v
@@ -467,7 +467,8 @@ def _analyze(model, example_inputs, example_kwargs, *, gpu, dtype, batch_size, s
                          "were given (their sizes are used): drop one or the other")
     if _is_hf(model):
         check_config(model.config)
-    check_tp(tp, *_head_counts(model))
+    heads, kv_heads = _head_counts(model)
+    check_tp(tp, heads, kv_heads)
     spec = get_gpu(gpu)
     dkey = canonical_dtype(dtype)
     spec.peak_tflops(dkey)  # fail before capturing
@@ -475,7 +476,6 @@ def _analyze(model, example_inputs, example_kwargs, *, gpu, dtype, batch_size, s
     kw = dict(batch_size=batch_size, seq_len=seq_len, train=mode == "train")
     stacks = [s for s in find_stacks(model) if len(s.groups) < s.length] if dedup else []
     notes = []
-    heads, kv_heads = _head_counts(model)
     if heads and kv_heads and kv_heads < heads and tp > kv_heads:
         notes.append(f"tp {tp} > {kv_heads} KV heads: each GPU holds one whole KV head "
                      f"(K/V projections and KV cache replicated {tp // kv_heads}x), as "

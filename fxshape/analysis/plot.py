@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+from collections import Counter
+
 from .rows import kernel_figures, misaligned
 
-__all__ = ["plot_sweep", "plot_report", "loss_cause", "bar_labels"]
+__all__ = ["plot_sweep", "plot_report", "loss_cause", "bar_labels", "check_path"]
 
 #: what a GEMM's time beyond the dense peak is lost to, and the colour each is drawn in
 CAUSES = {
@@ -17,21 +19,35 @@ CAUSES = {
 }
 
 
-def _check_path(path) -> str:
-    """``path`` as a string; a one-line error for one that cannot be written as a .png or
-    .svg."""
+def check_path(path, what: str = "plot path") -> str:
+    """``path`` as a string; a one-line error (naming ``what``, e.g. ``--plot``) for one that
+    cannot be written as a .png or .svg."""
     import os
 
     if not isinstance(path, (str, os.PathLike)):
-        raise ValueError(f"plot path must be a path ending in .png or .svg, got "
+        raise ValueError(f"{what} must be a path ending in .png or .svg, got "
                          f"{type(path).__name__}")
     path = os.fspath(path)
     if not path.lower().endswith((".png", ".svg")):
-        raise ValueError(f"plot path must end in .png or .svg, got {path!r}")
+        raise ValueError(f"{what} must end in .png or .svg, got {path!r}")
     folder = os.path.dirname(os.path.abspath(path))
     if not os.path.isdir(folder):
-        raise ValueError(f"plot path {path!r}: folder {folder} does not exist")
+        raise ValueError(f"{what} {path!r}: folder {folder} does not exist")
     return path
+
+
+def _pyplot():
+    """matplotlib's pyplot on the non-interactive backend with a fixed SVG hash salt
+    (deterministic files), or None when matplotlib is not installed."""
+    try:
+        import matplotlib
+    except ImportError:
+        return None
+    matplotlib.use("Agg", force=True)
+    import matplotlib.pyplot as plt
+
+    matplotlib.rcParams["svg.hashsalt"] = "fxshape"
+    return plt
 
 
 def plot_sweep(points, param: str, path: str, *, title: str = "") -> bool:
@@ -41,15 +57,10 @@ def plot_sweep(points, param: str, path: str, *, title: str = "") -> bool:
     (``tflops is None``) are left out of the line. Deterministic SVG: no timestamps, fixed
     hash salt.
     """
-    path = _check_path(path)
-    try:
-        import matplotlib
-    except ImportError:
+    path = check_path(path)
+    plt = _pyplot()
+    if plt is None:
         return False
-    matplotlib.use("Agg", force=True)
-    import matplotlib.pyplot as plt
-
-    matplotlib.rcParams["svg.hashsalt"] = "fxshape"
     xs = [p.value for p in points if p.tflops is not None]
     ys = [p.tflops for p in points if p.tflops is not None]
     fig, ax = plt.subplots(figsize=(8, 4), dpi=100)
@@ -89,15 +100,12 @@ def bar_labels(groups) -> list:
         r = g["row"]
         name = g["module"] + (f" x{g['count']}" if g["count"] > 1 else "")
         base.append(f"{name} {r.op}" + (f" ({r.kernel})" if r.kernel else "") + f" [{r.phase}]")
-    seen = {}
-    for b in base:
-        seen[b] = seen.get(b, 0) + 1
-    out = []
-    for g, b in zip(groups, base):
-        r = g["row"]
-        out.append(b if seen[b] == 1 else f"{b} {r.batch}x{r.m}x{r.n}x{r.k}")
+    seen = Counter(base)
+    out = [b if seen[b] == 1 else f"{b} {g['row'].batch}x{g['row'].m}x{g['row'].n}x{g['row'].k}"
+           for g, b in zip(groups, base)]
     # groups differ in their keys (module, op, phase, sizes, layout): only the layout is left
-    return [lab if out.count(lab) == 1 else f"{lab} {g['row'].layout}"
+    seen = Counter(out)
+    return [lab if seen[lab] == 1 else f"{lab} {g['row'].layout}"
             for g, lab in zip(groups, out)]
 
 
@@ -106,18 +114,14 @@ def plot_report(report, path: str, *, top: int = 15) -> bool:
     predicted time split into what its FLOPs take at the dense peak and what is lost,
     coloured by :func:`loss_cause`; model totals in the title. Written to ``path`` (.png or
     .svg); returns False (writing nothing) when matplotlib is not installed."""
-    path = _check_path(path)
-    try:
-        import matplotlib
-    except ImportError:
+    path = check_path(path)
+    plt = _pyplot()
+    if plt is None:
         return False
-    matplotlib.use("Agg", force=True)
-    import matplotlib.pyplot as plt
     from matplotlib.patches import Patch
 
     from ..hardware.gpus import get_gpu
 
-    matplotlib.rcParams["svg.hashsalt"] = "fxshape"
     peak = get_gpu(report.gpu).peak_tflops(report.dtype) * 1e12
     groups = report.groups()[:top]
     labels, ideal, lost, colours = [], [], [], []

@@ -37,6 +37,7 @@ from dataclasses import dataclass
 import networkx as nx
 import torch
 
+from ..tracing.configs import HEAD_FIELDS, HIDDEN_FIELDS
 from ..tracing.export import _VIEW_OPS, _op_name
 
 __all__ = ["hyperparameters", "expressions", "dimension_sources", "input_sizes", "Knob",
@@ -46,8 +47,8 @@ __all__ = ["hyperparameters", "expressions", "dimension_sources", "input_sizes",
 #: canonical hyperparameter -> config attribute names that hold it, first found wins
 _FIELDS = {
     "vocab_size": ("vocab_size",),
-    "hidden_size": ("hidden_size", "n_embd", "d_model"),
-    "num_attention_heads": ("num_attention_heads", "n_head", "num_heads"),
+    "hidden_size": HIDDEN_FIELDS,
+    "num_attention_heads": HEAD_FIELDS,
     "num_key_value_heads": ("num_key_value_heads",),
     "head_dim": ("head_dim", "d_kv"),
     "intermediate_size": ("intermediate_size", "n_inner", "d_ff", "ffn_dim"),

@@ -24,7 +24,7 @@ import torch
 from ..cost.gemm import model_params, predict_matmul
 from ..hardware.dtypes import canonical_dtype
 from ..hardware.gpus import get_gpu
-from .plan import DEFAULT_MIN_GAIN, DEFAULT_MULTIPLES, best_padding, padded_size
+from .plan import DEFAULT_MIN_GAIN, DEFAULT_MULTIPLES, _check_multiple, best_padding, check_min_gain
 
 __all__ = ["fxshape_backend", "make_backend", "pad_graph"]
 
@@ -129,15 +129,13 @@ def _options(options) -> dict:
     get_gpu(opts.get("gpu", "h100"))
     if opts.get("dtype") is not None:
         canonical_dtype(opts["dtype"])
-    gain = opts.get("min_gain", DEFAULT_MIN_GAIN)
-    if isinstance(gain, bool) or not isinstance(gain, (int, float)) or not 0 <= gain < 1:
-        raise ValueError(f"min_gain must be in [0, 1), got {gain!r}")
+    check_min_gain(opts.get("min_gain", DEFAULT_MIN_GAIN))
     multiples = opts.get("multiples", DEFAULT_MULTIPLES)
     if not isinstance(multiples, (tuple, list)) or not multiples:
         raise ValueError(f"multiples must be a non-empty tuple of powers of two, got "
                          f"{multiples!r}")
     for m in multiples:
-        padded_size(1, m)  # a positive power of two, or a one-line error
+        _check_multiple(m)
     if opts.get("inner", "inductor") not in ("inductor", "eager"):
         raise ValueError(f"inner backend must be 'inductor' or 'eager', got {opts['inner']!r}")
     return opts

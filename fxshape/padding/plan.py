@@ -37,6 +37,14 @@ def padded_size(x: int, multiple: int) -> int:
     return -(-x // multiple) * multiple
 
 
+def check_min_gain(min_gain) -> float:
+    """``min_gain`` as given: a number in [0, 1), else a one-line ``ValueError``."""
+    if isinstance(min_gain, bool) or not isinstance(min_gain, (int, float)) \
+            or not 0 <= min_gain < 1:
+        raise ValueError(f"min_gain must be in [0, 1), got {min_gain!r}")
+    return min_gain
+
+
 def _check_multiple(m) -> int:
     if isinstance(m, bool) or not isinstance(m, int) or m <= 0 or m & (m - 1):
         raise ValueError(f"padding multiple must be a positive power of two, got {m!r}")
@@ -273,8 +281,7 @@ def _plan_padding(model_or_report, example_inputs, example_kwargs, *, gpu, dtype
     from ..analysis.report import Report
 
     multiples = tuple(_check_multiple(m) for m in multiples)
-    if not 0 <= min_gain < 1:
-        raise ValueError(f"min_gain must be in [0, 1), got {min_gain!r}")
+    check_min_gain(min_gain)
     if isinstance(model_or_report, Report):
         report = model_or_report
     else:

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import functools
 
-__all__ = ["check_config", "SIZE_FIELDS"]
+__all__ = ["check_config", "SIZE_FIELDS", "HIDDEN_FIELDS", "HEAD_FIELDS"]
 
 #: config fields that are sizes: a positive integer where set (None means "unset" for the
 #: ones a config may leave unset, e.g. GPT-2's n_inner, DeepSeek's q_lora_rank)
@@ -31,8 +31,9 @@ SIZE_FIELDS = (
 )
 
 
-_HIDDEN = ("hidden_size", "n_embd", "d_model")
-_HEADS = ("num_attention_heads", "n_head", "num_heads")
+#: config attributes that hold the hidden size and the query-head count, first found wins
+HIDDEN_FIELDS = ("hidden_size", "n_embd", "d_model")
+HEAD_FIELDS = ("num_attention_heads", "n_head", "num_heads")
 _HEAD_DIM = ("head_dim", "d_kv", "qk_nope_head_dim", "attention_head_size", "kv_channels",
              "head_size")
 #: a field the config has but will not give one global value of (a per-layer field)
@@ -59,7 +60,7 @@ def _defaults(cls) -> dict:
     out = {f: repr(_get(cfg, f)) for f in SIZE_FIELDS}
     # a family whose own default splits the hidden size unevenly over the heads derives its
     # head_dim some other way (GLM-4-MoE: 4096 over 96 heads): the rule is not its rule
-    hidden, heads = _first(cfg, *_HIDDEN)[1], _first(cfg, *_HEADS)[1]
+    hidden, heads = _first(cfg, *HIDDEN_FIELDS)[1], _first(cfg, *HEAD_FIELDS)[1]
     out["uneven heads"] = _is_int(hidden) and _is_int(heads) and hidden % heads != 0
     return out
 
@@ -94,8 +95,8 @@ def check_config(config) -> None:
             if isinstance(v, (list, tuple, dict)) and v else [v]
         if not all(_is_int(x) and x > 0 for x in vals):
             raise ValueError(f"{name}.{field} = {v!r}: must be a positive integer")
-    h_name, hidden = _first(config, *_HIDDEN)
-    a_name, heads = _first(config, *_HEADS)
+    h_name, hidden = _first(config, *HIDDEN_FIELDS)
+    a_name, heads = _first(config, *HEAD_FIELDS)
     d_name, _ = _first(config, *_HEAD_DIM)
     if _is_int(hidden) and _is_int(heads) and d_name is None and hidden % heads \
             and not defaults.get("uneven heads"):
