@@ -14,8 +14,9 @@ error wins. Deterministic: the same data give the same numbers.
 Bounds keep constants physical (e.g. launch latency 2-10 us, efficiencies <= 1).
 Parameters that a GPU's data cannot identify are taken from a related GPU fitted first
 (``_PLAN`` below), e.g. H100 and A40 data contain no misaligned shapes, so their
-``align_eff`` comes from the A100 fit. Families without any measured GPU inherit a fitted
-family (``_FAMILY_FROM``). Everything is written to the JSON file the package reads.
+alignment constants (``ld_issue_clk``, ``align_mem_eff``) come from the A100 fit, whose data
+include the step-1 K sweep (``step1/`` is read along with the top-level CSVs). Families
+without any measured GPU inherit a fitted family (``_FAMILY_FROM``). Everything is written to the JSON file the package reads.
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ from dataclasses import asdict
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from fxshape.fit.calibration import calibration_sku, read_dir  # noqa: E402
+from fxshape.fit.calibration import GEMM_SUBDIRS, calibration_sku, read_dir  # noqa: E402
 from fxshape.fit.fitting import (_BOUNDS, _START, _STARTS, _Problem, _fit_one,  # noqa: E402,F401
                              _from_unbounded, _round, _to_unbounded)
 from fxshape.hardware.gpus import get_gpu, list_gpus  # noqa: E402
@@ -37,7 +38,7 @@ from fxshape.cost.gemm import ModelParams, model_params  # noqa: E402
 
 # (SKU, params to fit, SKU to take the others from) in fitting order.
 _ALL = ModelParams.STORED  # batched_eff too: the cookbook has bmm sweeps
-_NO_ALIGN = tuple(f for f in ModelParams.FIELDS if f not in ("align_eff", "align_mem_eff"))
+_NO_ALIGN = tuple(f for f in ModelParams.FIELDS if f not in ModelParams.ALIGNMENT)
 _PLAN = (
     ("a100-sxm4-40gb", _ALL, None),
     ("v100-sxm2", _ALL, None),
@@ -56,7 +57,7 @@ _FAMILY_FROM = {
 }
 
 def fit(calibration_dir=None, only=None):
-    rows = read_dir(calibration_dir)
+    rows = read_dir(calibration_dir, GEMM_SUBDIRS)
     by_gpu = defaultdict(list)
     for r in rows:
         by_gpu[calibration_sku(r.source, r.gpu)].append(r)

@@ -40,7 +40,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import numpy as np  # noqa: E402
 from tabulate import tabulate  # noqa: E402
 
-from fxshape.fit.calibration import calibration_sku, read_dir  # noqa: E402
+from fxshape.fit.calibration import GEMM_SUBDIRS, calibration_sku, read_dir  # noqa: E402
 from fxshape.fit.fitting import _START, _Problem, _fit_one  # noqa: E402
 from fxshape.hardware.gpus import get_gpu  # noqa: E402
 from fxshape.cost.gemm import ModelParams, model_params, predict_times_array  # noqa: E402
@@ -81,7 +81,7 @@ def _group(row):
 
 def _fit(rows, sku, free):
     fixed = dict(_START)
-    if sku != "a100-sxm4-40gb" and "align_eff" not in free:
+    if sku != "a100-sxm4-40gb" and "ld_issue_clk" not in free:
         base = model_params("a100-sxm4-40gb")
         fixed.update({f: getattr(base, f) for f in ModelParams.STORED})
     params, meas, _ = _fit_one(_Problem(rows, get_gpu(sku)), free, fixed)
@@ -120,7 +120,7 @@ def isotonic_floor(ms, times):
 
 
 def run(directory=None, only=None):
-    rows = read_dir(directory)
+    rows = read_dir(directory, GEMM_SUBDIRS)
     by_sku = defaultdict(list)
     for r in rows:
         by_sku[calibration_sku(r.source, r.gpu)].append(r)
@@ -164,7 +164,7 @@ def transfer(directory=None, only=None):
     """Rows (target, from, source, rows, own median/p90 %, borrowed median/p90 %)."""
     from fxshape.cost.gemm import _load_params, resolve_params_path
 
-    rows = read_dir(directory)
+    rows = read_dir(directory, GEMM_SUBDIRS)
     by_sku = defaultdict(list)
     for r in rows:
         by_sku[calibration_sku(r.source, r.gpu)].append(r)

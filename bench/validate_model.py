@@ -27,8 +27,9 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from tabulate import tabulate  # noqa: E402
 
-from fxshape.fit.calibration import calibration_dir, calibration_sku, read_dir  # noqa: E402
 from fxshape.cost.gemm import _DEFAULT_PARAMS_PATH, predict_matmul  # noqa: E402
+from fxshape.fit.calibration import (GEMM_SUBDIRS, calibration_dir, calibration_sku,  # noqa: E402
+                                     read_dir)
 
 MIN_ROWS = 50
 TARGET_MEDIAN, TARGET_P90, TARGET_SPEARMAN = 0.05, 0.15, 0.98
@@ -78,7 +79,7 @@ def validate(directory=None, params_path=None):
     with open(path) as f:
         measurement = json.load(f).get("measurement", {})
     groups = defaultdict(list)
-    for r in read_dir(directory):
+    for r in read_dir(directory, GEMM_SUBDIRS):
         sku = calibration_sku(r.source, r.gpu)
         p = predict_matmul(r.m, r.n, r.k, batch=r.batch, dtype=r.dtype, gpu=sku,
                            layout=r.layout, params_path=params_path)

@@ -13,9 +13,10 @@ import measure_gemm  # noqa: E402
 import validate_model  # noqa: E402
 
 from fxshape import get_gpu, predict_matmul  # noqa: E402
-from fxshape.fit.calibration import (COLUMNS, CalibrationRow, calibration_dir,  # noqa: E402
-                                 calibration_sku, read_dir, read_rows, write_rows)
 from fxshape.cost.gemm import model_params, predict_times_array  # noqa: E402
+from fxshape.fit.calibration import (COLUMNS, GEMM_SUBDIRS, CalibrationRow,  # noqa: E402
+                                     calibration_dir, calibration_sku, read_dir, read_rows,
+                                     write_rows)
 
 
 def test_percentile_and_spearman_by_hand():
@@ -181,11 +182,14 @@ needs_shared = pytest.mark.needs_data(SHARED)
 def test_validation_on_shared_data_runs_and_is_sane():
     groups = validate_model.validate()
     rows = sum(g["rows"] for g in groups)
-    assert rows == len(read_dir())
+    assert rows == len(read_dir(None, GEMM_SUBDIRS))  # the step-1 sweep too
     big = [g for g in groups if g["rows"] >= validate_model.MIN_ROWS]
     assert len(big) >= 50
     for g in big:
-        assert math.isfinite(g["median"]) and g["spearman"] > 0.9
+        assert math.isfinite(g["median"])
+        # rank order within a group; not for the step-1 K sweep, whose times scatter by +-5%
+        # inside each divisibility class (its classes are checked in test_alignment_classes)
+        assert g["spearman"] > (0.8 if g["sweep"] == "vocab_k_sweep" else 0.9), g
     # a regression guard well above the targets: no group's median error beyond 15%
     assert max(g["median"] for g in big) < 0.15
 

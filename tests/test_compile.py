@@ -106,7 +106,7 @@ def test_pad_graph_property(op, m, n, k, batch, dtype):
 
 @pytest.mark.parametrize("op", ["mm", "addmm", "bmm", "addmm_2d_bias"])
 def test_pad_graph_pads_odd_sizes(op):
-    # odd N and K (2-byte aligned in fp16) on an A100: the narrow-vector kernels run at
-    # align_eff^2 of the rate, far more than the few percent of padded work, so padding must
-    # be planned and applied, and the result must still match (checked inside)
+    # odd N and K (2-byte aligned in fp16) on an A100: the element-load kernels cost far more
+    # than the few percent of padded work, so padding must be planned and applied, and the
+    # result must still match (checked inside)
     assert _pad_and_check(op, 1024, 771, 515, 2, torch.float32)

@@ -6,10 +6,11 @@ Pure functions of (M, N, K, batch, dtype, layout, GPU). The model, in one paragr
 For every CTA tile shape the GPU's GEMM library offers, and every split-K factor it would use,
 the output is cut into ``ceil(M/tm) * ceil(N/tn)`` tiles per batch (tile quantization), the tiles
 are scheduled over the SMs in waves (wave quantization), and each tile runs its K loop at the
-slowest of its tensor-core rate (``e_max`` of the dense peak, reduced when an operand's leading
-dimension is not 16-byte aligned, and by ``batched_eff`` for strided-batched kernels), its
-share of the L2-to-SM bandwidth, and what one SM can stream alone (operand rows counted in the
-whole 32-byte sectors they touch). Each wave pays a fixed cost, and the chip as a whole cannot beat its power limit
+slowest of its tensor-core rate (``e_max`` of the dense peak, ``batched_eff`` for
+strided-batched kernels) plus the issue time of the extra load instructions a misaligned
+operand's kernel class needs (:func:`load_class`, ``ld_issue_clk``), its share of the L2-to-SM
+bandwidth, and what one SM can stream alone (operand rows counted in the whole 32-byte sectors
+they touch). Each wave pays a fixed cost, and the chip as a whole cannot beat its power limit
 (``power_eff`` of peak over all padded tile work). The DRAM time is the minimum traffic, at
 16-byte granularity, over the achievable bandwidth; compute and memory times are combined with
 a smooth maximum, and a launch latency is added. Misaligned shapes can only use the library's
@@ -36,7 +37,7 @@ from typing import NamedTuple
 
 from ..hardware.dtypes import canonical_dtype, itemsize, output_itemsize
 from ..hardware.gpus import GPUSpec, get_gpu
-from .simt import simt_menu, tile_fma_efficiency
+from .simt import simt_menu, sustained_fp32_peak, tile_fma_efficiency
 
 __all__ = [
     "DimAlignment",
@@ -47,6 +48,9 @@ __all__ = [
     "use_params",
     "resolve_params_path",
     "LAYOUTS",
+    "LOAD_CLASSES",
+    "load_class",
+    "operand_alignment",
 ]
 
 #: Operand layouts: first letter A, second B; "n" = row-major as written, "t" = transposed
@@ -74,12 +78,21 @@ class ModelParams:
         dram_eff: achievable fraction of datasheet DRAM bandwidth.
         launch_s: fixed kernel launch / ramp latency.
         wave_s: prologue + epilogue cost paid once per wave.
-        align_eff: tensor-core rate multiplier per step of misalignment (one step: leading
-            dimension only 4- or 8-byte aligned; two steps: 1- or 2-byte aligned).
         align_mem_eff: DRAM-bandwidth multiplier per step of misalignment (narrow loads).
-        sm_stream_bytes_per_clk: the most one SM streams from memory per clock when few CTAs
-            run (latency-bound: outstanding loads per SM / memory latency). It makes a GEMM
-            with few, long tiles slow, and is why libraries split K for such shapes.
+        sm_stream_bytes_per_clk: the most one SM's load path moves per clock for a kernel
+            with 16-byte vectors (``cp.async.cg``), counted in the 32-byte sectors it touches:
+            bound by the SM's outstanding loads over memory latency when few CTAs run, which
+            makes a GEMM with few, long tiles slow (why libraries split K for such shapes),
+            and by sector traffic when operand rows straddle sectors (a K that is 16- but not
+            32-byte aligned in ``nt``).
+        ld_issue_clk: SM clocks of mainloop time per warp-level operand load instruction.
+            On sm80-style kernels the warps that issue the MMAs also issue the loads (no
+            warp specialization), with their address and predicate arithmetic, so each
+            load instruction delays the MMAs; the count depends on the vector width the
+            alignment leaves (:func:`load_instructions_per_byte`): 16 bytes per thread
+            when every operand is 16-byte aligned, 4 when the worst is 4- or 8-byte
+            aligned, one element plus a shared-memory store when it is 1- or 2-byte
+            aligned. One constant for every class; 0 for SIMT kernels (fitted apart).
         smooth_q: exponent of the smooth maximum of compute and memory time.
         split_k_s: extra cost of a split-K reduction (second pass over the partial sums).
         power_eff: fraction of peak the whole chip sustains under its power limit, counting
@@ -106,7 +119,7 @@ class ModelParams:
     dram_eff: float
     launch_s: float
     wave_s: float
-    align_eff: float
+    ld_issue_clk: float
     smooth_q: float
     split_k_s: float
     power_eff: float
@@ -122,9 +135,11 @@ class ModelParams:
     #: ``STORED``: what the fitters write.
     OPTIONAL = ("batched_eff",)
     FIELDS = ("e_max", "l2_bytes_per_clk_per_sm", "dram_eff", "launch_s", "wave_s",
-              "align_eff", "smooth_q", "split_k_s", "power_eff", "align_mem_eff",
+              "ld_issue_clk", "smooth_q", "split_k_s", "power_eff", "align_mem_eff",
               "sm_stream_bytes_per_clk")
     STORED = FIELDS + OPTIONAL
+    #: The constants only misaligned shapes identify.
+    ALIGNMENT = ("ld_issue_clk", "align_mem_eff")
 
 
 class DimAlignment(NamedTuple):
@@ -260,6 +275,18 @@ def model_params(gpu, params_path: str | None = None, *, simt: bool = False) -> 
     return _model_params(spec, resolve_params_path(params_path), simt)
 
 
+def constants_source(gpu, params_path: str | None = None, *, simt: bool = False) -> str:
+    """The GPU whose fitted entry :func:`model_params` returns for ``gpu``: its own name
+    when it has measured data, else the one its architecture family borrows from."""
+    spec = get_gpu(gpu)
+    data = _load_params(resolve_params_path(params_path))
+    data = (data.get("fp32") or {}) if simt else data
+    if spec.name in data.get("gpus", {}):
+        return spec.name
+    fam = data.get("families", {}).get(spec.arch)
+    return fam.get("from") if isinstance(fam, dict) and fam.get("from") else spec.name
+
+
 @functools.lru_cache(maxsize=None)
 def _model_params(spec: GPUSpec, path: str, simt: bool = False) -> ModelParams:
     data = _load_params(path)
@@ -307,15 +334,68 @@ def _pow2_part(x):
     return x & (-x)
 
 
-def _misalign_steps(xp, m, n, k, e, layout: str):
+def operand_alignment(m: int, n: int, k: int, dtype, layout: str = "nn") -> tuple[int, int, int]:
+    """Byte alignment (capped at 16) of the leading dimension of A, B and C.
+
+    ``layout[0]`` says how A is stored (``"n"``: M x K row-major, leading dimension K;
+    ``"t"``: K x M, leading M), ``layout[1]`` B (``"n"``: K x N, leading N; ``"t"``: N x K,
+    leading K); C is M x N row-major, leading N. The library's kernel has one alignment for
+    all three (CUTLASS's generator emits each sm80 kernel for one ``alignment`` shared by
+    A, B and C), so the worst of the three picks the kernel class: see :func:`load_class`.
+    """
+    dkey = canonical_dtype(dtype)
+    e, eo = itemsize(dkey), output_itemsize(dkey)
+    if not isinstance(layout, str) or layout.lower() not in LAYOUTS:
+        raise ValueError(f"unknown layout {layout!r}; accepted: {', '.join(LAYOUTS)}")
+    m, n, k = (_check_size(x, v) for x, v in (("m", m), ("n", n), ("k", k)))
+    layout = layout.lower()
+    a_ld, b_ld = (k if layout[0] == "n" else m), (n if layout[1] == "n" else k)
+    return (min(_pow2_part(a_ld * e), 16), min(_pow2_part(b_ld * e), 16),
+            min(_pow2_part(n * eo), 16))  # C is written in the output dtype
+
+
+#: The kernel classes by the worst operand alignment (index = :func:`load_class`).
+LOAD_CLASSES = ("16-byte vectors", "4-byte vectors", "element loads")
+
+
+def load_class(m: int, n: int, k: int, dtype, layout: str = "nn") -> int:
+    """0 when every operand's leading dimension is 16-byte aligned (``cp.async`` of 16
+    bytes), 1 when the worst is 4- or 8-byte aligned (the narrow kernels), 2 when it is 1- or
+    2-byte aligned (odd fp16/bf16 sizes, odd or 2-aligned fp8: element-wise loads)."""
+    worst = min(operand_alignment(m, n, k, dtype, layout))
+    return 0 if worst >= 16 else (1 if worst >= 4 else 2)
+
+
+def _misalign_steps(xp, m, n, k, e, layout: str, eo=None):
     """0 if every leading dimension is 16-byte aligned, 1 if the worst is 4/8-byte aligned,
     2 if the worst is 1/2-byte aligned (odd fp16 sizes)."""
+    eo = e if eo is None else eo
     a_ld = k if layout[0] == "n" else m
     b_ld = n if layout[1] == "n" else k
     worst = xp.minimum(xp.minimum(_pow2_part(a_ld * e), _pow2_part(b_ld * e)),
-                       _pow2_part(n * e))  # C is row-major: its leading dimension is N
+                       _pow2_part(n * eo))  # C is row-major (leading N), in the output dtype
     worst = xp.minimum(worst, 16)
     return xp.where(worst >= 16, 0, xp.where(worst >= 4, 1, 2))
+
+
+#: Bytes one thread moves per load instruction in each kernel class (0: 16-byte vectors;
+#: 1: the library's narrow kernels for 4- and 8-byte aligned operands, which run both at
+#: one speed, as with 4-byte vectors; 2: one element per load, plus a shared-memory store).
+_CLASS_VECTOR_BYTES = (16, 4)
+_WARP = 32
+
+
+def load_instructions_per_byte(xp, steps, e: int):
+    """Warp-level load instructions a GEMM mainloop issues per operand byte, by kernel class.
+
+    Class 0 (every leading dimension 16-byte aligned) copies 16 bytes per thread per
+    ``cp.async``; class 1 (worst operand 4- or 8-byte aligned) 4 bytes; class 2 (1- or
+    2-byte aligned: ``cp.async`` has no smaller size) loads one element of ``e`` bytes into
+    a register and stores it to shared memory: two instructions per element.
+    """
+    scalar = 2.0 / (_WARP * e)
+    return xp.where(steps == 0, 1.0 / (_WARP * _CLASS_VECTOR_BYTES[0]),
+                    xp.where(steps == 1, 1.0 / (_WARP * _CLASS_VECTOR_BYTES[1]), scalar))
 
 
 def _pad16(x, e):
@@ -373,13 +453,19 @@ def _core(xp, b, m, n, k, steps, *, spec: GPUSpec, p: ModelParams, peak_flops: f
     sms = spec.sm_count
     peak_sm = peak_flops / sms
     l2_bw = p.l2_bytes_per_clk_per_sm * sms * spec.boost_clock_mhz * 1e6
-    sm_bw = p.sm_stream_bytes_per_clk * spec.boost_clock_mhz * 1e6
+    clock = spec.boost_clock_mhz * 1e6
+    sm_bw = p.sm_stream_bytes_per_clk * clock
+    # Operand load instructions per operand byte, by the kernel class the alignment leaves
+    # (:func:`load_instructions_per_byte`), and the mainloop time each costs its warps.
+    ld_per_byte = load_instructions_per_byte(xp, steps, e)
+    ld_per_byte0 = load_instructions_per_byte(_SCALAR, 0, e)
+    issue_s = p.ld_issue_clk / clock
     dram_bw = spec.memory_bandwidth_gbs * 1e9 * p.dram_eff * p.align_mem_eff ** steps
-    align = p.align_eff ** steps
+    batched = 1.0
     if kernels is None and p.batched_eff != 1.0:  # strided-batched tensor-core kernels
-        align = align * xp.where(b > 1, p.batched_eff, 1.0)
-    rate = peak_sm * p.e_max * align  # FLOP/s per SM for this alignment
-    chip_rate = peak_flops * p.power_eff * align
+        batched = xp.where(b > 1, p.batched_eff, 1.0)
+    rate = peak_sm * p.e_max * batched  # FLOP/s per SM
+    chip_rate = peak_flops * p.power_eff * batched
     tk = k_tile or max(1, _K_TILE_BYTES // e)
     q, inv_q = p.smooth_q, 1.0 / p.smooth_q
     throttled = p.throttle_ratio < 1.0
@@ -409,7 +495,14 @@ def _core(xp, b, m, n, k, steps, *, spec: GPUSpec, p: ModelParams, peak_flops: f
         infl_a = infl_a_k if a_run_k else _sector_inflation(xp, a_ld, e, rows_a * e)
         infl_b = infl_b_k if b_run_k else _sector_inflation(xp, b_ld, e, rows_b * e)
         rows = rows_a * infl_a + rows_b * infl_b  # in sectors actually moved
-        mma_per_k = 2.0 * tm * tn / (rate * mult)
+        # the MMAs, plus the issue time of the operand loads the same warps execute beyond
+        # those of an aligned kernel (whose loads the MMAs hide: e_max is fitted with them):
+        # a vector load that straddles a sector boundary is replayed for the extra sector,
+        # so vector classes pay per sector moved; element loads pay per element
+        useful = rows_a + rows_b
+        ld_rows = xp.where(steps == 2, useful, rows)
+        extra_ld = ld_rows * ld_per_byte - useful * ld_per_byte0
+        mma_per_k = 2.0 * tm * tn / (rate * mult) + extra_ld * e * issue_s
         load_per_k = rows * e / l2_bw
         # one CTA cannot stream faster than its SM's own memory pipeline allows
         stream_per_k = rows * e / sm_bw
@@ -543,20 +636,24 @@ def _is_simt(spec: GPUSpec, dkey: str) -> bool:
 def _predict_cached(m, n, k, batch, dkey, spec, layout, params_path) -> MatmulPrediction:
     simt = _is_simt(spec, dkey)
     p = model_params(spec, params_path, simt=simt)
-    peak = spec.peak_tflops(dkey) * 1e12
+    peak = spec.peak_tflops(dkey) * 1e12  # the datasheet peak, which efficiency is of
+    core_peak = peak
+    if simt:  # the sgemm peak: datapath and power-limited clock (fxshape.cost.simt)
+        core_peak = sustained_fp32_peak(spec, get_gpu(constants_source(spec, params_path,
+                                                                       simt=True)))
     e, eo = itemsize(dkey), output_itemsize(dkey)
-    steps = 0 if dkey == "fp32" else _misalign_steps(_SCALAR, m, n, k, e, layout)
+    steps = 0 if dkey == "fp32" else _misalign_steps(_SCALAR, m, n, k, e, layout, eo)
     if simt:
         menu, kernels = _simt_kernels(spec, batch > 1, p)
         t, ti, s, ctas, waves, t_comp, t_mem = _core(
-            _SCALAR, batch, m, n, k, steps, spec=spec, p=p, peak_flops=peak, e=e, eo=eo,
+            _SCALAR, batch, m, n, k, steps, spec=spec, p=p, peak_flops=core_peak, e=e, eo=eo,
             kernels=kernels, splits=_SIMT_SPLIT_K if batch == 1 else (1,), k_tile=_SIMT_K_TILE,
             layout=layout)
         tm, tn = menu[ti].tm, menu[ti].tn
         kernel = f"{menu[ti].name}_{'nn' if layout[1] == 'n' else 'tn'}"
     else:
         t, ti, s, ctas, waves, t_comp, t_mem = _core(
-            _SCALAR, batch, m, n, k, steps, spec=spec, p=p, peak_flops=peak, e=e, eo=eo,
+            _SCALAR, batch, m, n, k, steps, spec=spec, p=p, peak_flops=core_peak, e=e, eo=eo,
             layout=layout)
         tm, tn = spec.tiles[ti]
         kernel = ""
@@ -589,12 +686,14 @@ def _numpy_xp():
 
 
 def predict_times_array(spec: GPUSpec, dkey: str, b, m, n, k, layouts, p: ModelParams,
-                        *, return_tile: bool = False):
+                        *, return_tile: bool = False, reference: GPUSpec | None = None):
     """Vectorized predicted times (numpy arrays in, numpy array out) for fitting/validation.
 
     ``layouts`` is an array of layout strings; the model is evaluated per distinct layout
     (and, for fp32 SIMT kernels, separately for single and batched GEMMs). With
-    ``return_tile`` it also returns the chosen ``(tm, tn)`` per row.
+    ``return_tile`` it also returns the chosen ``(tm, tn)`` per row. ``reference``: for fp32
+    SIMT, the GPU ``p`` was fitted on when it is not ``spec`` (its power-limited clock then
+    applies, as in :func:`predict_matmul` for a GPU without fp32 data).
     """
     import numpy as np
 
@@ -602,6 +701,8 @@ def predict_times_array(spec: GPUSpec, dkey: str, b, m, n, k, layouts, p: ModelP
     peak = spec.peak_tflops(dkey) * 1e12
     e, eo = itemsize(dkey), output_itemsize(dkey)
     simt = _is_simt(spec, dkey)
+    if simt:  # the datapath rule; the power rule only for constants of another GPU
+        peak = sustained_fp32_peak(spec, reference)
     b = np.asarray(b, dtype=np.int64)
     out = np.empty(len(m), dtype=np.float64)
     tiles = np.zeros((len(m), 2), dtype=np.int64)
@@ -624,7 +725,7 @@ def predict_times_array(spec: GPUSpec, dkey: str, b, m, n, k, layouts, p: ModelP
                 shapes = np.array([(kk_.tm, kk_.tn) for kk_ in menu])
             else:
                 steps = (np.zeros_like(mm) if dkey == "fp32"
-                         else _misalign_steps(xp, mm, nn, kk, e, lay))
+                         else _misalign_steps(xp, mm, nn, kk, e, lay, eo))
                 res = _core(xp, bb, mm, nn, kk, steps, spec=spec, p=p, peak_flops=peak,
                             e=e, eo=eo, layout=lay)
                 shapes = np.array(spec.tiles)

@@ -22,7 +22,8 @@ import math
 import re
 from dataclasses import dataclass
 
-__all__ = ["SimtKernel", "simt_menu", "parse_kernel_name", "SIMT_ARCH_MENU"]
+__all__ = ["SimtKernel", "simt_menu", "parse_kernel_name", "SIMT_ARCH_MENU",
+           "DUAL_FP32_ARCHS", "sustained_fp32_peak"]
 
 
 @dataclass(frozen=True)
@@ -152,3 +153,48 @@ def tile_fma_efficiency(kernel: SimtKernel, overhead: float) -> float:
     ``overhead / sqrt(r * c)`` of the FMA time; ``overhead`` is fitted per architecture.
     """
     return 1.0 / (1.0 + overhead / math.sqrt(kernel.outputs_per_thread))
+
+
+# ---------------------------------------------------------------------------------------
+# The sustained sgemm peak of a GPU without fp32 measurements of its own
+# ---------------------------------------------------------------------------------------
+
+#: Architectures whose datasheet FP32 peak counts a second datapath that sgemm cannot fill.
+#: GA10x (A40, A10, RTX 30) and Ada (L4, RTX 40) SM partitions have 16 FP32 lanes plus 16
+#: that run FP32 *or* INT32 (NVIDIA GA102 whitepaper, "2x FP32"; Ada whitepaper), and one
+#: warp instruction issues per partition per clock: the FFMAs would need every issue slot
+#: and three register operands per lane per clock, while sgemm also issues its shared-memory
+#: operand loads and address arithmetic. Its FFMA rate is that of the dedicated datapath;
+#: the second one takes the rest. GA100 (A100) and Hopper have 32 dedicated FP32 lanes per
+#: partition and no such factor.
+DUAL_FP32_ARCHS = frozenset({"ampere-ga10x", "ada"})
+_DUAL_FP32_SGEMM = 0.5  # the dedicated half of the lanes
+#: Board power (W) up to which a card is power-capped by design (a PCIe slot delivers 75 W).
+LOW_POWER_W = 75.0
+
+
+def sustained_fp32_peak(spec, reference=None) -> float:
+    """FP32 FLOP/s the sgemm model treats as the peak of ``spec``.
+
+    The datasheet figure, halved on dual-datapath architectures (:data:`DUAL_FP32_ARCHS`),
+    and, when the fitted constants come from another GPU (``reference``, a ``GPUSpec``),
+    scaled by the clock ``spec`` sustains under its power limit relative to that GPU:
+    dynamic power grows about as the cube of the clock (``P ~ f V^2`` with the voltage
+    rising with the clock), so at ``w`` watts per SM where the reference has ``w_ref`` the
+    clock is ``(w / w_ref)^(1/3)`` of the reference's fraction of boost, at most 1 (a card
+    with more power per SM than the reference is not credited beyond its boost clock).
+    Applied only to cards of at most :data:`LOW_POWER_W` (the PCIe slot's 75 W: L4, T4, P4),
+    which are capped by design: between two cards of ordinary board power the process node
+    decides more than the watts (the A100 PCIe has half the P100's watts per SM and runs at
+    boost), and this rule knows no process. Constants fitted on ``spec``'s own data already
+    hold its clock behaviour: no power factor then. Without a board power on either side, no
+    power factor.
+    """
+    peak = spec.peaks.fp32 * 1e12
+    if spec.arch in DUAL_FP32_ARCHS:
+        peak *= _DUAL_FP32_SGEMM
+    if (reference is not None and reference.name != spec.name and spec.tdp_w
+            and reference.tdp_w and spec.tdp_w <= LOW_POWER_W):
+        ratio = (spec.tdp_w / spec.sm_count) / (reference.tdp_w / reference.sm_count)
+        peak *= min(1.0, ratio ** (1.0 / 3.0))
+    return peak

@@ -25,7 +25,7 @@ import sys
 import time
 from dataclasses import asdict
 
-from ..cost.gemm import ModelParams, model_params
+from ..cost.gemm import ModelParams, load_class, model_params
 from ..hardware.dtypes import canonical_dtype
 from ..hardware.gpus import get_gpu
 from .calibration import CalibrationRow
@@ -106,6 +106,10 @@ def fit_rows(rows, gpu, *, start: ModelParams | None = None):
     fixed = {**_START, **asdict(before)}
     # batched kernels' own efficiency only when the rows have batched calls to tell it
     free = ModelParams.FIELDS + (ModelParams.OPTIONAL if any(r.batch > 1 for r in rows) else ())
+    # and the misalignment constants only when some row has a misaligned operand (else the
+    # data cannot tell them, and they keep the starting constants' values)
+    if not any(load_class(r.m, r.n, r.k, dkey, r.layout) for r in rows):
+        free = tuple(f for f in free if f not in ModelParams.ALIGNMENT)
     starts = ({f: getattr(before, f) for f in free},) + _STARTS
     params, _, loss = _fit_one(prob, free, fixed, starts=starts)
     summary = dict(rows=len(rows), dtype=dkey, gpu=spec.name,

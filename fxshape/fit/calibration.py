@@ -112,10 +112,19 @@ def read_rows(path: str) -> list[CalibrationRow]:
         return [_parse(rec, path, i + 2) for i, rec in enumerate(reader)]
 
 
-def read_dir(directory: str | None = None) -> list[CalibrationRow]:
-    """Read every ``*.csv`` in the calibration folder (sorted by file name)."""
+#: Subfolders of the calibration folder that hold tensor-core GEMM rows in the same schema
+#: (``step1/``: the step-1 vocabulary sweep of the reduction dimension); the packaged fit
+#: reads them too. ``neusight/`` has its own readers (fp32, memory-bound ops).
+GEMM_SUBDIRS = ("step1",)
+
+
+def read_dir(directory: str | None = None, subdirs=()) -> list[CalibrationRow]:
+    """Read every ``*.csv`` in the calibration folder, then in each of ``subdirs`` that
+    exists (sorted by file name within each)."""
     d = calibration_dir(directory)
     paths = sorted(glob.glob(os.path.join(d, "*.csv")))
+    for sub in subdirs:
+        paths += sorted(glob.glob(os.path.join(d, sub, "*.csv")))
     if not paths:
         raise FileNotFoundError(
             f"no calibration CSVs in {d!r}; pass a folder or set FXSHAPE_CALIBRATION_DIR")

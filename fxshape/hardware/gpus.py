@@ -10,6 +10,7 @@ Nothing here imports torch.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 
 from .dtypes import DTYPE_KEYS, canonical_dtype, itemsize
@@ -58,6 +59,12 @@ class GPUSpec:
             3.9 TFLOP/s of special functions = 16 x 132 SMs x 1.83 GHz); Blackwell
             (B200) keeps 4 per partition; AMD CDNA runs transcendentals at a quarter of the
             64-lane FP32 rate per CU (CDNA2/CDNA3 ISA guides).
+        base_clock_mhz: the base clock (datasheet): what the GPU guarantees under sustained
+            load within its board power; ``None`` where not recorded. It bounds the power
+            throttle the fp32 fit may attribute to a GPU (``bench/fit_fp32.py``).
+        tdp_w: maximum board power in watts (datasheet), or ``None`` where not recorded.
+            Used for the sustained clock of fp32 SIMT kernels on a GPU that borrows another
+            GPU's fitted fp32 constants (:func:`fxshape.cost.simt.sustained_fp32_peak`).
     """
 
     name: str
@@ -74,6 +81,8 @@ class GPUSpec:
     tiles: tuple[tuple[int, int], ...]
     source: str = field(default="", compare=False)
     sfu_per_clk_per_sm: int = 16
+    tdp_w: float | None = None
+    base_clock_mhz: int | None = None
 
     def __post_init__(self):
         if self.sm_count <= 0 or self.boost_clock_mhz <= 0:
@@ -135,7 +144,26 @@ _CDNA_TILES = ((256, 256), (256, 128), (128, 256), (128, 128), (128, 64), (64, 1
 _GPUS: dict[str, GPUSpec] = {}
 
 
+# Maximum board power (W), from the same datasheets as the rest of each entry.
+_TDP_W = {"p100-pcie": 250, "p4": 75, "v100-sxm2": 300, "v100-pcie": 250, "t4": 70,
+          "a100-sxm4-40gb": 400, "a100-sxm4-80gb": 400, "a100-pcie-40gb": 250,
+          "a100-pcie-80gb": 300, "a40": 300, "a10": 150, "l4": 72, "rtx-4090": 450,
+          "h100-sxm": 700, "h100-pcie": 350, "h200-sxm": 700, "b200": 1000, "mi210": 300,
+          "mi250x-gcd": 280}  # MI250X: 560 W for two GCDs
+
+
+# Base clocks (MHz) of the GPUs with fp32 measurements and the low-power parts: NVIDIA
+# datasheets (P4: 810 with the 1063 boost above; T4: 585; L4: 795; P100 PCIe: 1126; V100
+# PCIe: 1230; A100 PCIe: 765), as also listed by TechPowerUp's GPU database.
+_BASE_CLOCK_MHZ = {"p4": 810, "t4": 585, "l4": 795, "p100-pcie": 1126, "v100-pcie": 1230,
+                   "a100-pcie-40gb": 765, "a100-pcie-80gb": 1065}
+
+
 def _add(spec: GPUSpec) -> None:
+    if spec.tdp_w is None and spec.name in _TDP_W:
+        spec = dataclasses.replace(spec, tdp_w=float(_TDP_W[spec.name]))
+    if spec.base_clock_mhz is None and spec.name in _BASE_CLOCK_MHZ:
+        spec = dataclasses.replace(spec, base_clock_mhz=_BASE_CLOCK_MHZ[spec.name])
     if spec.name in _GPUS:
         raise ValueError(f"duplicate GPU entry {spec.name}")
     _GPUS[spec.name] = spec
