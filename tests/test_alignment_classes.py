@@ -4,6 +4,7 @@ Expectations are derived by hand (byte arithmetic in the comments) or are proper
 model; none restates the cost formula.
 """
 
+import dataclasses
 import math
 import os
 
@@ -178,8 +179,6 @@ def test_fp32_simt_ignores_alignment():
 
 def test_fit_recovers_ld_issue_from_synthetic_sweep():
     pytest.importorskip("scipy")
-    import dataclasses
-
     import numpy as np
 
     from fxshape.cost.gemm import predict_times_array
@@ -213,42 +212,66 @@ def test_fit_recovers_ld_issue_from_synthetic_sweep():
 # ---------------------------------------------------------------------------------------
 
 def _hand_gpu(name, arch, sms, tdp, fp32):
-    import dataclasses
-
     return dataclasses.replace(get_gpu("a100-pcie-40gb"), name=name, arch=arch,
                                sm_count=sms, tdp_w=tdp,
                                peaks=dataclasses.replace(get_gpu("a100-pcie-40gb").peaks,
                                                          fp32=fp32))
 
 
-def test_sustained_fp32_peak_rules_on_a_gpu_written_by_hand():
+def test_sustained_fp32_peak_rule_on_a_gpu_written_by_hand():
     from fxshape.cost.simt import sustained_fp32_peak
 
     ref = _hand_gpu("ref", "ampere", 100, 250.0, 20.0)  # 2.5 W per SM
-    # An Ada card, 50 SMs at 62.5 W: 1.25 W per SM, half the reference's. Dual datapath: the
-    # sgemm peak is half of 40 TFLOP/s = 20; the clock it sustains: (1.25 / 2.5)^(1/3) =
-    # 0.5^(1/3) = 0.7937 of the reference's -> 15.87 TFLOP/s.
-    ada = _hand_gpu("hand-ada", "ada", 50, 62.5, 40.0)
-    assert sustained_fp32_peak(ada, ref) == pytest.approx(20e12 * 0.5 ** (1 / 3), rel=1e-9)
-    # its own constants (no reference, or itself): the datapath rule alone
-    assert sustained_fp32_peak(ada) == pytest.approx(20e12)
-    assert sustained_fp32_peak(ada, ada) == pytest.approx(20e12)
-    # a GA100-like part with more power per SM than the reference is not credited beyond
-    # its boost clock, and has no dual datapath
+    # A 62.5 W card of 50 SMs: 1.25 W per SM, half the reference's: half its clock fraction
+    # (power ~ clock at the voltage floor): 40 TFLOP/s on the datasheet -> 20.
+    small = _hand_gpu("hand-small", "ada", 50, 62.5, 40.0)
+    assert sustained_fp32_peak(small, ref) == pytest.approx(20e12, rel=1e-9)
+    # its own constants (no reference, or itself): the datasheet figure
+    assert sustained_fp32_peak(small) == pytest.approx(40e12)
+    assert sustained_fp32_peak(small, small) == pytest.approx(40e12)
+    # a card above 75 W is never scaled (the process, not the watts, decides there), nor one
+    # with more power per SM than the reference, nor one without a board power
     big = _hand_gpu("hand-big", "hopper", 100, 700.0, 60.0)
     assert sustained_fp32_peak(big, ref) == pytest.approx(60e12)
-    # without a board power on either side, no power factor
+    mid = _hand_gpu("hand-mid", "ampere", 100, 150.0, 20.0)  # 1.5 W/SM but 150 W
+    assert sustained_fp32_peak(mid, ref) == pytest.approx(20e12)
+    rich = _hand_gpu("hand-rich", "ampere", 20, 75.0, 5.0)  # 3.75 W/SM
+    assert sustained_fp32_peak(rich, ref) == pytest.approx(5e12)
     unknown = _hand_gpu("hand-unknown", "ampere", 50, None, 10.0)
     assert sustained_fp32_peak(unknown, ref) == pytest.approx(10e12)
 
 
-def test_l4_sgemm_is_bounded_by_datapath_and_power():
-    # L4: 30.3 TFLOP/s fp32 on the datasheet, Ada's dual datapath, 72 W for 58 SMs. It borrows
-    # the A100-PCIe's fitted fp32 constants (250 W, 108 SMs). The sustained sgemm peak is
-    # 30.3 / 2 * ((72/58) / (250/108))^(1/3) = 15.15 * 0.813 = 12.3 TFLOP/s, so no GEMM may
-    # be predicted faster than that (the datasheet figure would allow 30.3).
+def test_sgemm_issue_rule_on_kernels_written_by_hand():
+    from fxshape.cost.simt import SimtKernel, sgemm_issue_efficiency
+
+    # 128 x 128 CTA of 256 threads: 64 outputs per thread (8 x 8). Per k step: 64 FFMAs,
+    # 8 + 8 fragment floats = 4 LDS.128, and 10/8 loop instructions -> 64 / 69.25.
+    k128 = SimtKernel("hand_128x128", 128, 128, 256)
+    # 128 x 64 of 256 threads: 32 outputs; sqrt(32)/2 = 2.83 LDS.128 -> 32 / (32 + 4.08)
+    k64 = SimtKernel("hand_128x64", 128, 64, 256)
+    wide = _hand_gpu("hand-wide", "hopper", 100, 700.0, 2 * 100 * 128 * 2.0e9 / 1e12)
+    wide = dataclasses.replace(wide, boost_clock_mhz=2000)  # 128 lanes per SM
+    assert wide.fp32_lanes_per_sm == pytest.approx(128)
+    assert sgemm_issue_efficiency(wide, k128) == pytest.approx(64 / (64 + 4 + 1.25))
+    assert sgemm_issue_efficiency(wide, k64) == pytest.approx(
+        32 / (32 + math.sqrt(32) / 2 + 1.25))
+    # 64 lanes per SM (16 per partition): the datapath, not the issue, limits: no factor
+    narrow = dataclasses.replace(wide, peaks=dataclasses.replace(wide.peaks,
+                                                                 fp32=wide.peaks.fp32 / 2))
+    assert sgemm_issue_efficiency(narrow, k128) == 1.0
+    # Pascal partitions dual-issue (GP104 has 128 lanes per SM): no factor either
+    assert sgemm_issue_efficiency(get_gpu("p4"), k128) == 1.0
+    assert get_gpu("p4").fp32_lanes_per_sm > 120
+
+
+def test_l4_sgemm_is_bounded_by_issue_and_power():
+    # L4: 30.3 TFLOP/s fp32 on the datasheet (128 lanes per SM), 72 W for 58 SMs. It borrows
+    # the A100-PCIe's fitted fp32 constants (250 W, 108 SMs). The clock it sustains:
+    # (72/58) / (250/108) = 0.536 of the A100's fraction; the issue rule leaves the best
+    # kernel (128 x 128, 8 x 8 per thread) 64 / 69.25 of the slots. No GEMM may beat
+    # 30.3 * 0.536 * 0.924 = 15.0 TFLOP/s (the datasheet figure would allow 30.3).
     p = predict_matmul(8192, 8192, 8192, dtype="fp32", gpu="l4", layout="nt")
-    bound = 30.3 / 2 * ((72 / 58) / (250 / 108)) ** (1 / 3)
+    bound = 30.3 * ((72 / 58) / (250 / 108)) * 64 / 69.25
     assert p.tflops <= bound
     assert p.tflops > 0.6 * bound  # and a large GEMM gets most of it
     assert p.peak_tflops == pytest.approx(30.3)  # efficiency stays relative to the datasheet

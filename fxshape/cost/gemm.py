@@ -37,7 +37,7 @@ from typing import NamedTuple
 
 from ..hardware.dtypes import canonical_dtype, itemsize, output_itemsize
 from ..hardware.gpus import GPUSpec, get_gpu
-from .simt import simt_menu, sustained_fp32_peak, tile_fma_efficiency
+from .simt import sgemm_issue_efficiency, simt_menu, sustained_fp32_peak, tile_fma_efficiency
 
 __all__ = [
     "DimAlignment",
@@ -623,8 +623,9 @@ def _simt_kernels(spec: GPUSpec, batched: bool, p: ModelParams):
     """The SIMT sgemm menu as ``_core`` candidates: ``(tm, tn, FMA efficiency)``."""
     menu = simt_menu(spec.arch, batched)
     fitted = dict(p.kernel_eff)
-    return menu, tuple((kk.tm, kk.tn, fitted.get(kk.name) or
-                        tile_fma_efficiency(kk, p.tile_overhead)) for kk in menu)
+    return menu, tuple((kk.tm, kk.tn, (fitted.get(kk.name) or
+                                       tile_fma_efficiency(kk, p.tile_overhead))
+                        * sgemm_issue_efficiency(spec, kk)) for kk in menu)
 
 
 def _is_simt(spec: GPUSpec, dkey: str) -> bool:
@@ -638,7 +639,7 @@ def _predict_cached(m, n, k, batch, dkey, spec, layout, params_path) -> MatmulPr
     p = model_params(spec, params_path, simt=simt)
     peak = spec.peak_tflops(dkey) * 1e12  # the datasheet peak, which efficiency is of
     core_peak = peak
-    if simt:  # the sgemm peak: datapath and power-limited clock (fxshape.cost.simt)
+    if simt:  # the sgemm peak at the power-limited clock (fxshape.cost.simt)
         core_peak = sustained_fp32_peak(spec, get_gpu(constants_source(spec, params_path,
                                                                        simt=True)))
     e, eo = itemsize(dkey), output_itemsize(dkey)
@@ -701,7 +702,7 @@ def predict_times_array(spec: GPUSpec, dkey: str, b, m, n, k, layouts, p: ModelP
     peak = spec.peak_tflops(dkey) * 1e12
     e, eo = itemsize(dkey), output_itemsize(dkey)
     simt = _is_simt(spec, dkey)
-    if simt:  # the datapath rule; the power rule only for constants of another GPU
+    if simt:  # the power rule, only for constants of another GPU
         peak = sustained_fp32_peak(spec, reference)
     b = np.asarray(b, dtype=np.int64)
     out = np.empty(len(m), dtype=np.float64)

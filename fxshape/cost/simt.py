@@ -23,7 +23,7 @@ import re
 from dataclasses import dataclass
 
 __all__ = ["SimtKernel", "simt_menu", "parse_kernel_name", "SIMT_ARCH_MENU",
-           "DUAL_FP32_ARCHS", "sustained_fp32_peak"]
+           "sgemm_issue_efficiency", "sustained_fp32_peak"]
 
 
 @dataclass(frozen=True)
@@ -159,42 +159,59 @@ def tile_fma_efficiency(kernel: SimtKernel, overhead: float) -> float:
 # The sustained sgemm peak of a GPU without fp32 measurements of its own
 # ---------------------------------------------------------------------------------------
 
-#: Architectures whose datasheet FP32 peak counts a second datapath that sgemm cannot fill.
-#: GA10x (A40, A10, RTX 30) and Ada (L4, RTX 40) SM partitions have 16 FP32 lanes plus 16
-#: that run FP32 *or* INT32 (NVIDIA GA102 whitepaper, "2x FP32"; Ada whitepaper), and one
-#: warp instruction issues per partition per clock: the FFMAs would need every issue slot
-#: and three register operands per lane per clock, while sgemm also issues its shared-memory
-#: operand loads and address arithmetic. Its FFMA rate is that of the dedicated datapath;
-#: the second one takes the rest. GA100 (A100) and Hopper have 32 dedicated FP32 lanes per
-#: partition and no such factor.
-DUAL_FP32_ARCHS = frozenset({"ampere-ga10x", "ada"})
-_DUAL_FP32_SGEMM = 0.5  # the dedicated half of the lanes
+#: Architectures whose SM partitions dispatch two instructions per clock (Maxwell and Pascal
+#: GP104: two dispatch units per warp scheduler), so an FFMA and a load issue together.
+DUAL_ISSUE_ARCHS = frozenset({"pascal"})
+#: Instructions per k step of an unrolled sgemm mainloop besides the FFMAs and the operand
+#: fragment loads: per 8-deep K tile of a 128 x 128 CTA of 256 threads, 2 LDG.128 and 2
+#: STS.128 of the next tile, 2 barriers and ~4 address, compare and branch instructions.
+_LOOP_INSTRUCTIONS = 10 / 8
 #: Board power (W) up to which a card is power-capped by design (a PCIe slot delivers 75 W).
 LOW_POWER_W = 75.0
 
 
-def sustained_fp32_peak(spec, reference=None) -> float:
-    """FP32 FLOP/s the sgemm model treats as the peak of ``spec``.
+def sgemm_issue_efficiency(spec, kernel: SimtKernel) -> float:
+    """Fraction of the FP32 peak an sgemm kernel's instruction issue allows.
 
-    The datasheet figure, halved on dual-datapath architectures (:data:`DUAL_FP32_ARCHS`),
-    and, when the fitted constants come from another GPU (``reference``, a ``GPUSpec``),
-    scaled by the clock ``spec`` sustains under its power limit relative to that GPU:
-    dynamic power grows about as the cube of the clock (``P ~ f V^2`` with the voltage
-    rising with the clock), so at ``w`` watts per SM where the reference has ``w_ref`` the
-    clock is ``(w / w_ref)^(1/3)`` of the reference's fraction of boost, at most 1 (a card
-    with more power per SM than the reference is not credited beyond its boost clock).
-    Applied only to cards of at most :data:`LOW_POWER_W` (the PCIe slot's 75 W: L4, T4, P4),
-    which are capped by design: between two cards of ordinary board power the process node
-    decides more than the watts (the A100 PCIe has half the P100's watts per SM and runs at
-    boost), and this rule knows no process. Constants fitted on ``spec``'s own data already
-    hold its clock behaviour: no power factor then. Without a board power on either side, no
+    An SM partition issues one warp instruction per clock (Volta on). With 16 FP32 lanes per
+    partition (V100, T4, A100) an FFMA occupies its datapath for two clocks, leaving every
+    other issue slot to the loads; with 32 (Hopper, Blackwell, and GA10x/Ada, whose datasheet
+    counts a second datapath shared with INT32) the FFMAs alone would need every issue slot,
+    so the kernel's other instructions cost FFMA time: per k step a thread issues ``o`` FFMAs
+    (``o`` = :attr:`SimtKernel.outputs_per_thread`), ``sqrt(o) / 2`` LDS.128 of its A and B
+    fragments and :data:`_LOOP_INSTRUCTIONS` more, so the FFMAs get ``o / (o + other)`` of the
+    slots. 1 where the datapath, not the issue, is the limit (16 lanes per partition, or a
+    dual-issue partition). This is the GA10x/Ada "doubled FP32" that sgemm cannot fill.
+    """
+    if spec.vendor != "nvidia" or spec.arch in DUAL_ISSUE_ARCHS:
+        return 1.0
+    if spec.fp32_lanes_per_sm / 4 < 31.5:  # 16 lanes per partition: datapath-bound
+        return 1.0
+    o = kernel.outputs_per_thread
+    other = math.sqrt(o) / 2 + _LOOP_INSTRUCTIONS
+    return o / (o + other)
+
+
+def sustained_fp32_peak(spec, reference=None) -> float:
+    """FP32 FLOP/s the sgemm model treats as the peak of ``spec``: the datasheet figure at
+    the clock the card sustains under its power limit.
+
+    Applied only to cards of at most :data:`LOW_POWER_W` (the PCIe slot's 75 W: L4, T4, P4)
+    that take the fitted constants of another GPU (``reference``, a ``GPUSpec``): with ``w``
+    watts per SM where the reference has ``w_ref``, the clock is ``w / w_ref`` of the
+    reference's clock fraction, at most 1. Linear, because a power-capped card runs at the
+    bottom of its voltage-frequency curve, where the voltage no longer drops with the clock
+    and dynamic power is proportional to it; checked where the process is the same: the T4
+    (70 W, 40 SMs) against the V100 PCIe (250 W, 80 SMs), both 12 nm: 0.56 predicted, the
+    fits' sustained fractions give 0.45 / 0.87 = 0.52. Between cards of ordinary power the
+    process node decides more than the watts (the A100 PCIe has half the P100's watts per
+    SM and runs at boost), so the rule is not applied there. Constants fitted on ``spec``'s
+    own data already hold its clock behaviour; without a board power on either side, no
     power factor.
     """
     peak = spec.peaks.fp32 * 1e12
-    if spec.arch in DUAL_FP32_ARCHS:
-        peak *= _DUAL_FP32_SGEMM
     if (reference is not None and reference.name != spec.name and spec.tdp_w
             and reference.tdp_w and spec.tdp_w <= LOW_POWER_W):
         ratio = (spec.tdp_w / spec.sm_count) / (reference.tdp_w / reference.sm_count)
-        peak *= min(1.0, ratio ** (1.0 / 3.0))
+        peak *= min(1.0, ratio)
     return peak
