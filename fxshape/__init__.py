@@ -2,6 +2,7 @@
 
 Public API: the GPU table (:func:`get_gpu`, :func:`list_gpus`), the GEMM performance model
 (:func:`predict_matmul`), the attention performance model (:func:`predict_attention`),
+memory-bound kernels (:func:`predict_memop`),
 graph capture (:func:`capture`) and the per-GEMM analysis
 (:func:`analyze` -> :class:`Report`), with a registry of per-op GEMM handlers
 (:func:`register_gemm_handler`).
@@ -15,6 +16,7 @@ from .codesign.advise import Advice, Recommendation, advise, sweep
 from .cost.attention import AttentionPrediction, AttentionShape, predict_attention
 from .cost.gemm import (DimAlignment, MatmulPrediction, ModelParams, model_params, predict_matmul,
                         use_params)
+from .cost.memops import MemOpPrediction, predict_memop
 from .hardware.dtypes import canonical_dtype
 from .hardware.gpus import GPUSpec, Peaks, get_gpu, list_gpus
 from .padding.plan import PadDecision, PaddingPlan, can_pad, plan_padding
@@ -36,6 +38,8 @@ __all__ = [
     "predict_attention",
     "AttentionShape",
     "AttentionPrediction",
+    "predict_memop",
+    "MemOpPrediction",
     "capture",
     "CaptureError",
     "analyze",

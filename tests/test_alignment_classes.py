@@ -311,3 +311,14 @@ def test_k_sweep_classes_with_the_packaged_constants():
     # miss (docs/model.md: ~10%), guarded at 12%
     assert med[1] < 0.08 and med[2] < 0.08 and med[4] < 0.08 and med[16] < 0.08, med
     assert med[8] < 0.12, med
+
+
+def test_parameter_file_from_before_ld_issue_clk_is_refused_with_the_reason(tmp_path):
+    import json
+
+    entry = {f: 1.0 for f in model_params("h100").FIELDS if f != "ld_issue_clk"}
+    entry["align_eff"] = 0.69  # what fxshape calibrate wrote before issue 20
+    path = tmp_path / "old.json"
+    path.write_text(json.dumps({"gpus": {"h100-sxm": entry}}))
+    with pytest.raises(ValueError, match="align_eff.*rerun fxshape calibrate"):
+        predict_matmul(64, 64, 64, gpu="h100", params_path=str(path))

@@ -252,6 +252,10 @@ def _load_params(path: str) -> dict:
     for sec in (user, user.get("fp32") or {}):
         for name, entry in (sec.get("gpus") or {}).items():
             missing = sorted(need - set(entry)) if isinstance(entry, dict) else ["all"]
+            if missing == ["ld_issue_clk"] and "align_eff" in entry:
+                raise ValueError(f"{path!r}: entry for GPU {name!r} has align_eff, the "
+                                 f"misalignment constant fxshape used before ld_issue_clk; "
+                                 f"rerun fxshape calibrate (or bench/fit_model.py)")
             if missing:
                 raise ValueError(f"{path!r}: entry for GPU {name!r} lacks {', '.join(missing)}")
     merged = json.loads(json.dumps(base))

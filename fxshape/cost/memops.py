@@ -1,0 +1,172 @@
+"""Memory-bound kernels: elementwise ops, LayerNorm and softmax as PyTorch's CUDA kernels run
+them (issue 21, first part: the per-kernel cost; the graph walk that gives every op of a
+captured model its kernel comes next).
+
+A memory-bound kernel costs the bytes it must move — its full-size inputs read and its
+outputs written; a broadcast operand or a Python scalar moves nothing — at the bandwidth that
+kernel family reaches on the GPU, plus a launch latency:
+
+    time = launch_s + bytes / (efficiency[family] * datasheet DRAM bandwidth)
+
+The families are PyTorch's kernels, as the kernel names in the measurements show them
+(``../shared/calibration/neusight/memops_train.csv``):
+
+- ``elementwise``: ``vectorized_elementwise_kernel`` (add, mul, div, pow, relu, gelu, tanh,
+  casts, where, dropout's apply ...), one pass;
+- ``layer_norm``: ``vectorized_layer_norm_kernel`` (``native_layer_norm``): reads the row,
+  writes the row and its fp32 mean and rstd;
+- ``softmax_warp``: ``softmax_warp_forward``, one warp per row, the row held in registers:
+  PyTorch dispatches it when the softmax dimension has at most 1,024 elements;
+- ``softmax_block``: ``cunn_SoftMaxForward``, one CTA per row, longer rows.
+
+The efficiencies are fitted per GPU by ``bench/fit_memops.py`` (``fxshape/data/
+memops_params.json``); a GPU without measurements takes its architecture family's, with its
+own bandwidth. The measurements are fp32 tensors of 2-63 M elements (8-250 MB): they fix
+the bandwidth each family reaches, not the small-tensor regime, where the launch latency
+(the GEMM model's ``launch_s`` of the same GPU family) is the floor. Transcendental work
+(gelu's erf, tanh, pow) is not charged: on the measured GPUs those ops run within 4% of
+relu's bandwidth, but for the P100's scalar pow (10% slower; docs/memops.md). Pure
+functions; nothing here imports torch.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import numbers
+import os
+from dataclasses import asdict, dataclass
+
+from ..hardware.dtypes import canonical_dtype, itemsize
+from ..hardware.gpus import GPUSpec, get_gpu
+
+__all__ = ["FAMILIES", "MemOpPrediction", "memop_bytes", "memop_family", "predict_memop",
+           "memops_params"]
+
+#: The kernel families (see the module docstring).
+FAMILIES = ("elementwise", "layer_norm", "softmax_warp", "softmax_block")
+#: The largest softmax dimension PyTorch runs with ``softmax_warp_forward`` (aten
+#: ``SoftMax.cu``: ``dim_size <= 1024 && dim_size * sizeof(scalar_t) <= 4096``).
+SOFTMAX_WARP_MAX = 1024
+_KINDS = ("elementwise", "layer_norm", "softmax")
+_DEFAULT_PATH = os.path.join(os.path.dirname(os.path.dirname(__file__)), "data",
+                             "memops_params.json")
+
+
+@dataclass(frozen=True)
+class MemOpPrediction:
+    """One memory-bound kernel. Times in seconds, bandwidth in GB/s (10^9 bytes/s)."""
+
+    gpu: str
+    kind: str
+    family: str
+    dtype: str
+    rows: int
+    cols: int
+    bytes: int
+    time_s: float
+    bandwidth_gbs: float  # achieved: bytes / time
+    efficiency: float  # achieved bandwidth / datasheet bandwidth
+    bound: str  # "memory" or "latency" (launch latency above the transfer time)
+    constants_from: str  # the GPU whose fitted efficiencies were used
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def _check_count(name, v, minimum=1) -> int:
+    if isinstance(v, bool) or not isinstance(v, numbers.Integral) or v < minimum:
+        raise ValueError(f"{name} must be an integer >= {minimum}, got {v!r}")
+    return int(v)
+
+
+def memop_family(kind: str, cols: int, dtype="fp32") -> str:
+    """The kernel family PyTorch runs for ``kind`` over rows of ``cols`` elements."""
+    if kind not in _KINDS:
+        raise ValueError(f"unknown memory-bound op kind {kind!r}; accepted: {', '.join(_KINDS)}")
+    if kind != "softmax":
+        return kind
+    e = itemsize(canonical_dtype(dtype))
+    return "softmax_warp" if cols <= SOFTMAX_WARP_MAX and cols * e <= 4096 else "softmax_block"
+
+
+def memop_bytes(kind: str, rows: int, cols: int, dtype="fp32", *, inputs: int = 1,
+                outputs: int = 1) -> int:
+    """Bytes a kernel must move: ``inputs`` full-size ``rows x cols`` operands read and
+    ``outputs`` written (elementwise; broadcast operands and scalars are not inputs here);
+    LayerNorm reads x, its weight and bias (``cols`` each) and writes y and the fp32 mean and
+    rstd per row; softmax reads x and writes y."""
+    rows, cols = _check_count("rows", rows), _check_count("cols", cols)
+    e = itemsize(canonical_dtype(dtype))
+    n = rows * cols
+    if kind == "elementwise":
+        inputs = _check_count("inputs", inputs, 0)
+        outputs = _check_count("outputs", outputs)
+        return (inputs + outputs) * n * e
+    if kind == "layer_norm":
+        return 2 * n * e + 2 * cols * e + 2 * rows * 4
+    if kind == "softmax":
+        return 2 * n * e
+    raise ValueError(f"unknown memory-bound op kind {kind!r}; accepted: {', '.join(_KINDS)}")
+
+
+@functools.lru_cache(maxsize=None)
+def _load(path: str) -> dict:
+    try:
+        with open(path) as f:
+            data = json.load(f)
+    except OSError as exc:
+        raise ValueError(f"cannot read memory-op parameter file {path!r}: {exc.strerror}") from None
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"memory-op parameter file {path!r} is not JSON: {exc}") from None
+    if not isinstance(data, dict) or "gpus" not in data:
+        raise ValueError(f"{path!r} is not a memory-op parameter file (written by "
+                         f"bench/fit_memops.py): it has no 'gpus'")
+    return data
+
+
+def memops_params(gpu, params_path: str | None = None) -> tuple[str, dict]:
+    """``(source GPU, {family: efficiency, "launch_s": seconds})`` for ``gpu``: its own fit,
+    else its architecture family's."""
+    spec = get_gpu(gpu)
+    data = _load(os.fspath(params_path or _DEFAULT_PATH))
+    name = spec.name if spec.name in data["gpus"] else (data.get("families", {})
+                                                           .get(spec.arch, {}).get("from"))
+    entry = data["gpus"].get(name) if name else None
+    if entry is None:
+        raise ValueError(f"no fitted memory-op constants for {spec.name} "
+                         f"(architecture {spec.arch})")
+    return name, entry
+
+
+def predict_memop(kind: str, rows: int, cols: int, *, dtype="fp32", gpu="h100",
+                  inputs: int = 1, outputs: int = 1,
+                  params_path: str | None = None) -> MemOpPrediction:
+    """Predict one memory-bound kernel over a ``rows x cols`` tensor (the op's last dimension
+    is ``cols``: the normalized or softmax dimension).
+
+    Args:
+        kind: ``"elementwise"``, ``"layer_norm"`` or ``"softmax"``.
+        rows, cols: positive integers.
+        dtype: the tensors' dtype (``torch.float16``, ``"bf16"``, ``"fp32"`` ...).
+        gpu: a name or alias from :func:`fxshape.list_gpus`, or a ``GPUSpec``.
+        inputs, outputs: full-size operands read and written (elementwise only; ``add``
+            of two tensors has 2 inputs, ``x + 1`` has 1, a fill has 0).
+
+    Raises:
+        ValueError: an unknown kind or dtype, sizes that are not positive integers, an
+            unknown GPU, or a GPU whose family has no fitted constants.
+    """
+    family = memop_family(kind, _check_count("cols", cols), dtype)
+    nbytes = memop_bytes(kind, rows, cols, dtype, inputs=inputs, outputs=outputs)
+    spec: GPUSpec = get_gpu(gpu)
+    source, entry = memops_params(spec, params_path)
+    bw = spec.memory_bandwidth_gbs * 1e9 * float(entry[family])
+    transfer = nbytes / bw
+    launch = float(entry["launch_s"])
+    t = launch + transfer
+    return MemOpPrediction(
+        gpu=spec.name, kind=kind, family=family, dtype=canonical_dtype(dtype), rows=int(rows),
+        cols=int(cols), bytes=nbytes, time_s=t, bandwidth_gbs=nbytes / t / 1e9,
+        efficiency=nbytes / t / (spec.memory_bandwidth_gbs * 1e9),
+        bound="latency" if launch >= transfer else "memory", constants_from=source)
