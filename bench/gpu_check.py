@@ -6,7 +6,8 @@ fxshape's predictions, in one command (about 5 minutes on an H100; ``--budget-s`
 
 Sections, in order (a section that would start past the budget is listed as skipped):
 1. ``align``: step-1 sweeps of F.linear's N and of K around 4096 (odd, 2-, 4-, 8-aligned
-   sizes), and a bmm batch sweep, in bf16.
+   sizes), a bmm batch sweep, and attention's two bmms (scores Q @ K^T and P @ V, 64 x 2048
+   x 2048) at head_dim 64, 65, 80, 96, 128 and 129, in bf16.
 2. ``llama``: Llama-3-8B's four linear layers (QKV 4096->6144, O 4096->4096, gate+up
    4096->28672, down 14336->4096) at 1, 16, 128, 512, 2048 and 8192 tokens (decode to
    prefill), bf16.
@@ -14,7 +15,10 @@ Sections, in order (a section that would start past the budget is listed as skip
 4. ``sdpa``: scaled_dot_product_attention forward and backward (bf16; seq_len 512-8192,
    head_dim 64/128, causal and not).
 5. ``lm_head``: GPT-2's LM head, 8192 tokens x 768 -> 50257 vs 50304.
-6. ``gpt2_step``: one GPT-2 (124M) training step, 8 x 1024 tokens, bf16 autocast: eager,
+6. ``memops``: memory-bound kernels beside ``predict_memop``: elementwise add, scale and
+   gelu, LayerNorm, and softmax over 1,024 (warp kernel) and 4,096 elements (block kernel),
+   bf16, 64-256 MB per tensor.
+7. ``gpt2_step``: one GPT-2 (124M) training step, 8 x 1024 tokens, bf16 autocast: eager,
    ``fxshape.pad`` (eager), ``torch.compile`` (Inductor), Inductor with
    ``shape_padding``, and ``torch.compile(backend="fxshape")`` -- measured step times, with
    fxshape's predicted GEMM time for the unpadded and padded model.
@@ -51,6 +55,9 @@ def gemm_shapes():
         out.append(("align", f"linear K={x}", "linear", "nt", 1, 4096, 4096, x, "bf16"))
     for b in (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64):
         out.append(("align", f"bmm b={b}", "bmm", "nn", b, 1024, 1024, 1024, "bf16"))
+    for d in (64, 65, 80, 96, 128, 129):  # issue 20: odd head_dim through the bmms
+        out.append(("align", f"scores bmm d={d}", "bmm", "nt", 64, 2048, 2048, d, "bf16"))
+        out.append(("align", f"P@V bmm d={d}", "bmm", "nn", 64, 2048, d, 2048, "bf16"))
     layers = (("qkv", 6144, 4096), ("o", 4096, 4096), ("gate_up", 28672, 4096),
               ("down", 4096, 14336))
     for m in (1, 16, 128, 512, 2048, 8192):
@@ -71,6 +78,43 @@ def sdpa_shapes():
     """(batch, heads, kv_heads, seq_len, head_dim, causal)."""
     return [(16384 // s, 2048 // d, 2048 // d, s, d, c)
             for s in (512, 2048, 8192) for d in (64, 128) for c in (False, True)]
+
+
+def memop_shapes():
+    """(name, kind, rows, cols, full-size inputs) of the memory-bound section (bf16)."""
+    return [("add", "elementwise", 32768, 4096, 2), ("scale", "elementwise", 32768, 4096, 1),
+            ("gelu", "elementwise", 32768, 4096, 1), ("layer_norm", "layer_norm", 32768, 4096, 1),
+            ("softmax 1024", "softmax", 131072, 1024, 1),
+            ("softmax 4096", "softmax", 32768, 4096, 1)]
+
+
+def run_memops(shapes, timer, gpu, budget_end):
+    from fxshape import predict_memop
+
+    rows = []
+    for name, kind, r, c, inputs in shapes:
+        if time.monotonic() > budget_end:
+            return rows, True
+        p = predict_memop(kind, r, c, dtype="bf16", gpu=gpu, inputs=inputs)
+        rows.append(("memops", f"{name} {r}x{c} ({p.family})", "bf16", p.time_s,
+                     float(timer(name, kind, r, c))))
+    return rows, False
+
+
+def memop_timer(name, kind, r, c):  # pragma: no cover - needs CUDA
+    """Median CUDA-event time of one memory-bound kernel on bf16 tensors."""
+    import torch
+    import torch.nn.functional as F
+
+    from fxshape.fit.measure import cuda_event_median
+
+    x = torch.randn(r, c, device="cuda", dtype=torch.bfloat16)
+    y = torch.randn(r, c, device="cuda", dtype=torch.bfloat16)
+    w = torch.ones(c, device="cuda", dtype=torch.bfloat16)
+    fn = {"add": lambda: torch.add(x, y), "scale": lambda: x * 0.5, "gelu": lambda: F.gelu(x),
+          "layer_norm": lambda: F.layer_norm(x, (c,), w, w)}.get(
+              name, lambda: torch.softmax(x, dim=-1))
+    return cuda_event_median(lambda i: fn(), 3, 20)
 
 
 def run_gemms(shapes, timer_for, budget_end):
@@ -193,7 +237,8 @@ class _Timers:
         return self.cache[dt]
 
 
-def run(gpu, out_dir, budget_s, gemm_timer_factory, sdpa_timer, step_fn=gpt2_step):
+def run(gpu, out_dir, budget_s, gemm_timer_factory, sdpa_timer, step_fn=gpt2_step,
+        memop_timer=None):
     end = time.monotonic() + budget_s
     rows, skipped = [], []
     got, over = run_gemms(gemm_shapes(), _Timers(gpu, gemm_timer_factory), end)
@@ -204,6 +249,13 @@ def run(gpu, out_dir, budget_s, gemm_timer_factory, sdpa_timer, step_fn=gpt2_ste
     rows += got
     if over:
         skipped.append("part of sdpa")
+    if memop_timer is None:
+        skipped.append("memops (no timer)")
+    else:
+        got, over = run_memops(memop_shapes(), memop_timer, gpu, end)
+        rows += got
+        if over:
+            skipped.append("part of memops")
     if time.monotonic() < end - 60 and step_fn is not None:
         try:
             rows += step_fn(gpu)
@@ -235,7 +287,7 @@ def main(argv=None):
     t0 = time.monotonic()
     rows, skipped = run(gpu, args.out_dir, args.budget_s,
                         lambda dt: CudaEventTimer(dt, warmup=5, repeats=20),
-                        CudaTimer("bf16", warmup=3, repeats=10))
+                        CudaTimer("bf16", warmup=3, repeats=10), memop_timer=memop_timer)
     print(markdown(rows, skipped))
     print(f"{len(rows)} rows in {time.monotonic() - t0:.0f} s; wrote {args.out_dir}",
           file=sys.stderr)

@@ -227,18 +227,29 @@ def test_gpu_check_plumbing_with_fake_timers(tmp_path):
     def sdpa_timer(b, h, kvh, s, d, causal):
         return 1e-3, 2.5e-3
 
+    def memop_timer(name, kind, r, c):
+        calls.append((kind, "bf16"))
+        return r * c * 2 * 2 / 2e12  # 2 TB/s
+
     rows, skipped = gpu_check.run("h100", str(tmp_path), 600, gemm_timer, sdpa_timer,
-                                  step_fn=None)
-    # every GEMM shape and both directions of every SDPA shape, in the files
+                                  step_fn=None, memop_timer=memop_timer)
+    # every GEMM shape, both directions of every SDPA shape and every memory-bound kernel
     n_gemm, n_sdpa = len(gpu_check.gemm_shapes()), 2 * len(gpu_check.sdpa_shapes())
-    assert len(rows) == n_gemm + n_sdpa and len(calls) == n_gemm
+    n_mem = len(gpu_check.memop_shapes())
+    assert len(rows) == n_gemm + n_sdpa + n_mem and len(calls) == n_gemm + n_mem
     assert {dt for _, dt in calls} == {"bf16", "fp32", "tf32"}
+    # attention's scores bmm (B transposed) is among the shapes, at an odd head_dim too
+    assert any(s[2] == "bmm" and s[3] == "nt" and s[7] == 65 for s in gpu_check.gemm_shapes())
     lines = (tmp_path / "gpu_check.csv").read_text().splitlines()
     assert lines[0] == ",".join(gpu_check.COLUMNS) and len(lines) == len(rows) + 1
     md = (tmp_path / "gpu_check.md").read_text()
-    for sec in ("align", "llama", "fp32", "sdpa", "lm_head"):
+    for sec in ("align", "llama", "fp32", "sdpa", "lm_head", "memops"):
         assert f"### {sec}" in md
     assert skipped == ["gpt2_step"] and "skipped (time budget): gpt2_step" in md
+    # without a memory-op timer the section is listed as skipped
+    _, skipped = gpu_check.run("h100", str(tmp_path), 600, gemm_timer, sdpa_timer,
+                               step_fn=None)
+    assert "memops (no timer)" in skipped
     # a budget already spent measures nothing more and says so
     rows, skipped = gpu_check.run("h100", str(tmp_path), 0, gemm_timer, sdpa_timer,
                                   step_fn=None)

@@ -98,7 +98,9 @@ class CudaEventTimer:
         for _ in range(sets):
             a = torch.randn((b, m, k) if op == "bmm" else (m, k), generator=self.gen,
                             device="cuda", dtype=self.tdtype)
-            if op == "linear" or layout[1] == "t":
+            if op == "bmm" and layout[1] == "t":  # B stored (batch, N, K): Q @ K^T
+                w = torch.randn((b, n, k), generator=self.gen, device="cuda", dtype=self.tdtype)
+            elif op == "linear" or layout[1] == "t":
                 w = torch.randn((n, k), generator=self.gen, device="cuda", dtype=self.tdtype)
             else:
                 w = torch.randn((b, k, n) if op == "bmm" else (k, n), generator=self.gen,
@@ -112,7 +114,8 @@ class CudaEventTimer:
         if op == "linear":
             fn = torch.nn.functional.linear
         elif op == "bmm":
-            fn = torch.bmm
+            fn = torch.bmm if layout[1] == "n" else (
+                lambda a, w: torch.bmm(a, w.transpose(1, 2)))  # noqa: E731
         elif layout[1] == "t":
             fn = lambda a, w: torch.mm(a, w.t())  # noqa: E731
         else:
