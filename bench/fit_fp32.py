@@ -157,12 +157,10 @@ def _floor_sustained(vals, bounds):
     """The throttled rate is ``power_eff * throttle_ratio`` of peak: keep it at or above the
     base-clock floor of :func:`gpu_bounds` (``throttle_ratio`` rescaled into what is left
     above ``floor / power_eff``)."""
-    floor = bounds["throttle_ratio"][0]
-    lo = min(1.0, floor / max(vals["power_eff"], 1e-9))
-    r = vals["throttle_ratio"]
-    top_lo = bounds["throttle_ratio"][0]
-    frac = (r - top_lo) / (1.0 - top_lo) if top_lo < 1.0 else 1.0
-    vals["throttle_ratio"] = max(lo, top_lo) + (1.0 - max(lo, top_lo)) * frac
+    floor = bounds["throttle_ratio"][0]  # the fitted ratio lies in [floor, 1]
+    lo = min(1.0, floor / vals["power_eff"])  # >= floor: power_eff is at most 1
+    frac = (vals["throttle_ratio"] - floor) / (1.0 - floor) if floor < 1.0 else 1.0
+    vals["throttle_ratio"] = lo + (1.0 - lo) * frac
     return vals
 
 

@@ -28,12 +28,11 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import numpy as np  # noqa: E402
 from fit_model import _ALL  # noqa: E402
 from tabulate import tabulate  # noqa: E402
+from validate_heldout import _fit, _predict  # noqa: E402
 
 from fxshape.cost.gemm import model_params, predict_matmul  # noqa: E402
 from fxshape.cost.memops import predict_memop  # noqa: E402
 from fxshape.fit.calibration import GEMM_SUBDIRS, calibration_sku, read_dir  # noqa: E402
-from fxshape.fit.fitting import _START, _fit_one, _Problem  # noqa: E402
-from fxshape.hardware.gpus import get_gpu  # noqa: E402
 
 SKU = "a100-sxm4-40gb"
 SWEEP = "vocab_k_sweep"
@@ -45,13 +44,18 @@ def _cls(k: int) -> str:
 
 
 def _errors(rows, params, meas):
-    prob = _Problem(rows, get_gpu(SKU))
-    nuis = []
-    for t in prob.timings:
-        c = meas[t]
-        nuis += [np.log(c["overhead_s"]), np.log(max(c["slow_factor"] - 1.0, 1e-12))]
-    pred = prob.measured_model(params, nuis)
-    return pred / prob.t - 1.0
+    """predicted / measured time - 1, wall-clock terms included (as the fit compares)."""
+    return _predict(rows, SKU, params, meas) / np.array([r.time_s for r in rows]) - 1.0
+
+
+def _wall_terms() -> dict:
+    """The packaged fit's measurement terms of the K sweep's A100, per timing method."""
+    import json
+
+    from fxshape.cost.gemm import resolve_params_path
+
+    with open(resolve_params_path()) as f:
+        return json.load(f)["measurement"][SKU]
 
 
 def k_sweep_table(directory=None):
@@ -60,15 +64,9 @@ def k_sweep_table(directory=None):
     ksweep = [r for r in rows if r.sweep == SWEEP]
     if not ksweep:
         raise SystemExit(f"no {SWEEP} rows: is step1/ in the calibration folder?")
-    import json
-
-    from fxshape.cost.gemm import resolve_params_path
-
-    with open(resolve_params_path()) as f:
-        packaged_meas = json.load(f)["measurement"][SKU]
-    err_in = _errors(ksweep, model_params(SKU), packaged_meas)
+    err_in = _errors(ksweep, model_params(SKU), _wall_terms())
     train = [r for r in rows if r.sweep != SWEEP]
-    params, meas, _ = _fit_one(_Problem(train, get_gpu(SKU)), _ALL, dict(_START))
+    params, meas = _fit(train, SKU, _ALL)  # as bench/validate_heldout.py refits
     err_out = _errors(ksweep, params, meas)
     by = defaultdict(list)
     for r, a, b in zip(ksweep, err_in, err_out):
@@ -88,12 +86,7 @@ def k_sweep_table(directory=None):
 
 def unseen_table():
     """Predictions for measurements quoted in the issues (not in shared/, not fitted)."""
-    import json
-
-    from fxshape.cost.gemm import resolve_params_path
-
-    with open(resolve_params_path()) as f:
-        wall = json.load(f)["measurement"][SKU]["mean-wall"]
+    wall = _wall_terms()["mean-wall"]
     out = []
     # the output-dimension sweep of the same experiment (the K sweep's A100, nt, M = 8192,
     # K = 51200, N = 14272..14400 step 1, mean wall time): medians per class as quoted in

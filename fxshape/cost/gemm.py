@@ -37,6 +37,7 @@ from typing import NamedTuple
 
 from ..hardware.dtypes import canonical_dtype, itemsize, output_itemsize
 from ..hardware.gpus import GPUSpec, get_gpu
+from .paramfile import read_json
 from .simt import sgemm_issue_efficiency, simt_menu, sustained_fp32_peak, tile_fma_efficiency
 
 __all__ = [
@@ -237,13 +238,7 @@ def _load_params(path: str) -> dict:
         base = json.load(f)
     if is_default_params(path):
         return base
-    try:
-        with open(path) as f:
-            user = json.load(f)
-    except OSError as exc:
-        raise ValueError(f"cannot read fxshape parameter file {path!r}: {exc.strerror}") from None
-    except json.JSONDecodeError as exc:
-        raise ValueError(f"fxshape parameter file {path!r} is not JSON: {exc}") from None
+    user = read_json(path, "fxshape parameter file")
     if not isinstance(user, dict) or not any(k in user for k in _SECTIONS + ("fp32",)):
         raise ValueError(f"{path!r} is not an fxshape parameter file: expected a JSON object "
                          f"with 'gpus' (and optionally 'families', 'fp32'), as written by "
@@ -366,8 +361,12 @@ def load_class(m: int, n: int, k: int, dtype, layout: str = "nn") -> int:
     """0 when every operand's leading dimension is 16-byte aligned (``cp.async`` of 16
     bytes), 1 when the worst is 4- or 8-byte aligned (the narrow kernels), 2 when it is 1- or
     2-byte aligned (odd fp16/bf16 sizes, odd or 2-aligned fp8: element-wise loads)."""
-    worst = min(operand_alignment(m, n, k, dtype, layout))
-    return 0 if worst >= 16 else (1 if worst >= 4 else 2)
+    return int(_class_of(_SCALAR, min(operand_alignment(m, n, k, dtype, layout))))
+
+
+def _class_of(xp, worst):
+    """The kernel class of the worst operand alignment in bytes (see :func:`load_class`)."""
+    return xp.where(worst >= 16, 0, xp.where(worst >= 4, 1, 2))
 
 
 def _misalign_steps(xp, m, n, k, e, layout: str, eo=None):
@@ -378,8 +377,7 @@ def _misalign_steps(xp, m, n, k, e, layout: str, eo=None):
     b_ld = n if layout[1] == "n" else k
     worst = xp.minimum(xp.minimum(_pow2_part(a_ld * e), _pow2_part(b_ld * e)),
                        _pow2_part(n * eo))  # C is row-major (leading N), in the output dtype
-    worst = xp.minimum(worst, 16)
-    return xp.where(worst >= 16, 0, xp.where(worst >= 4, 1, 2))
+    return _class_of(xp, xp.minimum(worst, 16))
 
 
 #: Bytes one thread moves per load instruction in each kernel class (0: 16-byte vectors;

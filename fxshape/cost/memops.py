@@ -32,13 +32,13 @@ functions; nothing here imports torch.
 from __future__ import annotations
 
 import functools
-import json
 import numbers
 import os
 from dataclasses import asdict, dataclass
 
 from ..hardware.dtypes import canonical_dtype, itemsize
 from ..hardware.gpus import GPUSpec, get_gpu
+from .paramfile import read_json
 
 __all__ = ["FAMILIES", "MemOpPrediction", "memop_bytes", "memop_family", "predict_memop",
            "memops_params"]
@@ -112,13 +112,7 @@ def memop_bytes(kind: str, rows: int, cols: int, dtype="fp32", *, inputs: int = 
 
 @functools.lru_cache(maxsize=None)
 def _load(path: str) -> dict:
-    try:
-        with open(path) as f:
-            data = json.load(f)
-    except OSError as exc:
-        raise ValueError(f"cannot read memory-op parameter file {path!r}: {exc.strerror}") from None
-    except json.JSONDecodeError as exc:
-        raise ValueError(f"memory-op parameter file {path!r} is not JSON: {exc}") from None
+    data = read_json(path, "memory-op parameter file")
     if not isinstance(data, dict) or "gpus" not in data:
         raise ValueError(f"{path!r} is not a memory-op parameter file (written by "
                          f"bench/fit_memops.py): it has no 'gpus'")
