@@ -4,14 +4,17 @@ Public API: the GPU table (:func:`get_gpu`, :func:`list_gpus`), the GEMM perform
 (:func:`predict_matmul`), the attention performance model (:func:`predict_attention`),
 memory-bound kernels (:func:`predict_memop`),
 graph capture (:func:`capture`) and the per-GEMM analysis
-(:func:`analyze` -> :class:`Report`), with a registry of per-op GEMM handlers
-(:func:`register_gemm_handler`).
+(:func:`analyze` -> :class:`Report`, with the whole step: :class:`Step`, one
+:class:`OpRecord` per op), with registries of per-op GEMM handlers
+(:func:`register_gemm_handler`) and memory-bound op handlers (:func:`register_memop_handler`).
 """
 
 from .analysis.annotate import analyze
+from .analysis.opcost import register_memop_handler
 from .analysis.ops import Gemm, register_gemm_handler
 from .analysis.report import Report
 from .analysis.rows import GemmRow, Unsupported
+from .analysis.step import OpRecord, Step
 from .codesign.advise import Advice, Recommendation, advise, sweep
 from .cost.attention import AttentionPrediction, AttentionShape, predict_attention
 from .cost.gemm import (DimAlignment, MatmulPrediction, ModelParams, model_params, predict_matmul,
@@ -52,6 +55,9 @@ __all__ = [
     "Unsupported",
     "Gemm",
     "register_gemm_handler",
+    "register_memop_handler",
+    "Step",
+    "OpRecord",
     "plan_padding",
     "PaddingPlan",
     "PadDecision",

@@ -151,7 +151,9 @@ def _cmd_analyze(args) -> int:
                          batch_size=args.batch_size, seq_len=args.seq_len,
                          mode="train" if args.train else "inference", tp=args.tp,
                          attention=args.attention,
-                         provenance=None if args.provenance == "none" else args.provenance)
+                         provenance=None if args.provenance == "none" else args.provenance,
+                         execution=args.execution,
+                         optimizer=None if args.optimizer == "none" else args.optimizer)
     except CaptureError as exc:
         raise ValueError(_capture_failure(exc, args.verbose)) from None
     if args.plot:
@@ -300,6 +302,12 @@ def build_parser() -> argparse.ArgumentParser:
     pa.add_argument("--train", action="store_true",
                     help="add the backward GEMMs autograd runs (phase 'backward')")
     pa.add_argument("--format", choices=("table", "json", "csv", "markdown"), default="table")
+    pa.add_argument("--execution", choices=("eager",), default="eager",
+                    help="how the step runs: eager (one kernel per aten op, the host "
+                         "dispatching each; default)")
+    pa.add_argument("--optimizer", choices=("adamw", "adamw-fused", "sgd", "none"),
+                    default="adamw", help="the optimizer step in --train (default adamw: "
+                                          "torch.optim.AdamW, foreach)")
     pa.add_argument("--provenance", choices=("traced", "matched", "none"), default="traced",
                     help="how the 'set by' column is decided: traced (default: by cause, "
                          "re-tracing with one hyperparameter or input size changed at a "

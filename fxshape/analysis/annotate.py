@@ -400,7 +400,7 @@ def _row(node, g: Gemm, fqn, cls, phase, dkey, spec) -> GemmRow:
 def analyze(model, example_inputs=None, example_kwargs=None, *, gpu="h100",
             dtype=torch.bfloat16, batch_size=None, seq_len=None, mode="inference", tp=1,
             moe_routing=None, attention="flash", dedup=True, params=None,
-            provenance="traced"):
+            provenance="traced", execution="eager", optimizer="adamw"):
     """Capture ``model`` and predict every GEMM in it on ``gpu``.
 
     Args:
@@ -432,6 +432,11 @@ def analyze(model, example_inputs=None, example_kwargs=None, *, gpu="h100",
             changes it; ``row.causes`` lists those; ``fxshape.analysis.perturb``), ``"matched"``
             (by value against the config and input sizes, no re-capture: faster, but values
             that coincide can be confused) or ``None`` (not decided; ``set_by`` empty).
+        execution: how the step runs: ``"eager"`` (default: one kernel per aten op as eager
+            PyTorch launches them, each dispatched by the host; ``fxshape.analysis.step``).
+        optimizer: in ``mode="train"``, the optimizer step included in ``report.step``:
+            ``"adamw"`` (default: ``torch.optim.AdamW``'s foreach implementation),
+            ``"adamw-fused"``, ``"sgd"`` or ``None`` (``fxshape.cost.optimizer``).
 
     Returns:
         A :class:`fxshape.analysis.report.Report`.
@@ -440,7 +445,7 @@ def analyze(model, example_inputs=None, example_kwargs=None, *, gpu="h100",
         report = _analyze(model, example_inputs, example_kwargs, gpu=gpu, dtype=dtype,
                           batch_size=batch_size, seq_len=seq_len, mode=mode, tp=tp,
                           moe_routing=moe_routing, attention=attention, dedup=dedup,
-                          provenance=provenance)
+                          provenance=provenance, execution=execution, optimizer=optimizer)
         path = resolve_params_path()
     if not is_default_params(path):
         report = dataclasses.replace(report, notes=report.notes + (
@@ -449,8 +454,13 @@ def analyze(model, example_inputs=None, example_kwargs=None, *, gpu="h100",
 
 
 def _analyze(model, example_inputs, example_kwargs, *, gpu, dtype, batch_size, seq_len, mode,
-             tp, moe_routing, attention, dedup, provenance):
+             tp, moe_routing, attention, dedup, provenance, execution, optimizer):
+    from ..cost.optimizer import check_optimizer
     from .report import Report
+    from .step import check_execution
+
+    check_execution(execution)
+    check_optimizer(optimizer)
 
     if provenance not in PROVENANCE_CHOICES:
         raise ValueError(f"unknown provenance {provenance!r}; accepted: "
@@ -508,6 +518,7 @@ def _analyze(model, example_inputs, example_kwargs, *, gpu, dtype, batch_size, s
                                               for s in stacks))
     if not stacks:
         gm, rows, unsupported = _annotated(model, *args)
+    records, op_unsupported, step_notes = _op_records(gm, rows, model, spec, dkey)
     if moe_routing is not None and not any(r.op.startswith("grouped") for r in rows):
         raise ValueError("moe_routing was given, but the model has no MoE expert layers "
                          "(grouped expert GEMMs) to route")
@@ -518,11 +529,54 @@ def _analyze(model, example_inputs, example_kwargs, *, gpu, dtype, batch_size, s
         rows = _replaced(gm, rows, [{"set_by": ()}] * len(rows))
     if stacks:
         rows = expand_rows(rows, stacks)
+        records = expand_rows(records, stacks)
     workload = _workload(model, example_inputs, example_kwargs, batch_size=batch_size,
                          seq_len=seq_len, mode=mode, tp=tp, attention=attention, rows=rows)
+    step, records = _step(records, model, spec, dkey, mode, tp, execution, optimizer,
+                          workload, step_notes)
     return Report(rows=tuple(rows), unsupported=tuple(unsupported), gpu=spec.name,
                   dtype=dkey, model_name=type(model).__name__, graph_module=gm,
-                  notes=tuple(notes), workload=workload)
+                  notes=tuple(notes), workload=workload, ops=tuple(records), step=step,
+                  unsupported_ops=tuple(op_unsupported))
+
+
+def _op_records(gm, rows, model, spec, dkey):
+    """The step's op records of a captured graph (``fxshape.analysis.step.op_records``)."""
+    from .step import op_records
+
+    vocab = getattr(getattr(model, "config", None), "vocab_size", None)
+    return op_records(gm, rows, spec=spec, dkey=dkey, module_of=module_of,
+                      vocab_size=vocab if isinstance(vocab, int) else None)
+
+
+def _step(records, model, spec, dkey, mode, tp, execution, optimizer, workload, notes):
+    """The step (``fxshape.analysis.step.step_of``) with the optimizer's records added in
+    training; returns (step, records)."""
+    from .step import optimizer_records, step_of
+
+    notes = list(notes)
+    records = list(records)
+    if mode == "train":
+        # each GPU updates its shard: Megatron splits the matrices, replicates the vectors
+        numels = [p.numel() // (tp if p.dim() >= 2 else 1)
+                  for p in model.parameters() if p.requires_grad]
+        mixed = dkey not in ("fp32", "tf32", "fp64")
+        records += optimizer_records(optimizer, numels, spec=spec, mixed=mixed)
+        if mixed:
+            notes.append(f"training in {dkey} with fp32 master weights (autocast): the "
+                         "weight casts and the optimizer run in fp32")
+    if tp > 1:
+        notes.append(f"tp {tp}: GEMMs are sharded; memory-bound ops are priced unsharded "
+                     "(an overestimate) and the collectives are not modelled yet")
+    tokens = None
+    if workload.batch_size is not None and workload.seq_len is not None:
+        tokens = workload.batch_size * workload.seq_len
+    else:
+        ints = [s for _, s, d in workload.inputs if d.startswith("int") and len(s) == 2]
+        tokens = ints[0][0] * ints[0][1] if ints else None
+    step = step_of(records, execution=execution, mode=mode, optimizer=optimizer, spec=spec,
+                   dkey=dkey, tokens=tokens, notes=notes)
+    return step, records
 
 
 def _workload(model, example_inputs, example_kwargs, *, batch_size, seq_len, mode, tp,

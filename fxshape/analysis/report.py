@@ -50,6 +50,14 @@ class Report:
     notes: tuple = ()
     #: what the report describes (mode, inputs, tp, attention; ``fxshape.analysis.rows``)
     workload: object = None
+    #: every costed op of the step, GEMMs included, in program order
+    #: (``fxshape.analysis.step.OpRecord``)
+    ops: tuple = ()
+    #: the predicted step: time, its split by class, tokens/s, MFU
+    #: (``fxshape.analysis.step.Step``); None for a report built by hand
+    step: object = None
+    #: non-GEMM ops without a cost model (listed, never counted as zero)
+    unsupported_ops: tuple = ()
 
     # -- totals ---------------------------------------------------------------------------
     @property
@@ -150,6 +158,14 @@ class Report:
         ]
         if self.workload is not None:
             lines.append(f"workload: {self.workload.describe()}")
+        if self.step is not None:
+            lines.append(self.step.describe())
+            other = self.by_class()
+            if other:
+                lines.append("non-GEMM ops: " + "; ".join(
+                    f"{c['cls']} {c['family']} x{c['count']} {c['time_s'] * 1e3:.3f} ms"
+                    for c in other[:6]) + ("; ..." if len(other) > 6 else ""))
+            lines.extend(f"note: {n}" for n in self.step.notes)
         lines.extend(f"note: {n}" for n in self.notes)
         offenders = [g for g in (groups or self.groups()) if misaligned(g["row"])][:3]
         if offenders:
@@ -158,12 +174,34 @@ class Report:
                 f"{100 * g['share']:.1f}% of time)" for g in offenders))
         return "\n".join(lines)
 
+    def by_class(self) -> list:
+        """The non-GEMM ops of the step collapsed by class and kernel family, longest first:
+        ``[{"cls", "family", "count", "kernels", "bytes", "time_s"}, ...]``."""
+        acc: dict = {}
+        for o in self.ops:
+            if o.cls in ("gemm", "attention", "view"):
+                continue
+            a = acc.setdefault((o.cls, o.family), [0, 0, 0, 0.0])
+            a[0] += 1
+            a[1] += o.kernels
+            a[2] += o.bytes
+            a[3] += o.time_s
+        out = [dict(cls=c, family=f, count=a[0], kernels=a[1], bytes=a[2], time_s=a[3])
+               for (c, f), a in acc.items()]
+        out.sort(key=lambda d: (-d["time_s"], d["cls"], d["family"]))
+        return out
+
     def _unsupported_text(self) -> str:
-        if not self.unsupported:
-            return ""
-        items = "; ".join(f"{u.node} ({u.target}{', ' + u.module if u.module else ''}): "
-                          f"{u.reason}" for u in self.unsupported)
-        return f"\nunsupported matmul-like ops (not counted): {items}"
+        text = ""
+        if self.unsupported:
+            items = "; ".join(f"{u.node} ({u.target}{', ' + u.module if u.module else ''}): "
+                              f"{u.reason}" for u in self.unsupported)
+            text += f"\nunsupported matmul-like ops (not counted): {items}"
+        if self.unsupported_ops:
+            names = sorted({u.target for u in self.unsupported_ops})
+            text += (f"\nops without a cost model (not in the step): "
+                     f"{len(self.unsupported_ops)} nodes of {', '.join(names)}")
+        return text
 
     def __str__(self) -> str:
         return self.table()
@@ -220,7 +258,22 @@ class Report:
             "workload": None if self.workload is None else self.workload.as_dict(),
             "rows": [_row_dict(r) for r in self.rows],
             "unsupported": [u.__dict__ for u in self.unsupported],
+            "step": None if self.step is None else self.step.as_dict(),
+            "ops": [o.as_dict() for o in self.ops],
+            "unsupported_ops": [u.__dict__ for u in self.unsupported_ops],
         }
+
+    def ops_csv(self) -> str:
+        """Every op of the step (``report.ops``) as CSV, one line each, program order."""
+        buf = io.StringIO()
+        cols = ("node", "op", "module", "phase", "cls", "family", "kernels", "bytes", "flops",
+                "time_s", "host_s", "note")
+        w = csv.writer(buf, lineterminator="\n")
+        w.writerow(cols)
+        for o in self.ops:
+            d = o.as_dict()
+            w.writerow([d[c] for c in cols])
+        return buf.getvalue()
 
     def to_json(self, indent: int = 2) -> str:
         return json.dumps(self.to_dict(), indent=indent, sort_keys=True)

@@ -40,7 +40,8 @@ from ..hardware.dtypes import canonical_dtype, itemsize
 from ..hardware.gpus import GPUSpec, get_gpu
 from .paramfile import read_json
 
-__all__ = ["FAMILIES", "MemOpPrediction", "memop_bytes", "memop_family", "predict_memop",
+__all__ = ["FAMILIES", "KERNEL_FAMILIES", "KernelTime", "MemOpPrediction", "kernel_time",
+           "memop_bytes", "memop_family", "predict_memop",
            "memops_params"]
 
 #: The kernel families (see the module docstring).
@@ -164,3 +165,48 @@ def predict_memop(kind: str, rows: int, cols: int, *, dtype="fp32", gpu="h100",
         cols=int(cols), bytes=nbytes, time_s=t, bandwidth_gbs=nbytes / t / 1e9,
         efficiency=nbytes / t / (spec.memory_bandwidth_gbs * 1e9),
         bound="latency" if launch >= transfer else "memory", constants_from=source)
+
+
+#: What the graph walk's kernels are priced as: the measured family whose efficiency each
+#: takes. Copies, fills, RNG, gathers and reductions have no measurements here; each takes
+#: the measured family nearest in structure (one streaming pass: elementwise; a row-wise
+#: normalisation, forward or backward: layer_norm), which docs/step.md lists as unvalidated.
+KERNEL_FAMILIES = {"elementwise": "elementwise", "copy": "elementwise", "fill": "elementwise",
+                   "rng": "elementwise", "gather": "elementwise", "scatter": "elementwise",
+                   "reduction": "elementwise", "layer_norm": "layer_norm",
+                   "softmax_warp": "softmax_warp", "softmax_block": "softmax_block"}
+
+
+@dataclass(frozen=True)
+class KernelTime:
+    """One memory-bound kernel priced by its bytes (``kernel_time``)."""
+
+    family: str  # the kernel's family (a key of KERNEL_FAMILIES)
+    bytes: int
+    time_s: float
+    efficiency: float  # the fitted efficiency used (of the datasheet bandwidth)
+    bound: str  # "memory" or "latency"
+    constants_from: str
+
+
+def kernel_time(family: str, nbytes: int, *, gpu="h100",
+                params_path: str | None = None) -> KernelTime:
+    """Time of one memory-bound kernel of ``family`` moving ``nbytes`` bytes (read plus
+    written): ``launch_s + bytes / (efficiency * datasheet bandwidth)``. A kernel that moves
+    nothing (a fill of an empty tensor) still pays the launch.
+
+    Raises:
+        ValueError: an unknown family, or bytes that are not a non-negative integer.
+    """
+    if family not in KERNEL_FAMILIES:
+        raise ValueError(f"unknown kernel family {family!r}; accepted: "
+                         + ", ".join(KERNEL_FAMILIES))
+    nbytes = _check_count("bytes", nbytes, 0)
+    spec: GPUSpec = get_gpu(gpu)
+    source, entry = memops_params(spec, params_path)
+    eff = float(entry[KERNEL_FAMILIES[family]])
+    transfer = nbytes / (spec.memory_bandwidth_gbs * 1e9 * eff)
+    launch = float(entry["launch_s"])
+    return KernelTime(family=family, bytes=nbytes, time_s=launch + transfer, efficiency=eff,
+                      bound="latency" if launch >= transfer else "memory",
+                      constants_from=source)

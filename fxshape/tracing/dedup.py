@@ -143,7 +143,8 @@ def _locate(module: str, stacks):
 
 def expand_rows(rows, stacks) -> list:
     """Every layer of every stack with its group representative's rows, renamed to its own
-    path (``model.layers.7.mlp.down_proj``) and node (``linear_3@7``)."""
+    path (``model.layers.7.mlp.down_proj``) and node (``linear_3@7``). A row is any frozen
+    dataclass with ``module``, ``node`` and ``phase`` (GEMM rows, the step's op records)."""
     out, i = [], 0
     while i < len(rows):
         loc = _locate(rows[i].module, stacks)
@@ -176,9 +177,11 @@ def expand_rows(rows, stacks) -> list:
             here, there = f"{stack.name}.{r}.", f"{stack.name}.{idx}."
             for row, rest in by_rep[r]:
                 # parameter names in the provenance labels follow the layer too
-                set_by = tuple(lbl.replace(here, there) for lbl in row.set_by)
+                extra = {}
+                if hasattr(row, "set_by"):
+                    extra["set_by"] = tuple(lbl.replace(here, there) for lbl in row.set_by)
                 out.append(dataclasses.replace(row, module=f"{stack.name}.{idx}{rest}",
-                                               node=f"{row.node}@{idx}", set_by=set_by))
+                                               node=f"{row.node}@{idx}", **extra))
     return out
 
 

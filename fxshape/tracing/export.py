@@ -366,10 +366,11 @@ def _op_name(node) -> str:
 def _joint(model, args, kwargs):
     """The joint forward + backward graph: ``torch.export`` of the model with a scalar loss,
     then ``make_fx`` over that program and ``torch.autograd.grad`` of the loss with respect
-    to every parameter (aten-level, core decompositions, fake tensors). Parameters the loss
+    to every parameter (aten-level, fake tensors; no decomposition table, so the graph holds
+    the aten ops eager PyTorch dispatches: ``native_layer_norm_backward``, ``gelu_backward``,
+    ``embedding_dense_backward`` ... each one kernel launch or a known few). Parameters the loss
     does not reach (BertModel's pooler, unused tied copies) get no gradient and so no
     weight-gradient GEMM."""
-    from torch._decomp import core_aten_decompositions
     from torch._guards import detect_fake_mode
     from torch.export.graph_signature import InputKind
     from torch.fx.experimental.proxy_tensor import make_fx
@@ -389,7 +390,10 @@ def _joint(model, args, kwargs):
     with_grad: list[int] = []  # which of them got a gradient (filled while tracing)
 
     def joint(*flat):
-        loss = program(*flat)[0]
+        # run node by node, so that each forward op's nn_module_stack reaches its aten
+        # nodes (preserve_node_meta below): the step model attributes them to their layer
+        loss = torch.fx.Interpreter(program).run(*flat)[0]
+        _mark_backward_origins(loss)
         grads = torch.autograd.grad(loss, [x for x, w in zip(flat, wrt) if w],
                                     allow_unused=True)
         with_grad[:] = [i for i, g in enumerate(grads) if g is not None]
@@ -397,8 +401,9 @@ def _joint(model, args, kwargs):
 
     fake_args = [a.detach().requires_grad_(w) if isinstance(a, torch.Tensor)
                  and a.is_floating_point() else a for a, w in zip(fake_args, wrt)]
-    with detect_fake_mode(fake_args) or contextlib.nullcontext():
-        gm = make_fx(joint, decomposition_table=core_aten_decompositions())(*fake_args)
+    with detect_fake_mode(fake_args) or contextlib.nullcontext(), \
+            torch.fx.traceback.preserve_node_meta():
+        gm = make_fx(joint)(*fake_args)
     jph = [n for n in gm.graph.nodes if n.op == "placeholder"]
     for n, spec in zip(jph, specs):  # buffers and constants are not the user's inputs
         if spec.kind == InputKind.USER_INPUT:
@@ -412,7 +417,40 @@ def _joint(model, args, kwargs):
     grad_of = {g.name: owners[i] for g, i in zip(grads, with_grad)
                if isinstance(g, torch.fx.Node) and owners[i] is not None}
     _label_joint(gm, params, grad_of, loss)
+    _label_modules(gm)
     return gm
+
+
+def _mark_backward_origins(loss) -> None:
+    """Have each backward aten node record the sequence number of the forward op whose
+    gradient it computes (``node.meta["seq_nr"]``), as aot_autograd does; best effort: a
+    torch without the hook leaves the backward nodes unmarked."""
+    try:
+        from torch._functorch._aot_autograd import logging_utils
+    except ImportError:  # pragma: no cover - other torch versions
+        return
+    hooks = getattr(logging_utils, "setup_stacktrace_preservation_hooks", None)
+    if hooks is not None and isinstance(loss, torch.Tensor) and loss.grad_fn is not None:
+        hooks([loss.grad_fn])
+
+
+def _label_modules(gm) -> None:
+    """``fxshape_module`` on every node of a joint graph that has none: a forward node's own
+    module (its ``nn_module_stack`` from the exported program), a backward node's that of the
+    forward op it differentiates (same ``seq_nr``)."""
+    by_seq = {}
+    for n in gm.graph.nodes:
+        stack = n.meta.pop("nn_module_stack", None)
+        if n.op != "call_function" or not stack:
+            continue
+        fqn = _strip(str(list(stack.values())[-1][0]))
+        by_seq.setdefault(n.meta.get("seq_nr"), fqn)
+        n.meta.setdefault("fxshape_module", fqn)
+    by_seq.pop(None, None)
+    for n in gm.graph.nodes:
+        if n.op == "call_function" and "fxshape_module" not in n.meta and \
+                n.meta.get("seq_nr") in by_seq:
+            n.meta["fxshape_module"] = by_seq[n.meta["seq_nr"]]
 
 
 def _strip(fqn: str) -> str:
