@@ -18,7 +18,8 @@ fitted overheads are not used: the fit puts two hosts' LayerNorm overhead at zer
 are not identified. Held-out check: leave one host out, predict its overhead with the
 others' median, report the error. ``view_s`` and ``backward_factor`` have no data here; they
 are sourced (pytorch/pytorch#41383: a tiny op costs about 2 us on the CPU with Python, about
-half of it Python's; the autograd engine calls backward ops from C++).
+half of it Python's; the autograd engine calls backward ops from C++), and so are the
+compiled launch costs (meta-pytorch/tritonbench#1017).
 Deterministic; instant.
 """
 
@@ -37,10 +38,16 @@ DATA = os.path.join(ROOT, "fxshape", "data")
 OUT = os.path.join(DATA, "host_params.json")
 VIEW_S = 2e-6
 BACKWARD_FACTOR = 0.5
+#: meta-pytorch/tritonbench#1017 (GB200): CachingAutotuner.run per kernel 6.8 us (0 args) to
+#: 9.1 us (19 args); a compiled graph's whole call (guards, wrapper) 44.3 us
+COMPILED_KERNEL_S = 9.1e-6
+COMPILED_GRAPH_S = 44.3e-6
 SOURCE = ("kernel_s, gemm_s: median over the five NeuSight hosts (PyTorch 2.1) of the per-call "
           "overheads fitted by bench/fit_memops.py (elementwise) and bench/fit_fp32.py (bmm); "
           "view_s, backward_factor: pytorch/pytorch#41383 (a tiny op ~2 us of CPU, about half "
-          "of it Python), unvalidated")
+          "of it Python), unvalidated; compiled_kernel_s, compiled_graph_s: "
+          "meta-pytorch/tritonbench#1017 (Inductor's per-kernel launch 9.1 us with 19 "
+          "arguments, a compiled graph's call 44.3 us, GB200), unvalidated")
 
 
 def overheads() -> dict:
@@ -86,7 +93,9 @@ def main(argv=None) -> int:
     if not args.validate_only:
         out = {"comment": "Written by bench/fit_host.py; do not edit.",
                "kernel_s": round(params["kernel_s"], 9), "gemm_s": round(params["gemm_s"], 9),
-               "view_s": VIEW_S, "backward_factor": BACKWARD_FACTOR, "source": SOURCE}
+               "view_s": VIEW_S, "backward_factor": BACKWARD_FACTOR,
+               "compiled_kernel_s": COMPILED_KERNEL_S, "compiled_graph_s": COMPILED_GRAPH_S,
+               "source": SOURCE}
         with open(args.out, "w") as f:
             json.dump(out, f, indent=1, sort_keys=True)
             f.write("\n")

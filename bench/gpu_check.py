@@ -18,10 +18,13 @@ Sections, in order (a section that would start past the budget is listed as skip
 6. ``memops``: memory-bound kernels beside ``predict_memop``: elementwise add, scale and
    gelu, LayerNorm, and softmax over 1,024 (warp kernel) and 4,096 elements (block kernel),
    bf16, 64-256 MB per tensor.
-7. ``gpt2_step``: one GPT-2 (124M) training step, 8 x 1024 tokens, bf16 autocast: eager,
-   ``fxshape.pad`` (eager), ``torch.compile`` (Inductor), Inductor with
-   ``shape_padding``, and ``torch.compile(backend="fxshape")`` -- measured step times, with
-   fxshape's predicted GEMM time for the unpadded and padded model.
+7. ``gpt2_step``: one GPT-2 (124M) training step, 8 x 1024 tokens, bf16 autocast, SGD:
+   eager, ``fxshape.pad`` (eager), ``torch.compile`` (Inductor), Inductor with
+   ``shape_padding``, and ``torch.compile(backend="fxshape")`` -- measured step times beside
+   fxshape's predicted step (eager, compiled) and its GEMM time alone; ``memory``: the
+   measured peak (``torch.cuda.max_memory_allocated``) beside ``report.memory.peak``;
+   ``llama_layer``: one Llama-3-8B-shaped layer's forward (bf16, 4 x 2048), eager;
+   ``host``: the CPU time per eager op (a tiny add, a view) beside the host model.
 
 Writes ``gpu_check.csv`` (section, name, dtype, predicted_s, measured_s) and ``gpu_check.md``
 (one table per section, median and p90 |error|) into ``--out-dir``. GEMMs are timed with
@@ -141,8 +144,10 @@ def run_sdpa(shapes, timer, gpu, budget_end):
 
 
 def gpt2_step(gpu):  # pragma: no cover - needs CUDA and transformers
-    """Measured training-step times of GPT-2 under each way of running it (rows with the
-    predicted GEMM time where fxshape predicts one)."""
+    """Measured training steps of GPT-2 (124M, 8 x 1024 tokens, bf16 autocast, SGD) under
+    each way of running it, beside fxshape's predicted step (``report.step``: eager or
+    compiled) where it predicts one; the measured peak memory beside ``report.memory``; one
+    Llama-shaped layer's forward; and the host's time per eager op."""
     import torch
     from transformers import GPT2Config, GPT2LMHeadModel
 
@@ -164,17 +169,25 @@ def gpt2_step(gpu):  # pragma: no cover - needs CUDA and transformers
             opt.zero_grad(set_to_none=True)
         return step
 
+    def predicted(model, execution):
+        rep = fxshape.analyze(model, gpu=gpu, mode="train", batch_size=8, seq_len=1024,
+                              execution=execution, optimizer="sgd", provenance=None)
+        return rep
+
     rows = []
     base = GPT2LMHeadModel(cfg).cuda()
-    rep = fxshape.analyze(base, gpu=gpu, mode="train", batch_size=8, seq_len=1024)
     padded = fxshape.pad(base, gpu=gpu, mode="train", batch_size=8, seq_len=1024)
-    rep_p = fxshape.analyze(padded, gpu=gpu, mode="train", batch_size=8, seq_len=1024)
-    variants = [("eager", base, rep.total_time_s), ("fxshape.pad eager", padded,
-                                                   rep_p.total_time_s)]
-    for name, model, pred in variants:
-        rows.append(("gpt2_step", name, "bf16", pred, cuda_event_median(step_fn(model), 3, 10)))
+    for name, model in (("eager", base), ("fxshape.pad eager", padded)):
+        rep = predicted(model, "eager")
+        torch.cuda.reset_peak_memory_stats()
+        t = cuda_event_median(step_fn(model), 3, 10)
+        rows.append(("gpt2_step", name, "bf16", rep.step.time_s, t))
+        rows.append(("gpt2_step", name + " (GEMMs only)", "bf16", rep.total_time_s, t))
+        rows.append(("memory", name + " peak", "bf16", float(rep.memory.peak),
+                     float(torch.cuda.max_memory_allocated())))
     import torch._inductor.config as icfg
 
+    compiled_pred = predicted(base, "compiled").step.time_s
     for name, kw, flag in (("torch.compile inductor", {}, False),
                            ("inductor shape_padding", {}, True),
                            ("torch.compile backend=fxshape", {"backend": "fxshape"}, False)):
@@ -183,27 +196,78 @@ def gpt2_step(gpu):  # pragma: no cover - needs CUDA and transformers
         icfg.shape_padding = flag
         try:
             model = torch.compile(GPT2LMHeadModel(cfg).cuda(), **kw)
-            rows.append(("gpt2_step", name, "bf16", float("nan"),
+            pred = compiled_pred if name == "torch.compile inductor" else float("nan")
+            rows.append(("gpt2_step", name, "bf16", pred,
                          cuda_event_median(step_fn(model), 3, 10)))
         finally:
             icfg.shape_padding = old
+    rows += llama_layer(gpu)
+    rows += host_ops()
     return rows
+
+
+def llama_layer(gpu):  # pragma: no cover - needs CUDA and transformers
+    """One Llama-3-8B-shaped decoder layer (and its norm and head cut off: a 1-layer model
+    with a 128-word vocabulary), forward, bf16, 4 x 2048 tokens, eager."""
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    import fxshape
+    from fxshape.fit.measure import cuda_event_median
+
+    cfg = LlamaConfig(hidden_size=4096, intermediate_size=14336, num_attention_heads=32,
+                      num_key_value_heads=8, num_hidden_layers=1, vocab_size=128,
+                      max_position_embeddings=4096)
+    model = LlamaForCausalLM(cfg).to("cuda", torch.bfloat16).eval()
+    x = torch.randint(0, 128, (4, 2048), device="cuda")
+    rep = fxshape.analyze(model, gpu=gpu, batch_size=4, seq_len=2048, provenance=None)
+
+    def fwd(_i):
+        with torch.no_grad():
+            model(input_ids=x, use_cache=False)
+    return [("llama_layer", "Llama-3-8B layer forward 4x2048", "bf16", rep.step.time_s,
+             cuda_event_median(fwd, 3, 10))]
+
+
+def host_ops():  # pragma: no cover - needs CUDA
+    """The host's time per eager op: 2,000 back-to-back tiny adds (the GPU waits on the
+    host) and 2,000 views, CPU wall time per op, beside fxshape's ``kernel_s`` and
+    ``view_s``."""
+    import torch
+
+    from fxshape.cost.host import host_params
+
+    hp = host_params()
+    a = torch.ones(16, device="cuda")
+    out = []
+    for name, fn, pred in (("add (one kernel)", lambda t: t.add(1.0), hp.kernel_s),
+                           ("view (no kernel)", lambda t: t.view(4, 4), hp.view_s)):
+        for _ in range(200):
+            fn(a)
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        for _ in range(2000):
+            fn(a)
+        torch.cuda.synchronize()
+        out.append(("host", name, "fp32", pred, (time.perf_counter() - t0) / 2000))
+    return out
 
 
 def markdown(rows, skipped) -> str:
     out = []
     for sec in dict.fromkeys(r[0] for r in rows):
         sel = [r for r in rows if r[0] == sec]
-        out.append(f"### {sec}\n\n| name | dtype | predicted us | measured us | error % |\n"
-                   "|---|---|---|---|---|")
+        unit, scale = ("MiB", 2 ** -20) if sec == "memory" else ("us", 1e6)
+        out.append(f"### {sec}\n\n| name | dtype | predicted {unit} | measured {unit} | "
+                   "error % |\n|---|---|---|---|---|")
         errs = []
         for _, name, dt, p, t in sel:
             ok = p == p  # nan: nothing predicted for this row
             err = 100 * (p / t - 1) if ok else float("nan")
             if ok:
                 errs.append(abs(err))
-            out.append(f"| {name} | {dt} | {p * 1e6:.1f} | {t * 1e6:.1f} | {err:+.1f} |"
-                       if ok else f"| {name} | {dt} | - | {t * 1e6:.1f} | - |")
+            out.append(f"| {name} | {dt} | {p * scale:.1f} | {t * scale:.1f} | {err:+.1f} |"
+                       if ok else f"| {name} | {dt} | - | {t * scale:.1f} | - |")
         if errs:
             errs.sort()
             p90 = errs[min(len(errs) - 1, int(0.9 * len(errs)))]

@@ -153,7 +153,9 @@ def _cmd_analyze(args) -> int:
                          attention=args.attention,
                          provenance=None if args.provenance == "none" else args.provenance,
                          execution=args.execution,
-                         optimizer=None if args.optimizer == "none" else args.optimizer)
+                         optimizer=None if args.optimizer == "none" else args.optimizer,
+                         dp=args.dp, topology=args.topology,
+                         sequence_parallel=args.sequence_parallel)
     except CaptureError as exc:
         raise ValueError(_capture_failure(exc, args.verbose)) from None
     if args.plot:
@@ -203,15 +205,18 @@ def _cmd_advise(args) -> int:
     advice = advise(_model_config(args.target), gpu=args.gpu, dtype=args.dtype,
                     batch_size=args.batch_size, seq_len=args.seq_len, tp=args.tp,
                     mode=args.mode, attention=args.attention, param_tolerance=args.tolerance,
-                    min_speedup=args.min_speedup)
+                    min_speedup=args.min_speedup, execution=args.execution,
+                    optimizer=None if args.optimizer == "none" else args.optimizer)
     if args.format == "json":
         recs = [{"hyperparameter": r.hyperparameter, "current": r.current,
                  "suggested": r.suggested, "predicted_speedup": r.predicted_speedup,
+                 "gemm_speedup": r.gemm_speedup,
                  "throughput_gain": r.throughput_gain, "param_delta": r.param_delta,
                  "reason": r.reason} for r in advice.recommendations]
         print(json.dumps({"model": advice.model_name, "gpu": advice.gpu, "dtype": advice.dtype,
                           "mode": advice.mode, "tp": advice.tp, "params": advice.params,
-                          "time_s": advice.time_s, "recommendations": recs,
+                          "time_s": advice.time_s, "step_s": advice.step_s,
+                          "execution": advice.execution, "recommendations": recs,
                           "notes": list(advice.notes)}, indent=2, sort_keys=True))
     else:
         print(advice.table(fmt="github" if args.format == "markdown" else "simple"))
@@ -228,17 +233,31 @@ def _cmd_sweep(args) -> int:
     model = _model_config(args.target)
     points = sweep(model, args.param, values, gpu=args.gpu, dtype=args.dtype,
                    batch_size=args.batch_size, seq_len=args.seq_len, tp=args.tp,
-                   mode=args.mode, attention=args.attention)
+                   mode=args.mode, attention=args.attention, execution=args.execution,
+                   optimizer=None if args.optimizer == "none" else args.optimizer)
     rows = [(p.value, "-" if p.tflops is None else f"{p.tflops:.1f}",
              "-" if p.time_s is None else f"{p.time_s * 1e3:.3f}",
+             "-" if p.step_s is None else f"{p.step_s * 1e3:.3f}",
              "-" if p.params is None else f"{p.params:,}", p.note) for p in points]
-    print(tabulate(rows, headers=(args.param, "TFLOP/s", "GEMM ms/step", "params", "note"),
-                   disable_numparse=True))
+    print(tabulate(rows, headers=(args.param, "TFLOP/s", "GEMM ms/step", "step ms", "params",
+                                  "note"), disable_numparse=True))
     if args.out:
         title = f"{args.target}: {args.param} on {args.gpu} ({args.dtype}, {args.mode})"
         plot_sweep(points, args.param, args.out, title=title)
         print(f"\nwrote {args.out}")
     return 0
+
+
+def _step_args(p) -> None:
+    """--execution and --optimizer: how the predicted step runs."""
+    p.add_argument("--execution", choices=("eager", "compiled", "cudagraphs"),
+                   default="eager",
+                   help="how the step runs: eager (one kernel per aten op, the host "
+                        "dispatching each; default), compiled (torch.compile's fused "
+                        "kernels), cudagraphs (torch.compile mode=reduce-overhead)")
+    p.add_argument("--optimizer", choices=("adamw", "adamw-fused", "sgd", "none"),
+                   default="adamw", help="the optimizer step of a training step (default "
+                                         "adamw: torch.optim.AdamW, foreach)")
 
 
 def _cmd_presets(args) -> int:
@@ -302,12 +321,15 @@ def build_parser() -> argparse.ArgumentParser:
     pa.add_argument("--train", action="store_true",
                     help="add the backward GEMMs autograd runs (phase 'backward')")
     pa.add_argument("--format", choices=("table", "json", "csv", "markdown"), default="table")
-    pa.add_argument("--execution", choices=("eager",), default="eager",
-                    help="how the step runs: eager (one kernel per aten op, the host "
-                         "dispatching each; default)")
-    pa.add_argument("--optimizer", choices=("adamw", "adamw-fused", "sgd", "none"),
-                    default="adamw", help="the optimizer step in --train (default adamw: "
-                                          "torch.optim.AdamW, foreach)")
+    _step_args(pa)
+    from .hardware.topology import TOPOLOGIES
+
+    pa.add_argument("--dp", type=_positive_int, default=1,
+                    help="data-parallel degree: the gradient all-reduce of a --train step")
+    pa.add_argument("--topology", choices=tuple(TOPOLOGIES), default=None,
+                    help="the machine the GPUs are in (default: the GPU's usual one)")
+    pa.add_argument("--sequence-parallel", action="store_true",
+                    help="with --tp: Megatron sequence parallelism")
     pa.add_argument("--provenance", choices=("traced", "matched", "none"), default="traced",
                     help="how the 'set by' column is decided: traced (default: by cause, "
                          "re-tracing with one hyperparameter or input size changed at a "
@@ -318,6 +340,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     def common(p, mode_default):
         _workload_args(p, "preset name or path to a Hugging Face config.json")
+        _step_args(p)
         p.add_argument("--mode", choices=("train", "inference"), default=mode_default,
                        help=f"GEMMs of a training step or of inference (default {mode_default})")
 

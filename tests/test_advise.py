@@ -85,7 +85,10 @@ def test_provenance_without_config_names_parameters_and_inputs():
 
 @pytest.fixture(scope="module")
 def gpt2_advice():
-    return advise(_meta("gpt2"), gpu="h100", dtype=torch.bfloat16)
+    # CUDA graphs: the GPU never waits for the host, so the GEMM shapes decide the step (in
+    # eager PyTorch a batch-1 GPT-2 step on an H100 is host-bound: see
+    # test_host_bound_step_gains_nothing_from_the_vocabulary)
+    return advise(_meta("gpt2"), gpu="h100", dtype=torch.bfloat16, execution="cudagraphs")
 
 
 def test_advise_gpt2_pads_the_vocabulary(gpt2_advice):
@@ -100,7 +103,7 @@ def test_advise_gpt2_pads_the_vocabulary(gpt2_advice):
 
 
 def test_advise_is_deterministic(gpt2_advice):
-    again = advise(_meta("gpt2"), gpu="h100", dtype=torch.bfloat16)
+    again = advise(_meta("gpt2"), gpu="h100", dtype=torch.bfloat16, execution="cudagraphs")
     assert again.recommendations == gpt2_advice.recommendations
     assert again.table() == gpt2_advice.table()
 
@@ -111,11 +114,29 @@ def test_head_count_advice_depends_on_the_attention_kernel(gpt2_advice):
     assert "num_attention_heads" not in {r.hyperparameter for r in gpt2_advice.recommendations}
     # unfused attention streams the batch x heads x seq^2 score matrix through memory, which
     # halves with the heads: the change pays, and the reason says which kernel says so
-    math = advise(_meta("gpt2"), gpu="h100", attention="math")
+    math = advise(_meta("gpt2"), gpu="h100", attention="math", execution="cudagraphs")
     heads = {r.hyperparameter: r for r in math.recommendations}["num_attention_heads"]
     assert (heads.current, heads.suggested) == (12, 6) and heads.predicted_speedup > 0.05
     assert "attention predicted as math" in heads.reason and "score matrix" in heads.reason
     assert "attention=math" in math.table()
+
+
+def test_host_bound_step_gains_nothing_from_the_vocabulary():
+    from fxshape.codesign.advise import evaluate_config
+
+    # eager PyTorch, GPT-2 training at 1 x 1024 tokens on an H100: ~1,000 kernels, each
+    # dispatched from Python, many shorter than their dispatch: padding the vocabulary makes
+    # the LM head's GEMMs faster (GEMM time down by a fifth or more) but the GPU still waits
+    # for the host, so the step hardly changes; at 8 x 1024 tokens the GPU is the bottleneck
+    # and most of the GEMM gain reaches the step
+    kw = dict(gpu="h100", dtype=torch.bfloat16, mode="train")
+    gains = {}
+    for b in (1, 8):
+        base = evaluate_config(_meta("gpt2"), {}, batch_size=b, **kw)
+        pad = evaluate_config(_meta("gpt2"), {"vocab_size": 50304}, batch_size=b, **kw)
+        gains[b] = (base.time_s / pad.time_s - 1, base.step_s / pad.step_s - 1)
+    assert gains[1][0] > 0.2 and abs(gains[1][1]) < 0.02
+    assert gains[8][1] > 0.1 and gains[8][1] < gains[8][0]
 
 
 def test_advise_fixes_a_bad_config():

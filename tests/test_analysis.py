@@ -375,7 +375,9 @@ def test_tp_refuses_degree_not_dividing_heads():
 def test_tp_beyond_the_kv_heads_replicates_whole_kv_heads(mode):
     # 8 KV heads at tp 16: each GPU holds one whole KV head (128 features), never half of
     # one (1024 / 16 = 64); query heads still split: 32 / 16 = 2 per GPU
-    rep = analyze(_llama_small(), seq_len=128, tp=16, mode=mode, provenance=None)
+    # (tp 16 needs an NVLink domain of 16 GPUs or more: a DGX node holds 8)
+    rep = analyze(_llama_small(), seq_len=128, tp=16, mode=mode, provenance=None,
+                  topology="gb200-nvl72")
     kv = [r for r in rep.rows if r.module.endswith(("k_proj", "v_proj"))]
     assert kv and all(r.phase == "backward" or r.n == 128 for r in kv)
     # the backward GEMMs carry the same 128 wherever the output features appear

@@ -400,7 +400,8 @@ def _row(node, g: Gemm, fqn, cls, phase, dkey, spec) -> GemmRow:
 def analyze(model, example_inputs=None, example_kwargs=None, *, gpu="h100",
             dtype=torch.bfloat16, batch_size=None, seq_len=None, mode="inference", tp=1,
             moe_routing=None, attention="flash", dedup=True, params=None,
-            provenance="traced", execution="eager", optimizer="adamw"):
+            provenance="traced", execution="eager", optimizer="adamw", dp=1, topology=None,
+            sequence_parallel=False):
     """Capture ``model`` and predict every GEMM in it on ``gpu``.
 
     Args:
@@ -433,10 +434,20 @@ def analyze(model, example_inputs=None, example_kwargs=None, *, gpu="h100",
             (by value against the config and input sizes, no re-capture: faster, but values
             that coincide can be confused) or ``None`` (not decided; ``set_by`` empty).
         execution: how the step runs: ``"eager"`` (default: one kernel per aten op as eager
-            PyTorch launches them, each dispatched by the host; ``fxshape.analysis.step``).
+            PyTorch launches them, each dispatched by the host; ``fxshape.analysis.step``),
+            ``"compiled"`` (``torch.compile``: Inductor's fusion groups,
+            ``fxshape.analysis.fusion``) or ``"cudagraphs"`` (``torch.compile(mode=
+            "reduce-overhead")``: the same kernels replayed as CUDA graphs).
         optimizer: in ``mode="train"``, the optimizer step included in ``report.step``:
             ``"adamw"`` (default: ``torch.optim.AdamW``'s foreach implementation),
             ``"adamw-fused"``, ``"sgd"`` or ``None`` (``fxshape.cost.optimizer``).
+        dp: data-parallel degree: in training, the gradient all-reduce (DDP's 25 MiB
+            buckets, overlapped with the backward; only the exposed part counts).
+        topology: the machine the GPUs are in (``fxshape.hardware.topology.TOPOLOGIES``:
+            ``"dgx-h100"``, ``"dgx-a100"``, ``"pairwise-a100"``, ``"pcie4"`` ...); default:
+            the one ``gpu`` usually comes in. ``tp`` must fit in one of its nodes.
+        sequence_parallel: with ``tp`` > 1, Megatron's sequence parallelism (each all-reduce
+            a reduce-scatter and an all-gather).
 
     Returns:
         A :class:`fxshape.analysis.report.Report`.
@@ -445,7 +456,8 @@ def analyze(model, example_inputs=None, example_kwargs=None, *, gpu="h100",
         report = _analyze(model, example_inputs, example_kwargs, gpu=gpu, dtype=dtype,
                           batch_size=batch_size, seq_len=seq_len, mode=mode, tp=tp,
                           moe_routing=moe_routing, attention=attention, dedup=dedup,
-                          provenance=provenance, execution=execution, optimizer=optimizer)
+                          provenance=provenance, execution=execution, optimizer=optimizer,
+                          dp=dp, topology=topology, sequence_parallel=sequence_parallel)
         path = resolve_params_path()
     if not is_default_params(path):
         report = dataclasses.replace(report, notes=report.notes + (
@@ -454,13 +466,18 @@ def analyze(model, example_inputs=None, example_kwargs=None, *, gpu="h100",
 
 
 def _analyze(model, example_inputs, example_kwargs, *, gpu, dtype, batch_size, seq_len, mode,
-             tp, moe_routing, attention, dedup, provenance, execution, optimizer):
+             tp, moe_routing, attention, dedup, provenance, execution, optimizer, dp, topology,
+             sequence_parallel):
     from ..cost.optimizer import check_optimizer
     from .report import Report
     from .step import check_execution
 
     check_execution(execution)
     check_optimizer(optimizer)
+    if isinstance(dp, bool) or not isinstance(dp, int) or dp < 1:
+        raise ValueError(f"dp must be a positive integer, got {dp!r}")
+    if not isinstance(sequence_parallel, bool):
+        raise ValueError(f"sequence_parallel must be True or False, got {sequence_parallel!r}")
 
     if provenance not in PROVENANCE_CHOICES:
         raise ValueError(f"unknown provenance {provenance!r}; accepted: "
@@ -483,6 +500,7 @@ def _analyze(model, example_inputs, example_kwargs, *, gpu, dtype, batch_size, s
     dkey = canonical_dtype(dtype)
     spec.peak_tflops(dkey)  # fail before capturing
     _check_attention(attention, spec, dkey)
+    topo = _check_topology(topology, spec, tp)
     kw = dict(batch_size=batch_size, seq_len=seq_len, train=mode == "train")
     stacks = [s for s in find_stacks(model) if len(s.groups) < s.length] if dedup else []
     notes = []
@@ -518,7 +536,8 @@ def _analyze(model, example_inputs, example_kwargs, *, gpu, dtype, batch_size, s
                                               for s in stacks))
     if not stacks:
         gm, rows, unsupported = _annotated(model, *args)
-    records, op_unsupported, step_notes = _op_records(gm, rows, model, spec, dkey)
+    records, op_unsupported, step_notes = _op_records(gm, rows, model, spec, dkey, execution)
+    walk = _liveness(gm, dkey, mode)
     if moe_routing is not None and not any(r.op.startswith("grouped") for r in rows):
         raise ValueError("moe_routing was given, but the model has no MoE expert layers "
                          "(grouped expert GEMMs) to route")
@@ -527,32 +546,87 @@ def _analyze(model, example_inputs, example_kwargs, *, gpu, dtype, batch_size, s
         notes.extend(traced_notes)
     elif provenance is None:
         rows = _replaced(gm, rows, [{"set_by": ()}] * len(rows))
+    saved_traced = sum(b.bytes for b in walk[2])
     if stacks:
         rows = expand_rows(rows, stacks)
         records = expand_rows(records, stacks)
+        walk = walk[:2] + (expand_rows(walk[2], stacks),)
     workload = _workload(model, example_inputs, example_kwargs, batch_size=batch_size,
                          seq_len=seq_len, mode=mode, tp=tp, attention=attention, rows=rows)
     step, records = _step(records, model, spec, dkey, mode, tp, execution, optimizer,
-                          workload, step_notes)
+                          workload, step_notes, dp=dp, topology=topo,
+                          sequence_parallel=sequence_parallel)
+    memory = _memory(model, walk, saved_traced, spec, dkey, mode, tp, optimizer)
     return Report(rows=tuple(rows), unsupported=tuple(unsupported), gpu=spec.name,
                   dtype=dkey, model_name=type(model).__name__, graph_module=gm,
                   notes=tuple(notes), workload=workload, ops=tuple(records), step=step,
-                  unsupported_ops=tuple(op_unsupported))
+                  unsupported_ops=tuple(op_unsupported), memory=memory)
 
 
-def _op_records(gm, rows, model, spec, dkey):
+def _liveness(gm, dkey, mode):
+    """The eager liveness walk of the captured graph (``fxshape.analysis.memory.liveness``)."""
+    from .memory import liveness
+    from .opcost import Sizes
+    from .step import attribute_modules, model_float_dtype, run_dtype
+
+    sizes = Sizes(model_float_dtype(gm), run_dtype(dkey))
+    grad_item = 4 if mode == "train" else None  # fp32 gradients of fp32 master weights
+    return liveness(gm, sizes, owner=attribute_modules(gm, module_of), grad_itemsize=grad_item)
+
+
+def _memory(model, walk, saved_traced, spec, dkey, mode, tp, optimizer):
+    """``report.memory``: the parameters per GPU (Megatron: matrices split by ``tp``,
+    vectors replicated) and the liveness walk, its saved activations scaled from the traced
+    layers to all of them."""
+    from .memory import memory_of
+    from .step import run_dtype
+
+    params = {id(p): p for p in model.parameters()}.values()  # tied weights once
+    numels = [p.numel() // (tp if p.dim() >= 2 else 1) for p in params
+              if mode != "train" or p.requires_grad]
+    matrices = sum(p.numel() // tp for p in params if p.dim() >= 2)
+    peak_walk, at_backward, saved = walk
+    extra = sum(b.bytes for b in saved) - saved_traced  # the layers the trace stood for
+    notes = ["eager liveness of the captured graph; the allocator's rounding and the CUDA "
+             "context are not counted"]
+    if tp > 1:
+        notes.append(f"tp {tp}: activations are counted unsharded (an overestimate)")
+    item = torch.empty((), dtype=run_dtype(dkey), device="meta").element_size()
+    train = mode == "train" and at_backward is not None
+    return memory_of(numels=numels, mode=mode, dkey=dkey, optimizer=optimizer, run_item=item,
+                     capacity=int(spec.memory_gb * 1024 ** 3),
+                     peak_walk=peak_walk + (extra if train else 0),
+                     activations=(at_backward + extra) if train else peak_walk,
+                     gemm_weight_numel=matrices, notes=tuple(notes))
+
+
+def _op_records(gm, rows, model, spec, dkey, execution):
     """The step's op records of a captured graph (``fxshape.analysis.step.op_records``)."""
     from .step import op_records
 
     vocab = getattr(getattr(model, "config", None), "vocab_size", None)
     return op_records(gm, rows, spec=spec, dkey=dkey, module_of=module_of,
-                      vocab_size=vocab if isinstance(vocab, int) else None)
+                      vocab_size=vocab if isinstance(vocab, int) else None,
+                      execution=execution)
 
 
-def _step(records, model, spec, dkey, mode, tp, execution, optimizer, workload, notes):
-    """The step (``fxshape.analysis.step.step_of``) with the optimizer's records added in
-    training; returns (step, records)."""
-    from .step import optimizer_records, step_of
+def _check_topology(topology, spec, tp):
+    """The topology (given, or the GPU's usual machine); ``tp`` must fit in a node."""
+    from ..hardware.topology import default_topology, get_topology
+
+    topo = default_topology(spec.name) if topology is None else get_topology(topology)
+    if tp > topo.gpus_per_node:
+        raise ValueError(f"tp={tp} exceeds the {topo.gpus_per_node} GPUs of a {topo.name} "
+                         f"node (tensor parallelism stays inside a node); accepted: tp <= "
+                         f"{topo.gpus_per_node}, or another topology=")
+    return topo
+
+
+def _step(records, model, spec, dkey, mode, tp, execution, optimizer, workload, notes, *,
+          dp=1, topology=None, sequence_parallel=False):
+    """The step (``fxshape.analysis.step.step_of``) with the optimizer's and the
+    collectives' records added; returns (step, records)."""
+    from .step import comm_records, optimizer_records, run_dtype, step_of
 
     notes = list(notes)
     records = list(records)
@@ -566,8 +640,26 @@ def _step(records, model, spec, dkey, mode, tp, execution, optimizer, workload, 
             notes.append(f"training in {dkey} with fp32 master weights (autocast): the "
                          "weight casts and the optimizer run in fp32")
     if tp > 1:
-        notes.append(f"tp {tp}: GEMMs are sharded; memory-bound ops are priced unsharded "
-                     "(an overestimate) and the collectives are not modelled yet")
+        from .step import shard_memory_records
+
+        records = shard_memory_records(records, tp, spec, sequence_parallel)
+        notes.append(f"tp {tp}: GEMMs are sharded, and so are the memory-bound ops inside "
+                     "the attention and MLP blocks (between their column- and row-parallel "
+                     "layers); " + ("with sequence parallelism, the norms and residuals too"
+                                    if sequence_parallel else "norms and residuals stay whole"))
+    if tp > 1 or (dp > 1 and mode == "train"):
+        item = torch.empty((), dtype=run_dtype(dkey), device="meta").element_size()
+        grads = 0
+        if mode == "train":
+            params = {id(p): p for p in model.parameters() if p.requires_grad}.values()
+            grads = 4 * sum(p.numel() // (tp if p.dim() >= 2 else 1) for p in params)
+        records, comm_notes = comm_records(records, tp=tp, dp=dp, topology=topology,
+                                           item=item, grad_bytes=grads,
+                                           sequence_parallel=sequence_parallel)
+        notes.extend(comm_notes)
+    elif dp > 1:
+        notes.append(f"dp {dp}: inference replicas do not communicate; the step is one "
+                     "replica's")
     tokens = None
     if workload.batch_size is not None and workload.seq_len is not None:
         tokens = workload.batch_size * workload.seq_len

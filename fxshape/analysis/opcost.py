@@ -31,8 +31,10 @@ from typing import Callable
 
 import torch
 
+from .ops import _size
+
 __all__ = ["Kernel", "NodeKernels", "register_memop_handler", "memop_handler", "node_kernels",
-           "tensor_bytes", "dropout_chains"]
+           "tensor_bytes", "dropout_chains", "matmul_copies"]
 
 aten = torch.ops.aten
 
@@ -97,15 +99,6 @@ def _packet_name(target) -> str:
 # ---------------------------------------------------------------------------------------
 # sizes of the values a node reads and writes
 # ---------------------------------------------------------------------------------------
-
-def _size(d) -> int:
-    if isinstance(d, torch.SymInt):
-        hint = getattr(d.node, "hint", None)
-        if hint is None:
-            raise ValueError(f"symbolic size {d} has no hint value")
-        return int(hint)
-    return int(d)
-
 
 class Sizes:
     """Bytes of the tensors a graph holds, the model's float dtype (``model_dtype``, fp32 on
@@ -441,6 +434,34 @@ def _nll_backward(node, sz):
     out = _written(node, sz)
     # the gradient is zero but at each row's target: a fill, then a scatter
     return [Kernel("fill", out), Kernel("scatter", sz.bytes(_inputs(node)[2]))]
+
+
+def _foldable(t: torch.Tensor) -> bool:
+    """Can ``t``'s leading (batch) dimensions be merged into one as a view, with the last two
+    a matrix cuBLAS reads in place (one of them unit-stride)?"""
+    shape = [_size(d) for d in t.shape]
+    stride = [_size(x) for x in t.stride()]
+    if len(shape) >= 2 and 1 not in (stride[-1], stride[-2]) and shape[-1] > 1 and \
+            shape[-2] > 1:
+        return False
+    batch = [(d, st) for d, st in zip(shape[:-2], stride[:-2]) if d != 1]
+    return all(st == nxt_st * nxt_d for (d, st), (nxt_d, nxt_st) in zip(batch, batch[1:])) \
+        and all(st != 0 for _, st in batch)
+
+
+def matmul_copies(node, sizes: Sizes) -> list:
+    """The copies ``aten.matmul`` makes before its GEMM: an operand of three or more
+    dimensions whose batch dimensions cannot be merged as a view (a head-split
+    ``transpose(1, 2)`` of a projection's output; a broadcast batch) is copied contiguous
+    (``expand(...).reshape(...)`` in ATen's ``_matmul_impl``). One copy kernel each."""
+    if _packet_name(node.target) != "matmul":
+        return []
+    out = []
+    for t in _inputs(node)[:2]:
+        if t.dim() >= 3 and not _foldable(t):
+            n = math.prod(_size(d) for d in t.shape)
+            out.append(Kernel("copy", 2 * n * sizes.itemsize(t)))
+    return out
 
 
 # ---------------------------------------------------------------------------------------

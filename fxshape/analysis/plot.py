@@ -109,11 +109,32 @@ def bar_labels(groups) -> list:
             for g, lab in zip(groups, out)]
 
 
+#: a colour per class of the step (``fxshape.analysis.step.CLASSES``)
+STEP_COLOURS = {"gemm": "#1b9e77", "attention": "#66a61e", "memory": "#7570b3",
+                "optimizer": "#e6ab02", "communication": "#d95f02", "host_idle": "#999999"}
+
+
+def _plot_step(ax, step) -> None:
+    """The step as one stacked bar, a segment per class (its share in the label)."""
+    left = 0.0
+    for cls, colour in STEP_COLOURS.items():
+        t = step.by_class.get(cls, 0.0) * 1e3
+        if t <= 0:
+            continue
+        ax.barh(["step"], [t], left=left, color=colour,
+                label=f"{cls.replace('_', ' ')} {100 * t / (step.time_s * 1e3):.0f}%")
+        left += t
+    ax.set_xlabel("predicted step time (ms)")
+    ax.legend(fontsize=8, ncol=3, loc="upper center", bbox_to_anchor=(0.5, -0.75))
+    ax.set_title(step.describe().split(";")[0], fontsize=9)
+
+
 def plot_report(report, path: str, *, top: int = 15) -> bool:
     """One horizontal bar per collapsed row of ``report`` (the ``top`` by time share): its
     predicted time split into what its FLOPs take at the dense peak and what is lost,
-    coloured by :func:`loss_cause`; model totals in the title. Written to ``path`` (.png or
-    .svg); returns False (writing nothing) when matplotlib is not installed."""
+    coloured by :func:`loss_cause`; model totals in the title; under it, the whole step as
+    one bar split by class (``report.step``). Written to ``path`` (.png or .svg); returns
+    False (writing nothing) when matplotlib is not installed."""
     path = check_path(path)
     plt = _pyplot()
     if plt is None:
@@ -133,10 +154,17 @@ def plot_report(report, path: str, *, top: int = 15) -> bool:
         ideal.append(t_peak)
         lost.append(t - t_peak)
         colours.append(CAUSES[loss_cause(r)])
-    fig, ax = plt.subplots(figsize=(10, 0.35 * len(groups) + 1.6), dpi=100)
+    step = report.step
+    if step is not None and step.time_s > 0:
+        fig, (ax, ax_step) = plt.subplots(
+            2, 1, figsize=(10, 0.35 * len(groups) + 3.0), dpi=100,
+            gridspec_kw={"height_ratios": [max(len(groups), 1), 2.2]})
+        _plot_step(ax_step, step)
+    else:
+        fig, ax = plt.subplots(figsize=(10, 0.35 * len(groups) + 1.6), dpi=100)
     ax.barh(labels, ideal, color="#1b9e77", label="at dense peak")
     ax.barh(labels, lost, left=ideal, color=colours)
-    ax.set_xlabel("predicted time per step (ms)")
+    ax.set_xlabel("predicted GEMM and attention time per step (ms)")
     ax.tick_params(axis="y", labelsize=8)
     used = [c for c in CAUSES if CAUSES[c] in colours]
     ax.legend(handles=[Patch(color="#1b9e77", label="at dense peak")]

@@ -58,6 +58,9 @@ class Report:
     step: object = None
     #: non-GEMM ops without a cost model (listed, never counted as zero)
     unsupported_ops: tuple = ()
+    #: memory per GPU: parameters, gradients, optimizer state, activations, peak, fits
+    #: (``fxshape.analysis.memory.Memory``); None for a report built by hand
+    memory: object = None
 
     # -- totals ---------------------------------------------------------------------------
     @property
@@ -166,6 +169,8 @@ class Report:
                     f"{c['cls']} {c['family']} x{c['count']} {c['time_s'] * 1e3:.3f} ms"
                     for c in other[:6]) + ("; ..." if len(other) > 6 else ""))
             lines.extend(f"note: {n}" for n in self.step.notes)
+        if self.memory is not None:
+            lines.append(self.memory.describe())
         lines.extend(f"note: {n}" for n in self.notes)
         offenders = [g for g in (groups or self.groups()) if misaligned(g["row"])][:3]
         if offenders:
@@ -261,6 +266,7 @@ class Report:
             "step": None if self.step is None else self.step.as_dict(),
             "ops": [o.as_dict() for o in self.ops],
             "unsupported_ops": [u.__dict__ for u in self.unsupported_ops],
+            "memory": None if self.memory is None else self.memory.as_dict(),
         }
 
     def ops_csv(self) -> str:

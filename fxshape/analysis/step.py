@@ -13,6 +13,8 @@ the eager timeline (``fxshape.cost.host.eager_timeline``).
 from __future__ import annotations
 
 import collections
+import dataclasses
+import operator
 from dataclasses import dataclass, field
 
 import torch
@@ -21,23 +23,25 @@ from ..cost.host import eager_timeline, host_params
 from ..cost.memops import kernel_time, memop_family
 from ..cost.optimizer import optimizer_passes
 from ..hardware.gpus import get_gpu
-from .opcost import Kernel, Sizes, dropout_chains, node_kernels
+from .opcost import Kernel, Sizes, dropout_chains, matmul_copies, node_kernels
 from .rows import Unsupported
 
 __all__ = ["OpRecord", "Step", "CLASSES", "EXECUTIONS", "op_records", "step_of",
-           "check_execution", "model_float_dtype"]
+           "check_execution", "model_float_dtype", "run_dtype", "attribute_modules", "phase_of"]
 
 #: the classes a step's time is split into (``Step.by_class``)
 CLASSES = ("gemm", "attention", "memory", "optimizer", "communication", "host_idle")
-#: how the model runs: ``"eager"`` (one kernel per aten op, the host dispatching each)
-EXECUTIONS = ("eager",)
+#: how the model runs: ``"eager"`` (one kernel per aten op, the host dispatching each),
+#: ``"compiled"`` (``torch.compile``: Inductor's fused kernels, launched by its wrapper),
+#: ``"cudagraphs"`` (``torch.compile(mode="reduce-overhead")``: the same kernels replayed
+#: as CUDA graphs, one launch per graph)
+EXECUTIONS = ("eager", "compiled", "cudagraphs")
 
 
 def check_execution(execution) -> None:
     if execution not in EXECUTIONS:
         raise ValueError(f"unknown execution {execution!r}; accepted: "
-                         + ", ".join(repr(e) for e in EXECUTIONS)
-                         + " ('compiled', torch.compile's fused kernels, is not modelled yet)")
+                         + ", ".join(repr(e) for e in EXECUTIONS))
 
 
 @dataclass(frozen=True)
@@ -61,9 +65,13 @@ class OpRecord:
     host_s: float
     family: str = ""
     note: str = ""
+    #: a GEMM's (batch, M, N, K); empty for other ops
+    shape: tuple = ()
 
     def as_dict(self) -> dict:
-        return dict(self.__dict__)
+        d = dict(self.__dict__)
+        d["shape"] = list(self.shape)
+        return d
 
 
 @dataclass(frozen=True)
@@ -153,7 +161,7 @@ def _price(k: Kernel, spec, run) -> float:
     return kernel_time(family, k.bytes, gpu=spec).time_s
 
 
-def _attribute(gm, module_of) -> dict:
+def attribute_modules(gm, module_of) -> dict:
     """node name -> module, for every node: its own (``nn_module_stack``, the labels a joint
     graph's nodes carry), else the parameter it reads, else that of its latest-computed input
     that has one (an op the autograd engine inserts, such as the sum of two gradients of one
@@ -186,39 +194,47 @@ def _attribute(gm, module_of) -> dict:
     return owner
 
 
-def _phase_of(gm) -> dict:
-    """node name -> ``forward``/``backward``: in a joint graph, backward is what depends on
-    the loss (the output's first value); everything is forward elsewhere."""
+def phase_of(gm) -> dict:
+    """node name -> ``forward``/``backward``: in a joint graph, the backward is everything
+    from the first node that depends on the loss (the output's first value) on, in program
+    order (autograd runs there the ops that only read saved values too, like a norm's
+    ``pow(rstd, 3)``); everything is forward elsewhere."""
     out = next((n for n in gm.graph.nodes if n.op == "output"), None)
     first = out.args[0][0] if out is not None and isinstance(out.args[0], (tuple, list)) \
         and out.args[0] else None
     if not any("fxshape_phase" in n.meta for n in gm.graph.nodes) or \
             not isinstance(first, torch.fx.Node):
         return {}
-    backward, stack = set(), list(first.users)
-    while stack:
-        n = stack.pop()
-        if n.name in backward or n.op == "output":
-            continue
-        backward.add(n.name)
-        stack.extend(n.users)
-    return {n.name: "backward" if n.name in backward else "forward" for n in gm.graph.nodes}
+    nodes = list(gm.graph.nodes)
+    index = {n.name: i for i, n in enumerate(nodes)}
+    users = [index[u.name] for u in first.users if u.op != "output"]
+    start = min(users) if users else len(nodes)
+    return {n.name: "backward" if i >= start else "forward" for i, n in enumerate(nodes)}
 
 
-def op_records(gm, rows, *, spec, dkey, module_of, vocab_size=None):
-    """``(records, unsupported, notes)`` for every node of ``gm`` in program order (see the
-    module docstring); ``rows``: the GEMM rows of ``gm``'s nodes. In a joint graph the
-    synthetic loss (a sum of the first output) is priced as a cross-entropy over
-    ``vocab_size`` classes when the output's last dimension is that."""
-    hp = host_params()
+def _context(gm, rows, dkey, module_of):
+    """What both regimes' walks need: the run dtype, the sizes, the dropout chains, each
+    node's phase and module, the GEMM rows by node."""
     run = run_dtype(dkey)
-    sizes = Sizes(model_float_dtype(gm), run)
-    roles = dropout_chains(gm)
-    phases = _phase_of(gm)
-    owner = _attribute(gm, module_of)
     by_node: dict = {}
     for r in rows:
         by_node.setdefault(r.node, []).append(r)
+    return (run, Sizes(model_float_dtype(gm), run), dropout_chains(gm), phase_of(gm),
+            attribute_modules(gm, module_of), by_node)
+
+
+def op_records(gm, rows, *, spec, dkey, module_of, vocab_size=None, execution="eager"):
+    """``(records, unsupported, notes)`` for every node of ``gm`` in program order (see the
+    module docstring); ``rows``: the GEMM rows of ``gm``'s nodes. In a joint graph the
+    synthetic loss (a sum of the first output) is priced as a cross-entropy over
+    ``vocab_size`` classes when the output's last dimension is that. ``execution``
+    ``"compiled"`` or ``"cudagraphs"``: the memory-bound ops as Inductor's fused kernels
+    (:func:`compiled_records`)."""
+    if execution != "eager":
+        return compiled_records(gm, rows, spec=spec, dkey=dkey, module_of=module_of,
+                                vocab_size=vocab_size, cuda_graphs=execution == "cudagraphs")
+    hp = host_params()
+    run, sizes, roles, phases, owner, by_node = _context(gm, rows, dkey, module_of)
     loss_nodes, loss_records, notes = _loss(gm, sizes, spec, run, hp, vocab_size, owner)
     notes = list(notes)
     records, unsupported = [], []
@@ -227,6 +243,8 @@ def op_records(gm, rows, *, spec, dkey, module_of, vocab_size=None):
             continue
         phase = phases.get(n.name, "forward")
         if n.name in by_node:
+            copies = _copy_record(n, sizes, spec, run, owner, phase, hp.op_s("view", phase))
+            records.extend(copies)
             for i, r in enumerate(by_node[n.name]):
                 fused = r.kernel not in ("", "math")
                 first = i == 0
@@ -236,7 +254,7 @@ def op_records(gm, rows, *, spec, dkey, module_of, vocab_size=None):
                     cls="attention" if r.kernel else "gemm",
                     kernels=1 if (first or not fused) else 0, bytes=nbytes, flops=r.flops,
                     time_s=r.time_s, host_s=hp.op_s("gemm", r.phase) if first else 0.0,
-                    family=r.kernel or "gemm", note=r.note))
+                    family=r.kernel or "gemm", note=r.note, shape=(r.batch, r.m, r.n, r.k)))
             continue
         if n.name in loss_nodes:
             if loss_nodes[n.name]:
@@ -261,6 +279,19 @@ def op_records(gm, rows, *, spec, dkey, module_of, vocab_size=None):
                                 sum(k.bytes for k in got.kernels), 0, t,
                                 hp.op_s("kernel", phase), family=fam, note=got.reason))
     return records, unsupported, tuple(notes)
+
+
+def _copy_record(n, sizes, spec, run, owner, phase, host_per_copy) -> list:
+    """The contiguous copies ``aten.matmul`` makes of operands it cannot fold as views
+    (``fxshape.analysis.opcost.matmul_copies``), as one record (none when there are none)."""
+    ks = matmul_copies(n, sizes)
+    if not ks:
+        return []
+    return [OpRecord(f"{n.name}.copies", "matmul operand copy", owner.get(n.name, ""), phase,
+                     "memory", len(ks), sum(k.bytes for k in ks), 0,
+                     sum(_price(k, spec, run) for k in ks), host_per_copy * len(ks),
+                     family="copy", note="operands whose batch dimensions are not one view, "
+                                         "copied contiguous before the batched GEMM")]
 
 
 def _loss(gm, sizes, spec, run, hp, vocab_size, owner):
@@ -306,6 +337,232 @@ def _loss(gm, sizes, spec, run, hp, vocab_size, owner):
         "the capture's sum",)
 
 
+#: ops Inductor runs as library fallbacks or as kernels nothing fuses into
+_EXTERN_OPS = {"sort", "topk", "argsort", "nonzero", "embedding_dense_backward",
+               "index_put", "index_put_", "scatter", "scatter_", "scatter_add", "scatter_add_",
+               "index_add", "index_add_", "index_copy", "index_copy_", "scatter_reduce",
+               "masked_scatter", "nll_loss_backward", "nll_loss2d_backward", "cumsum",
+               "cumprod", "logcumsumexp", "randperm"}
+
+
+def compiled_records(gm, rows, *, spec, dkey, module_of, vocab_size=None, cuda_graphs=False):
+    """The records of ``gm`` as ``torch.compile`` runs it: GEMMs and attention as library
+    calls, the memory-bound ops in Inductor's fusion groups (``fxshape.analysis.fusion``),
+    each group one kernel, launched by Inductor's wrapper (per kernel, and per compiled
+    graph; with CUDA graphs, per graph only). The loss's cross-entropy is two fused kernels
+    (the forward's looped log-softmax with the upcast and the gather; the backward's
+    softmax gradient recomputed from the logits)."""
+    from .fusion import fusion_groups
+
+    hp = host_params()
+    per_kernel = 0.0 if cuda_graphs else hp.compiled_kernel_s
+    run, sizes, roles, phases, owner, by_node = _context(gm, rows, dkey, module_of)
+    loss_nodes, loss_fx, loss_notes = _loss_nodes(gm, vocab_size, sizes)
+    notes = list(loss_notes)
+    category, eager, unsupported = compiled_categories(gm, by_node, loss_nodes, sizes, roles,
+                                                       owner)
+    groups = fusion_groups(gm, category, sizes, phases)
+    node_by_name = {n.name: n for n in gm.graph.nodes}
+    anchored: dict = {}
+    for g in groups:
+        anchored.setdefault(g.nodes[0], []).append(g)
+    records = []
+    graphs = sorted(set(phases.values())) if phases else ["forward"]
+    for phase in graphs:  # Inductor's per-graph launch: the forward's and the backward's
+        records_phase = OpRecord(f"graph.{phase}", "compiled graph call", "", phase, "view",
+                                 0, 0, 0, 0.0, hp.compiled_graph_s,
+                                 note="the compiled graph's guards and wrapper")
+        if phase == "forward":
+            records.append(records_phase)
+        else:
+            backward_call = records_phase
+    backward_started = False
+    for n in gm.graph.nodes:
+        if n.op != "call_function":
+            continue
+        phase = phases.get(n.name, "forward")
+        if phase == "backward" and not backward_started and "backward" in graphs:
+            records.append(backward_call)
+            backward_started = True
+        if n.name in by_node:
+            records.extend(_copy_record(n, sizes, spec, run, owner, phase, per_kernel))
+            for i, r in enumerate(by_node[n.name]):
+                first = i == 0
+                fused = r.kernel not in ("", "math")
+                records.append(OpRecord(
+                    node=r.node, op=r.op, module=r.module, phase=r.phase,
+                    cls="attention" if r.kernel else "gemm",
+                    kernels=1 if (first or not fused) else 0, bytes=r.prediction.bytes,
+                    flops=r.flops, time_s=r.time_s, host_s=per_kernel if first else 0.0,
+                    family=r.kernel or "gemm", note=r.note, shape=(r.batch, r.m, r.n, r.k)))
+            continue
+        if n.name in loss_nodes and loss_nodes[n.name]:
+            records.append(_compiled_loss(loss_fx, loss_nodes[n.name], spec, sizes, per_kernel,
+                                          owner))
+            continue
+        if n.name in eager:
+            ks = eager[n.name]
+            records.append(OpRecord(n.name, str(n.target).replace("aten.", ""),
+                                    owner.get(n.name, ""), phase, "memory", len(ks),
+                                    sum(k.bytes for k in ks), 0,
+                                    sum(_price(k, spec, run) for k in ks),
+                                    per_kernel * len(ks),
+                                    family="+".join(dict.fromkeys(k.family for k in ks)),
+                                    note="a library kernel in the compiled graph"))
+        for g in anchored.get(n.name, ()):
+            members = [x for x in g.nodes]
+            # the first member's module: a kernel that starts in a layer and runs on into
+            # the next (its residual add fused with the next LayerNorm) is the layer's, so
+            # a deduplicated trace repeats it once per layer
+            module = owner.get(members[0], "")
+            ops = list(dict.fromkeys(_short(x, node_by_name) for x in members))
+            label = "+".join(ops[:4]) + (f"+{len(ops) - 4} more" if len(ops) > 4 else "")
+            records.append(OpRecord(
+                f"fused.{members[0]}", f"fused({label})", module, phase, "memory", 1,
+                g.bytes, 0, kernel_time("elementwise", g.bytes, gpu=spec).time_s,
+                per_kernel, family="triton_reduction" if g.reduction else "triton",
+                note=f"{len(members)} ops in one generated kernel"
+                     + (f", {g.passes} read passes (looped reduction)" if g.passes > 1
+                        else "")))
+    if "backward" in graphs and not backward_started:
+        records.append(backward_call)
+    notes.append("compiled: memory-bound ops in Inductor's fusion groups (docs/step.md)"
+                 + ("; CUDA graphs: one launch per graph" if cuda_graphs else ""))
+    return records, unsupported, tuple(notes)
+
+
+def compiled_categories(gm, by_node, loss_nodes, sizes, roles, owner):
+    """What each node is to Inductor's scheduler: ``(category, eager kernels of the library
+    calls among the memory ops, unsupported)``; ``category``: node name -> ``"extern"``
+    (GEMMs, attention, scatters, fallbacks), ``"view"``, ``"pointwise"``, ``"reduction"`` or
+    ``"loss"``."""
+    category, eager, unsupported = {}, {}, []
+    for n in gm.graph.nodes:
+        if n.op != "call_function":
+            continue
+        if n.name in by_node:
+            category[n.name] = "extern"
+            continue
+        if n.name in loss_nodes:
+            category[n.name] = "loss"
+            continue
+        got = node_kernels(n, sizes, roles.get(n.name, ""))
+        if got.kind in ("skip", "view") or _inlined_constant(n, got, by_node):
+            category[n.name] = "view"
+        elif got.kind == "unsupported":
+            category[n.name] = "extern"
+            unsupported.append(Unsupported(n.name, str(n.target), owner.get(n.name, ""),
+                                           "no cost model: " + got.reason))
+        else:
+            fams = {k.family for k in got.kernels}
+            name = _op_packet(n)
+            if name in _EXTERN_OPS or "scatter" in fams:
+                category[n.name] = "extern"
+                eager[n.name] = got.kernels
+            elif fams & {"layer_norm", "softmax", "reduction"}:
+                category[n.name] = "col_reduction" if _column_reduction(n) else "reduction"
+            else:
+                category[n.name] = "pointwise"
+    return category, eager, unsupported
+
+
+def _inlined_constant(n, got, by_node) -> bool:
+    """A fill that reads no tensor (``ones_like`` of the loss's gradient, ``arange``, a mask's
+    ``ones``) is computed inside every kernel that reads it, unless a library call or the
+    graph's output needs it in memory."""
+    if not got.kernels or {k.family for k in got.kernels} != {"fill"}:
+        return False
+    if any(isinstance(m.meta.get("val"), torch.Tensor) and m.meta["val"].numel() > 1
+           for m in n.all_input_nodes):
+        return False
+    stack, seen = list(n.users), set()
+    while stack:
+        u = stack.pop()
+        if u.name in seen:
+            continue
+        seen.add(u.name)
+        if u.op == "output" or u.name in by_node:
+            return False
+        if _is_view_node(u):
+            stack.extend(u.users)
+    return True
+
+
+def _is_view_node(u) -> bool:
+    t = u.target
+    if t is operator.getitem:
+        return True
+    try:
+        rets = t._schema.returns
+    except AttributeError:
+        return False
+    return bool(rets) and all(r.alias_info is not None and not r.alias_info.is_write
+                              for r in rets)
+
+
+def _column_reduction(n) -> bool:
+    """Does a reduction keep its input's last dimension (a sum over the tokens, as a bias
+    gradient is)? Inductor's loop over it runs across rows, not along them."""
+    ins = [m.meta.get("val") for m in n.all_input_nodes]
+    ins = [t for t in ins if isinstance(t, torch.Tensor) and t.dim() >= 2]
+    out = n.meta.get("val")
+    if not ins or not isinstance(out, torch.Tensor) or out.dim() == 0:
+        return False
+    x = ins[0]
+    return out.shape[-1] == x.shape[-1] and out.numel() < x.numel() and x.shape[-1] > 1
+
+
+def _op_packet(n) -> str:
+    t = n.target
+    return t.overloadpacket.__name__ if isinstance(t, torch._ops.OpOverload) else str(t)
+
+
+def _short(name, nodes) -> str:
+    """A member's op name (``native_layer_norm``, ``add``)."""
+    return _op_packet(nodes[name]) if name in nodes else name
+
+
+def _loss_nodes(gm, vocab_size, sizes):
+    """The synthetic loss's nodes (``{name: "forward" | "backward"}``), the logits value and
+    notes, as :func:`_loss` finds them."""
+    out = next((n for n in gm.graph.nodes if n.op == "output"), None)
+    if out is None or not any("fxshape_phase" in n.meta for n in gm.graph.nodes):
+        return {}, None, ()
+    loss = out.args[0][0] if isinstance(out.args[0], (tuple, list)) and out.args[0] else None
+    if not isinstance(loss, torch.fx.Node) or "sum" not in str(loss.target):
+        return {}, None, ()
+    x = loss.args[0].meta.get("val") if isinstance(loss.args[0], torch.fx.Node) else None
+    if x is None or not vocab_size or x.dim() < 2 or int(x.shape[-1]) != int(vocab_size):
+        return {}, None, ("loss: the sum of the model's first output (it is not logits over "
+                          "the vocabulary), priced as that sum",)
+    mapping = {loss.name: "forward"}
+    mapping.update({u.name: "backward" for u in loss.users if "ones_like" in str(u.target)})
+    v = int(vocab_size)
+    return mapping, (loss.name, x, v), (
+        f"loss: cross-entropy over the {v}-word vocabulary ({x.numel() // v} rows, fp32), in "
+        "place of the capture's sum",)
+
+
+def _compiled_loss(loss_fx, phase, spec, sizes, per_kernel, owner) -> OpRecord:
+    name, x, v = loss_fx
+    rows = x.numel() // v
+    e = sizes.itemsize(x)
+    n = rows * v
+    if phase == "forward":
+        # the looped log-softmax reads the logits twice (max and sum, then the gather);
+        # writes each row's log-sum-exp and the loss
+        nbytes = 2 * n * e + rows * 8 + 8
+    else:
+        # the gradient softmax(x) - onehot, recomputed from the logits and the saved
+        # log-sum-exp: reads the logits, writes the gradient
+        nbytes = 2 * n * e + rows * 12
+    return OpRecord(f"{name}.{phase}", f"fused(cross_entropy{'_backward' * (phase != 'forward')})",
+                    owner.get(name, ""), phase, "memory", 1, nbytes, 0,
+                    kernel_time("elementwise", nbytes, gpu=spec).time_s, per_kernel,
+                    family="triton_reduction",
+                    note=f"cross-entropy over {v} classes, {rows} rows, one generated kernel")
+
+
 def optimizer_records(optimizer, numels, *, spec, mixed: bool):
     """Records of the optimizer step (and, under mixed precision, the casts autocast runs:
     each fp32 weight to the GEMM dtype in the forward, its gradient back in the backward)."""
@@ -329,6 +586,126 @@ def optimizer_records(optimizer, numels, *, spec, mixed: bool):
                             hp.kernel_s + p.launches * hp.view_s, family="elementwise",
                             note=f"multi-tensor {p.op} over {len(numels)} parameters"))
     return out
+
+
+def comm_records(records, *, tp, dp, topology, item, grad_bytes, sequence_parallel=False):
+    """``records`` with the collectives of tensor and data parallelism added
+    (``fxshape.cost.comm``), and notes.
+
+    Tensor parallelism (Megatron): after each row-parallel GEMM of the forward (attention's
+    output projection, the MLP's down projection), an all-reduce of its output (tokens x
+    hidden); in the backward one more per row-parallel layer, for the input gradient of the
+    column-parallel layers feeding it. With ``sequence_parallel`` each all-reduce is a
+    reduce-scatter and an all-gather of the same buffer. These sit on the critical path.
+
+    Data parallelism (DDP): the gradients, ``grad_bytes`` per GPU, all-reduced in 25 MiB
+    buckets (DDP's ``bucket_cap_mb``) as the backward produces them, on a stream of their
+    own. A bucket is ready when the backward has done its share of the work (the gradients
+    are taken to appear in proportion to the backward's GPU time); only what runs past the
+    backward's end is exposed, and that is the record's time."""
+    from ..cost.comm import predict_collective
+    from .parallel import layer_kind
+
+    notes = []
+    out = []
+    if tp > 1:
+        # the forward output of each row-parallel layer: tokens x hidden
+        sizes = {}
+        for r in records:
+            if r.cls == "gemm" and r.phase == "forward" and r.shape and \
+                    layer_kind(r.module, r.op) == "row":
+                b, m, n, _ = r.shape
+                sizes.setdefault(r.module, b * m * n * item)
+        placed = set()
+        kinds = ("reduce_scatter", "all_gather") if sequence_parallel else ("all_reduce",)
+        for r in records:
+            out.append(r)
+            if r.cls != "gemm" or r.module not in sizes:
+                continue
+            if r.phase == "forward":
+                pass
+            elif r.module in placed:
+                continue  # one backward all-reduce per row-parallel layer
+            else:
+                placed.add(r.module)
+            nbytes = sizes[r.module]
+            for kind in kinds:
+                p = predict_collective(kind, nbytes, tp, topology=topology, per_node=tp)
+                out.append(OpRecord(f"{r.node}.{kind}", f"tp {kind}", r.module, r.phase,
+                                    "communication", 1, nbytes, 0, p.time_s, 0.0,
+                                    family=p.link_class,
+                                    note=f"{nbytes / 2**20:.2f} MiB over {tp} GPUs "
+                                         f"({p.link}, {p.busbw_gbs:.0f} GB/s bus)"))
+        both = any(r.phase == "backward" for r in records)
+        notes.append(f"tp {tp}: Megatron all-reduces after each row-parallel GEMM"
+                     + (", forward and backward" if both else "")
+                     + (" (sequence parallel: reduce-scatter + all-gather)"
+                        if sequence_parallel else "") + f", on {topology.name}")
+    else:
+        out = list(records)
+    if dp > 1 and grad_bytes > 0:
+        out, note = _dp_allreduce(out, dp=dp, tp=tp, topology=topology, grad_bytes=grad_bytes)
+        notes.append(note)
+    return out, notes
+
+
+def shard_memory_records(records, tp, spec, sequence_parallel=False):
+    """Memory-bound records of a model at ``tp`` > 1, each GPU's share: an op inside a
+    block whose projections are tensor-parallel (the block is the parent module of a
+    column- or row-parallel GEMM: ``...self_attn``, ``...mlp``) works on that GPU's heads
+    or MLP columns, so it moves ``1 / tp`` of its bytes; everything else (norms, residual
+    adds, embeddings, the loss) is replicated, unless ``sequence_parallel``: then the ops
+    between the blocks run on ``1 / tp`` of the tokens too."""
+    from .parallel import layer_kind
+
+    blocks = {r.module.rsplit(".", 1)[0] for r in records
+              if r.cls == "gemm" and "." in r.module
+              and layer_kind(r.module, r.op) in ("column", "row")}
+    launch = _launch(spec)
+    out = []
+    for r in records:
+        inside = sequence_parallel or r.module in blocks or any(
+            r.module.startswith(b + ".") for b in blocks)
+        if r.cls == "memory" and inside and r.bytes:
+            fixed = launch * r.kernels
+            t = fixed + max(0.0, r.time_s - fixed) / tp
+            r = dataclasses.replace(r, bytes=r.bytes // tp, time_s=t,
+                                    note=(r.note + "; " if r.note else "") + f"1/{tp} per GPU")
+        out.append(r)
+    return out
+
+
+def _dp_allreduce(records, *, dp, tp, topology, grad_bytes):
+    from ..cost.comm import predict_collective
+
+    per_node = max(1, min(dp, topology.gpus_per_node // tp))
+    while dp % per_node:
+        per_node -= 1
+    bucket = 25 * 2 ** 20
+    sizes = [bucket] * (grad_bytes // bucket) + ([grad_bytes % bucket]
+                                                 if grad_bytes % bucket else [])
+    times = [predict_collective("all_reduce", b, dp, topology=topology,
+                                per_node=per_node).time_s for b in sizes]
+    backward = [r.time_s for r in records if r.phase == "backward"]
+    duration = sum(backward)
+    done = end = 0.0
+    for b, t in zip(sizes, times):
+        done += b
+        ready = duration * done / grad_bytes
+        end = max(end, ready) + t
+    exposed = max(0.0, end - duration)
+    total = sum(times)
+    rec = OpRecord("dp.all_reduce", "dp gradient all-reduce", "", "backward", "communication",
+                   len(sizes), grad_bytes, 0, exposed, 0.0,
+                   family=topology.link_class(dp, per_node),
+                   note=f"{len(sizes)} buckets, {grad_bytes / 2**20:.1f} MiB over {dp} GPUs: "
+                        f"{total * 1e3:.3f} ms, {exposed * 1e3:.3f} ms not hidden by the "
+                        "backward")
+    idx = max((i for i, r in enumerate(records) if r.phase == "backward"), default=len(records))
+    out = list(records[:idx + 1]) + [rec] + list(records[idx + 1:])
+    return out, (f"dp {dp}: gradient all-reduce in 25 MiB buckets overlapped with the "
+                 f"backward ({total * 1e3:.3f} ms, {exposed * 1e3:.3f} ms exposed), on "
+                 f"{topology.name}")
 
 
 def _launch(spec) -> float:

@@ -4,8 +4,9 @@
 a multiple of 64 × tp, hidden size and head dimension with more factors of two, a
 flash-attention-friendly head dimension, the best MLP width near the current one — and
 re-analyzes the model with each candidate (``fxshape.analyze`` on a new model built from the
-changed config, on the meta device). A candidate is recommended when it is predicted at least
-``min_speedup`` faster per step *and* at least that much more efficient (achieved TFLOP/s), so
+changed config, on the meta device). A candidate is recommended when its whole step
+(``report.step``: GEMMs, memory-bound ops, optimizer, host) is predicted at least
+``min_speedup`` faster *and* its GEMMs at least that much more efficient (achieved TFLOP/s), so
 that a smaller model never wins just for being smaller, and its parameter count stays within
 ``param_tolerance`` of the original.
 
@@ -50,6 +51,9 @@ class Recommendation:
     param_delta: int  # change in parameter count
     reason: str
     changes: tuple  # ((config attribute, old, new), ...)
+    #: GEMM (and attention) time before / after - 1: the shapes' own gain, without the
+    #: memory-bound ops, the optimizer and the host that the step adds
+    gemm_speedup: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -59,6 +63,7 @@ class Evaluation:
     params: int
     attention_s: float = 0.0  # of which attention kernels (forward and backward)
     kernel: str = ""  # the attention kernel(s) they were predicted as
+    step_s: float = 0.0  # the whole step (report.step.time_s)
 
 
 @dataclass(frozen=True)
@@ -75,17 +80,20 @@ class Advice:
     combined: Recommendation | None  # all non-overlapping recommendations applied together
     notes: tuple  # rule checks and wave-boundary warnings, as sentences
     attention: str = "flash"  # the attention= choice the predictions were made with
+    step_s: float = 0.0  # the whole predicted step (``report.step``)
+    execution: str = "eager"
 
     def table(self, fmt: str = "simple") -> str:
-        head = ("hyperparameter", "current", "suggested", "speedup", "TFLOP/s gain",
-                "params", "reason")
+        head = ("hyperparameter", "current", "suggested", "step speedup", "GEMM speedup",
+                "TFLOP/s gain", "params", "reason")
         rows = [(r.hyperparameter, _fmt(r.current), _fmt(r.suggested),
-                 f"{100 * r.predicted_speedup:+.1f}%", f"{100 * r.throughput_gain:+.1f}%",
+                 f"{100 * r.predicted_speedup:+.1f}%", f"{100 * r.gemm_speedup:+.1f}%",
+                 f"{100 * r.throughput_gain:+.1f}%",
                  f"{r.param_delta:+,}", r.reason) for r in self.recommendations]
         lines = [f"{self.model_name} on {self.gpu} ({self.dtype}, {self.mode}, tp={self.tp}, "
-                 f"attention={self.attention}): "
-                 f"{self.params:,} parameters, predicted GEMM time {self.time_s * 1e3:.3f} ms "
-                 f"per step, {self.tflops:.0f} TFLOP/s", ""]
+                 f"attention={self.attention}, {self.execution}): "
+                 f"{self.params:,} parameters, predicted step {self.step_s * 1e3:.3f} ms "
+                 f"(GEMMs {self.time_s * 1e3:.3f} ms at {self.tflops:.0f} TFLOP/s)", ""]
         if rows:
             lines.append(tabulate(rows, headers=head, tablefmt=fmt, disable_numparse=True))
         else:
@@ -94,7 +102,8 @@ class Advice:
         if self.combined is not None and len(self.recommendations) > 1:
             c = self.combined
             lines.append(f"\nall together ({c.hyperparameter} = {_fmt(c.suggested)}): "
-                         f"{100 * c.predicted_speedup:+.1f}% speed, "
+                         f"{100 * c.predicted_speedup:+.1f}% step speed "
+                         f"({100 * c.gemm_speedup:+.1f}% GEMMs), "
                          f"{c.param_delta:+,} parameters")
         if self.notes:
             lines.append("\nnotes:")
@@ -183,7 +192,8 @@ class _Evaluator:
                     seen.add(id(p))
                     params += p.numel()
             self.cache[key] = Evaluation(report.total_time_s, report.total_flops, params,
-                                         sum(r.time_s for r in attn), kernels)
+                                         sum(r.time_s for r in attn), kernels,
+                                         report.step.time_s)
         return self.cache[key]
 
 
@@ -363,15 +373,18 @@ def _rule_notes(config, report, tp, batch_size):
 def advise(model_or_config, *, gpu="h100", dtype=torch.bfloat16, batch_size=None,
            seq_len=None, tp: int = 1, mode: str = "train", attention: str = "flash",
            param_tolerance: float = DEFAULT_TOLERANCE,
-           min_speedup: float = DEFAULT_MIN_SPEEDUP) -> Advice:
+           min_speedup: float = DEFAULT_MIN_SPEEDUP, execution: str = "eager",
+           optimizer="adamw") -> Advice:
     """Recommend hyperparameter changes with better GEMM shapes.
 
     Args:
         model_or_config: a Hugging Face model (weights are not used) or config.
-        gpu, dtype, batch_size, seq_len, tp, mode, attention: as for
-            :func:`fxshape.analyze` (default: training, the forward and backward GEMMs;
-            attention as PyTorch's SDPA runs it on ``gpu``). A change of head count or head
-            dimension says in its reason how much of its gain is the attention kernel's.
+        gpu, dtype, batch_size, seq_len, tp, mode, attention, execution, optimizer: as for
+            :func:`fxshape.analyze` (default: a training step, eager, with AdamW; attention
+            as PyTorch's SDPA runs it on ``gpu``). Candidates are ranked by the predicted
+            step time (``report.step``); each also says its GEMM-only speedup. A change of
+            head count or head dimension says in its reason how much of its gain is the
+            attention kernel's.
         param_tolerance: largest relative change of the parameter count (default 2%).
         min_speedup: significance threshold: a change must be predicted at least this much
             faster per step and this much more efficient (default 1%).
@@ -384,7 +397,7 @@ def advise(model_or_config, *, gpu="h100", dtype=torch.bfloat16, batch_size=None
     if not 0 <= min_speedup < 1:
         raise ValueError(f"min_speedup must be in [0, 1), got {min_speedup!r}")
     kw = dict(gpu=gpu, dtype=dtype, batch_size=batch_size, seq_len=seq_len, tp=tp, mode=mode,
-              attention=attention)
+              attention=attention, execution=execution, optimizer=optimizer)
     ev = _Evaluator(model_or_config, kw)
     config = ev.config
     base = ev(())
@@ -424,7 +437,8 @@ def advise(model_or_config, *, gpu="h100", dtype=torch.bfloat16, batch_size=None
                   mode=mode, tp=tp, params=base.params, time_s=base.time_s,
                   tflops=base.flops / base.time_s / 1e12 if base.time_s else 0.0,
                   recommendations=tuple(recs), combined=combined,
-                  notes=_rule_notes(config, report, tp, _batch(report)), attention=attention)
+                  notes=_rule_notes(config, report, tp, _batch(report)), attention=attention,
+                  step_s=base.step_s, execution=execution)
 
 
 def _batch(report):
@@ -437,7 +451,8 @@ def _batch(report):
 def _recommendation(group, changes, reason, base: Evaluation, e: Evaluation) -> Recommendation:
     cur = tuple(old for _, old, _ in changes)
     new = tuple(n for _, _, n in changes)
-    speedup = base.time_s / e.time_s - 1 if e.time_s > 0 else 0.0
+    gemm = base.time_s / e.time_s - 1 if e.time_s > 0 else 0.0
+    speedup = base.step_s / e.step_s - 1 if e.step_s > 0 else gemm
     gain = (e.flops / e.time_s) / (base.flops / base.time_s) - 1 \
         if e.time_s > 0 and base.time_s > 0 and base.flops else 0.0
     attrs = {a for a, _, _ in changes}
@@ -453,22 +468,23 @@ def _recommendation(group, changes, reason, base: Evaluation, e: Evaluation) -> 
                           current=cur[0] if len(cur) == 1 else cur,
                           suggested=new[0] if len(new) == 1 else new,
                           predicted_speedup=speedup, throughput_gain=gain,
-                          param_delta=e.params - base.params, reason=reason, changes=changes)
+                          param_delta=e.params - base.params, reason=reason, changes=changes,
+                          gemm_speedup=gemm)
 
 
 # -- sweeps --------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class SweepPoint:
     value: int
-    time_s: float | None  # None: the value is invalid for this model (see note)
+    time_s: float | None  # GEMM time; None: the value is invalid for this model (see note)
     tflops: float | None
     params: int | None
     note: str
-
+    step_s: float | None = None  # the whole predicted step
 
 def sweep(model_or_config, param: str, values, *, gpu="h100", dtype=torch.bfloat16,
           batch_size=None, seq_len=None, tp: int = 1, mode: str = "inference",
-          attention: str = "flash") -> list:
+          attention: str = "flash", execution: str = "eager", optimizer="adamw") -> list:
     """Predicted GEMM throughput across values of one config attribute (the sawtooth plots).
 
     Changing the hidden size or head count keeps a head_dim that was derived from them
@@ -488,7 +504,7 @@ def sweep(model_or_config, param: str, values, *, gpu="h100", dtype=torch.bfloat
     if bad:
         raise ValueError(f"sweep values of {param} must be positive integers, got {bad[0]!r}")
     kw = dict(gpu=gpu, dtype=dtype, batch_size=batch_size, seq_len=seq_len, tp=tp, mode=mode,
-              attention=attention)
+              attention=attention, execution=execution, optimizer=optimizer)
     ev = _Evaluator(model_or_config, kw)
     hp = hyperparameters(config)
     out = []
@@ -513,7 +529,7 @@ def sweep(model_or_config, param: str, values, *, gpu="h100", dtype=torch.bfloat
             out.append(SweepPoint(v, None, None, None, str(exc).splitlines()[0][:120]))
             continue
         out.append(SweepPoint(v, e.time_s, e.flops / e.time_s / 1e12 if e.time_s else 0.0,
-                              e.params, ""))
+                              e.params, "", e.step_s))
     return out
 
 

@@ -10,13 +10,16 @@ time per op, the GPU waits (``eager_timeline``). The per-op CPU times:
 - ``gemm_s``: a GEMM or fused-attention call (cuBLAS's heuristics and handle lookups on top);
 - ``view_s``: an op that launches nothing (views, reshapes, allocations);
 - ``backward_factor``: ops the autograd engine runs in the backward are called from C++,
-  with no Python: this fraction of the forward's time.
+  with no Python: this fraction of the forward's time;
+- ``compiled_kernel_s``: a kernel launched by a ``torch.compile``'d graph's wrapper
+  (Inductor's ``CachingAutotuner.run``), and ``compiled_graph_s``: one call of a compiled
+  graph (guards, the wrapper); with CUDA graphs only the latter.
 
 ``kernel_s`` and ``gemm_s`` are fitted by ``bench/fit_host.py`` from the per-call overheads
 the memory-op and fp32 GEMM fits found in the NeuSight data (each row times one Python call
 with CUDA events on an idle GPU, so the time from the call to the kernel's start is in every
-row); ``view_s`` and ``backward_factor`` are sourced (the file says from where) and
-unvalidated until ``bench/gpu_check.py`` measures them. Pure functions; no torch.
+row); ``view_s``, ``backward_factor`` and the compiled launch costs are sourced (the file says
+from where) and unvalidated until ``bench/gpu_check.py`` measures them. Pure functions; no torch.
 """
 
 from __future__ import annotations
@@ -31,7 +34,8 @@ __all__ = ["HostParams", "host_params", "eager_timeline", "Timeline"]
 
 _DEFAULT_PATH = os.path.join(os.path.dirname(os.path.dirname(__file__)), "data",
                              "host_params.json")
-_FIELDS = ("kernel_s", "gemm_s", "view_s", "backward_factor")
+_FIELDS = ("kernel_s", "gemm_s", "view_s", "backward_factor", "compiled_kernel_s",
+           "compiled_graph_s")
 
 
 @dataclass(frozen=True)
@@ -42,6 +46,8 @@ class HostParams:
     gemm_s: float
     view_s: float
     backward_factor: float
+    compiled_kernel_s: float
+    compiled_graph_s: float
     source: str = ""
 
     def op_s(self, kind: str, phase: str = "forward") -> float:

@@ -66,13 +66,26 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                 scale=scale, enable_gqa=enable_gqa)
     ke, _ = _expand_kv(q, k, v, enable_gqa)
     lse = torch.logsumexp(_logits(q, ke, attn_mask, is_causal, scale), dim=-1)
-    return out, lse.to(torch.float32)
+    return _flash_layout(out), lse.to(torch.float32)
+
+
+def _flash_layout(out: torch.Tensor) -> torch.Tensor:
+    """``out`` (batch, heads, seq, dim) laid out as FlashAttention writes it, (batch, seq,
+    heads, dim) in memory, so that the usual ``transpose(1, 2).contiguous()`` after
+    attention is the free view it is on the GPU."""
+    if out.dim() != 4:
+        return out
+    return out.transpose(1, 2).contiguous().transpose(1, 2)
 
 
 @attention.register_fake
 def _attention_fake(q, k, v, attn_mask, dropout_p, is_causal, scale, enable_gqa):
-    return (q.new_empty(q.shape[:-1] + (v.shape[-1],)),
-            q.new_empty(q.shape[:-1], dtype=torch.float32))
+    shape = q.shape[:-1] + (v.shape[-1],)
+    if len(shape) == 4:  # FlashAttention's layout (see _flash_layout)
+        out = q.new_empty((shape[0], shape[2], shape[1], shape[3])).transpose(1, 2)
+    else:
+        out = q.new_empty(shape)
+    return out, q.new_empty(q.shape[:-1], dtype=torch.float32)
 
 
 @torch.library.custom_op("fxshape::attention_backward", mutates_args=())

@@ -1,0 +1,191 @@
+"""Memory per GPU: parameters, gradients, optimizer state, activations, the eager peak and
+whether it fits (``report.memory``).
+
+The activations come from an eager liveness walk over the captured graph
+(:func:`liveness`). Each value's storage is allocated when the first node producing it runs
+(views share their base's storage) and freed after its last reader. Values the graph returns
+(the parameters' gradients) stay alive to the end. In a joint graph, the activations are
+what is alive when the backward starts: what the backward saved. The persistent part is
+counted from the model's parameters:
+
+- inference: the weights in the analysis dtype (the model run as ``model.to(dtype)``);
+- training: fp32 master weights and fp32 gradients; the optimizer's fp32 state
+  (``fxshape.cost.optimizer``); under bf16/fp16 autocast, the half-precision copy of every
+  weight the forward casts, held until its backward.
+
+The peak is the larger of two moments. One is the forward and backward walk on top of the
+weights. The other is the optimizer step: weights, gradients and state, plus the foreach
+AdamW's temporary square roots (4 bytes per parameter). The caching allocator's rounding and
+fragmentation, and the CUDA context (several hundred MiB), are not counted.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from ..cost.optimizer import state_bytes_per_param
+from .opcost import Sizes
+
+__all__ = ["Memory", "liveness", "memory_of", "SavedBytes"]
+
+_GIB = 1024 ** 3
+
+
+@dataclass(frozen=True)
+class Memory:
+    """Bytes per GPU (see the module docstring). ``fits``: ``peak <= capacity``."""
+
+    parameters: int
+    gradients: int
+    optimizer_state: int
+    activations: int
+    peak: int
+    capacity: int
+    notes: tuple = ()
+
+    @property
+    def fits(self) -> bool:
+        return self.peak <= self.capacity
+
+    def as_dict(self) -> dict:
+        return {"parameters": self.parameters, "gradients": self.gradients,
+                "optimizer_state": self.optimizer_state, "activations": self.activations,
+                "peak": self.peak, "capacity": self.capacity, "fits": self.fits,
+                "notes": list(self.notes)}
+
+    def describe(self) -> str:
+        """``memory per GPU: parameters 0.23 GiB, ..., peak 5.1 of 80.0 GiB (fits)``."""
+        parts = [f"parameters {self.parameters / _GIB:.2f}"]
+        if self.gradients:
+            parts.append(f"gradients {self.gradients / _GIB:.2f}")
+        if self.optimizer_state:
+            parts.append(f"optimizer state {self.optimizer_state / _GIB:.2f}")
+        parts.append(f"activations {self.activations / _GIB:.2f}")
+        verdict = "fits" if self.fits else "does NOT fit"
+        return (f"memory per GPU (GiB): " + ", ".join(parts)
+                + f"; peak {self.peak / _GIB:.2f} of {self.capacity / _GIB:.1f} ({verdict})")
+
+
+@dataclass(frozen=True)
+class SavedBytes:
+    """Bytes alive at the start of the backward, by the node (and module) that made them:
+    what a deduplicated trace multiplies by the layers it stands for."""
+
+    node: str
+    module: str
+    phase: str
+    bytes: int
+
+
+def _key(t: torch.Tensor):
+    try:
+        return t.untyped_storage()._cdata
+    except (AttributeError, RuntimeError, NotImplementedError):
+        return id(t)
+
+
+def _values(v):
+    if isinstance(v, torch.Tensor):
+        return [v]
+    if isinstance(v, (list, tuple)):
+        return [x for x in v if isinstance(x, torch.Tensor)]
+    return []
+
+
+def liveness(gm, sizes: Sizes, *, owner=None, grad_itemsize=None):
+    """Walk ``gm`` in program order: ``(peak live bytes, live bytes when the backward
+    starts or None without a backward, [SavedBytes ...])``. Parameters, buffers and user
+    inputs (placeholders and attributes) are not counted. ``grad_itemsize``: the bytes per
+    element of the values the graph returns after its first (the gradients), when they are
+    kept in another dtype than the activations (fp32 under autocast)."""
+    nodes = list(gm.graph.nodes)
+    out = next((n for n in nodes if n.op == "output"), None)
+    persistent = set()
+    for n in nodes:
+        if n.op in ("placeholder", "get_attr"):
+            persistent.update(_key(t) for t in _values(n.meta.get("val")))
+    last = {}
+    for i, n in enumerate(nodes):
+        for m in n.all_input_nodes:
+            for t in _values(m.meta.get("val")):
+                last[_key(t)] = i
+    frees: dict = {}
+    for k, i in last.items():
+        frees.setdefault(i, []).append(k)
+    returned = set()
+    grads = set()
+    if out is not None:
+        flat = out.args[0] if isinstance(out.args[0], (tuple, list)) else (out.args[0],)
+        for j, a in enumerate(flat):
+            if isinstance(a, torch.fx.Node):
+                for t in _values(a.meta.get("val")):
+                    returned.add(_key(t))
+                    if j > 0:
+                        grads.add(_key(t))
+    backward = _backward_nodes(gm)
+    owner = owner or {}
+    live: dict = {}  # storage -> (bytes, node that made it)
+    size_of = 0
+    peak = 0
+    at_backward = None
+    saved = []
+    for i, n in enumerate(nodes):
+        if n.op != "call_function":
+            continue
+        if at_backward is None and n.name in backward:
+            at_backward = size_of
+            by_node: dict = {}
+            for b, maker in live.values():
+                by_node[maker] = by_node.get(maker, 0) + b
+            saved = [SavedBytes(m, owner.get(m, ""), "forward", b) for m, b in by_node.items()]
+        for t in _values(n.meta.get("val")):
+            k = _key(t)
+            if k in persistent or k in live:
+                continue
+            elems = t.untyped_storage().nbytes() // max(t.element_size(), 1) \
+                if hasattr(t, "untyped_storage") else t.numel()
+            item = grad_itemsize if (k in grads and grad_itemsize) else sizes.itemsize(t)
+            live[k] = (elems * item, n.name)
+            size_of += elems * item
+        peak = max(peak, size_of)
+        for k in frees.get(i, ()):
+            if k in live and k not in returned:
+                size_of -= live.pop(k)[0]
+    order = {n.name: i for i, n in enumerate(nodes)}
+    saved.sort(key=lambda s: order.get(s.node, 0))
+    return peak, at_backward, saved
+
+
+def _backward_nodes(gm) -> set:
+    """The nodes of a joint graph's backward (``fxshape.analysis.step.phase_of``)."""
+    from .step import phase_of
+
+    return {name for name, ph in phase_of(gm).items() if ph == "backward"}
+
+
+def memory_of(*, numels, mode, dkey, optimizer, run_item, capacity, peak_walk,
+              activations, gemm_weight_numel=0, notes=()) -> Memory:
+    """The memory record from the parameter sizes (per GPU) and the liveness walk's
+    results (``peak_walk``: its peak; ``activations``: saved bytes in training, the peak in
+    inference)."""
+    total = sum(numels)
+    notes = list(notes)
+    if mode == "train":
+        params = 4 * total  # fp32 master weights
+        grads = 4 * total
+        state = state_bytes_per_param(optimizer) * total
+        mixed = run_item < 4
+        copies = run_item * gemm_weight_numel if mixed else 0
+        if copies:
+            notes.append("autocast: a half-precision copy of each GEMM weight is held from "
+                         "its cast in the forward to its backward")
+        opt_temp = 4 * total if optimizer == "adamw" else 0
+        peak = max(params + copies + peak_walk, params + grads + state + opt_temp)
+    else:
+        params = run_item * total
+        grads = state = 0
+        peak = params + peak_walk
+    return Memory(parameters=params, gradients=grads, optimizer_state=state,
+                  activations=activations, peak=peak, capacity=capacity, notes=tuple(notes))

@@ -1,0 +1,107 @@
+"""Interconnects: how the GPUs of a machine and of a cluster are linked, with sourced link
+bandwidths (per GPU, one direction, 10^9 bytes/s).
+
+A :class:`Topology` names the link a collective's traffic crosses at each scale: inside a
+node (``intra``: NVSwitch, NVLink bridges between pairs, or PCIe) and between nodes
+(``inter``: each GPU's network adapter). ``link_for(n, per_node)`` is the bottleneck of a
+collective over ``n`` GPUs placed ``per_node`` to a node.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+__all__ = ["LINKS", "Topology", "TOPOLOGIES", "get_topology", "default_topology"]
+
+#: nominal per-GPU, one-direction bandwidth of each link kind, GB/s, with its source
+LINKS = {
+    # NVLink: 25 GB/s per link per direction; V100 6 links, A100 12, H100 18, B200 18 at
+    # twice the rate (NVIDIA V100/A100/H100/B200 datasheets: 300/600/900/1800 GB/s total)
+    "nvlink2": 150.0,
+    "nvlink3": 300.0,
+    "nvlink4": 450.0,
+    "nvlink5": 900.0,
+    # PCIe x16: Gen4 16 GT/s x 16 lanes = 31.5 GB/s, Gen5 63 GB/s (PCI-SIG)
+    "pcie4": 31.5,
+    "pcie5": 63.0,
+    # InfiniBand per adapter: HDR 200 Gb/s = 25 GB/s (DGX A100: one per GPU), NDR 400 Gb/s
+    # = 50 GB/s (DGX H100: one per GPU); NVIDIA DGX A100 / H100 user guides
+    "ib_hdr": 25.0,
+    "ib_ndr": 50.0,
+    # 100 Gb/s Ethernet: 12.5 GB/s (a machine without a GPU network)
+    "eth100": 12.5,
+}
+
+
+@dataclass(frozen=True)
+class Topology:
+    """``intra``: the link between GPUs of a node when every GPU reaches every other through
+    it (NVSwitch, or PCIe); ``pair``: an NVLink bridge joining GPUs two by two (then
+    ``intra`` is what links the pairs); ``inter``: between nodes; ``gpus_per_node``."""
+
+    name: str
+    intra: str
+    inter: str
+    gpus_per_node: int
+    pair: str | None = None
+    switch: bool = False  # an NVSwitch fabric (NVLink SHARP on Hopper)
+    source: str = ""
+
+    def link_for(self, n: int, per_node: int) -> str:
+        """The link kind a collective over ``n`` GPUs, ``per_node`` to a node, is bound by."""
+        if n > per_node:
+            return self.inter
+        if self.pair is not None and n == 2:
+            return self.pair
+        return self.intra
+
+    def link_class(self, n: int, per_node: int) -> str:
+        """The fitted class of that link: ``nvswitch``, ``nvswitch_nvls``, ``nvlink_pair``,
+        ``pcie`` or ``network``."""
+        link = self.link_for(n, per_node)
+        if link.startswith("nvlink"):
+            if self.switch and n > 2 and link in ("nvlink4", "nvlink5"):
+                # Hopper's and Blackwell's NVSwitch reduce in the switch (NVLink SHARP,
+                # which NCCL uses from 3 GPUs on): less traffic per GPU than a ring
+                return "nvswitch_nvls"
+            return "nvswitch" if self.switch else "nvlink_pair"
+        return "pcie" if link.startswith("pcie") else "network"
+
+
+TOPOLOGIES = {
+    "dgx-a100": Topology("dgx-a100", "nvlink3", "ib_hdr", 8, switch=True,
+                         source="NVIDIA DGX A100: 8 A100 SXM4 on NVSwitch, 8 HDR adapters"),
+    "dgx-h100": Topology("dgx-h100", "nvlink4", "ib_ndr", 8, switch=True,
+                         source="NVIDIA DGX H100: 8 H100 SXM5 on NVSwitch, 8 NDR adapters"),
+    "dgx-b200": Topology("dgx-b200", "nvlink5", "ib_ndr", 8, switch=True,
+                         source="NVIDIA DGX B200: 8 B200 on NVSwitch (NVLink 5)"),
+    "gb200-nvl72": Topology("gb200-nvl72", "nvlink5", "ib_ndr", 72, switch=True,
+                            source="NVIDIA GB200 NVL72: 72 Blackwell GPUs in one NVLink "
+                                   "domain (NVLink Switch trays)"),
+    "pairwise-a100": Topology("pairwise-a100", "pcie4", "eth100", 4, pair="nvlink3",
+                              source="A100 pairs on NVLink bridges, pairs over PCIe Gen4"),
+    "pairwise-h100": Topology("pairwise-h100", "pcie5", "eth100", 4, pair="nvlink4",
+                              source="H100 PCIe pairs on NVLink bridges, pairs over PCIe Gen5"),
+    "pcie4": Topology("pcie4", "pcie4", "eth100", 8, source="GPUs on PCIe Gen4, no NVLink"),
+    "pcie5": Topology("pcie5", "pcie5", "eth100", 8, source="GPUs on PCIe Gen5, no NVLink"),
+}
+
+#: the machine a GPU usually comes in (a default; say ``topology=`` otherwise)
+_DEFAULT = {"a100-sxm4-40gb": "dgx-a100", "a100-sxm4-80gb": "dgx-a100",
+            "h100-sxm": "dgx-h100", "h200-sxm": "dgx-h100", "b200": "dgx-b200",
+            "h100-pcie": "pairwise-h100", "a100-pcie-40gb": "pairwise-a100",
+            "a100-pcie-80gb": "pairwise-a100"}
+
+
+def get_topology(name) -> Topology:
+    if isinstance(name, Topology):
+        return name
+    if name not in TOPOLOGIES:
+        raise ValueError(f"unknown topology {name!r}; accepted: {', '.join(TOPOLOGIES)}")
+    return TOPOLOGIES[name]
+
+
+def default_topology(gpu_name: str) -> Topology:
+    """The machine ``gpu_name`` usually comes in: DGX for SXM parts, NVLink pairs for the
+    PCIe A100/H100, plain PCIe otherwise."""
+    return TOPOLOGIES[_DEFAULT.get(gpu_name, "pcie4")]

@@ -1,0 +1,119 @@
+"""Memory per GPU (report.memory): parameters, gradients and optimizer state by hand, the
+eager liveness walk by hand on a small graph, torch's MemTracker on two models (one where
+activations dominate, one where the optimizer step does), fits, tp, dedup."""
+
+import pytest
+import torch
+from models import NanoGPT
+from torch import nn
+
+import fxshape
+
+transformers = pytest.importorskip("transformers")
+
+
+class Small(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.ln = nn.LayerNorm(16)
+        self.fc = nn.Linear(16, 32)
+        self.bias = nn.Parameter(torch.zeros(32))
+
+    def forward(self, x):
+        return torch.nn.functional.gelu(self.fc(self.ln(x))) + self.bias
+
+
+def _small(**kw):
+    return fxshape.analyze(Small(), (torch.zeros(2, 8, 16),), gpu="a100", provenance=None, **kw)
+
+
+def test_parameters_gradients_state_by_hand():
+    # LayerNorm(16): 32; Linear(16, 32): 16 * 32 + 32 = 544; bias: 32 -> 608 parameters
+    inf = _small(dtype=torch.bfloat16).memory
+    assert inf.parameters == 608 * 2 and inf.gradients == 0 and inf.optimizer_state == 0
+    tr = _small(dtype=torch.bfloat16, mode="train", optimizer="adamw").memory
+    # fp32 master weights and gradients, AdamW's two fp32 moments
+    assert (tr.parameters, tr.gradients, tr.optimizer_state) == (608 * 4, 608 * 4, 608 * 8)
+    assert _small(mode="train", optimizer="sgd").memory.optimizer_state == 0
+
+
+def test_activation_peak_by_hand():
+    # bf16, x is 2 x 8 x 16 = 256 elements (an input: not counted), the hidden 512:
+    # layer_norm out 512 B; the linear's out 1,024 B while ln's is alive: 1,536; ln's freed;
+    # gelu's out 1,024 B while the linear's is alive: 2,048; then the add's the same way
+    mem = _small(dtype=torch.bfloat16).memory
+    assert mem.activations == 2048
+    assert mem.peak == 608 * 2 + 2048
+
+
+def _memtracker_peak(kw, batch, seq):
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    from torch.distributed._tools.mem_tracker import MemTracker
+
+    with FakeTensorMode():
+        model = NanoGPT(**kw)
+        opt = torch.optim.AdamW(model.parameters(), foreach=True)
+        x = torch.randint(0, kw["vocab_size"], (batch, seq))
+        mt = MemTracker()
+        mt.track_external(model, opt)
+        with mt as t:
+            for i in range(2):  # the second step, with the optimizer state already there
+                model(x).float().sum().backward()
+                opt.step()
+                opt.zero_grad()
+                if i == 0:
+                    t.reset_mod_stats()
+        return mt.get_tracker_snapshot("peak")[torch.device("cpu")]["Total"]
+
+
+@pytest.mark.parametrize("kw,batch,seq", [
+    # activations dominate: the peak is at the start of the backward
+    (dict(vocab_size=320, block_size=256, n_layer=2, n_head=4, n_embd=64), 8, 256),
+    # the optimizer step dominates: weights, gradients, moments and foreach's temporaries
+    (dict(vocab_size=4096, block_size=64, n_layer=2, n_head=4, n_embd=256), 1, 16),
+])
+def test_peak_matches_memtracker(kw, batch, seq):
+    # on the CPU, SDPA returns (batch, heads, seq, dim) contiguous, so the block's
+    # transpose(1, 2).contiguous() copies it and c_proj saves the copy; FlashAttention on
+    # the GPU writes (batch, seq, heads, dim) and the copy is a view (fxshape models that):
+    # n_layer x batch x seq x n_embd x 4 bytes fewer than MemTracker on the CPU
+    cpu_copies = kw["n_layer"] * batch * seq * kw["n_embd"] * 4
+    want = _memtracker_peak(kw, batch, seq) - cpu_copies
+    rep = fxshape.analyze(NanoGPT(**kw), (torch.zeros(batch, seq, dtype=torch.long),),
+                          gpu="a100", dtype=torch.float32, mode="train", provenance=None)
+    assert rep.memory.peak == pytest.approx(want, rel=0.02)
+
+
+def _gpt2(n_layer):
+    cfg = transformers.GPT2Config(n_layer=n_layer, n_embd=64, n_head=4, vocab_size=320,
+                                  n_positions=128)
+    with torch.device("meta"):
+        return transformers.GPT2LMHeadModel(cfg)
+
+
+def test_dedup_gives_the_full_traces_memory():
+    kw = dict(gpu="h100", batch_size=2, seq_len=64, mode="train", provenance=None)
+    a = fxshape.analyze(_gpt2(3), dedup=True, **kw).memory
+    b = fxshape.analyze(_gpt2(3), dedup=False, **kw).memory
+    assert a.activations == b.activations and a.peak == b.peak
+
+
+def test_activations_grow_with_layers_and_tokens():
+    kw = dict(gpu="h100", mode="train", provenance=None)
+    base = fxshape.analyze(_gpt2(2), batch_size=2, seq_len=64, **kw).memory.activations
+    assert fxshape.analyze(_gpt2(4), batch_size=2, seq_len=64, **kw).memory.activations > base
+    assert fxshape.analyze(_gpt2(2), batch_size=4, seq_len=64, **kw).memory.activations > base
+
+
+def test_too_big_does_not_fit_and_tp_splits_matrices():
+    from fxshape.presets import build_preset
+
+    model = build_preset("llama-2-70b")
+    one = fxshape.analyze(model, gpu="h100", seq_len=128, provenance=None).memory
+    assert not one.fits  # 69 B parameters in bf16 are 128 GiB: more than 80
+    assert one.parameters > 130e9
+    eight = fxshape.analyze(model, gpu="h100", seq_len=128, tp=8, provenance=None).memory
+    assert eight.fits
+    # the matrices split eight ways; the norms' vectors (a few MB) stay whole
+    assert eight.parameters == pytest.approx(one.parameters / 8, rel=0.01)
+    assert "does NOT fit" in one.describe()
