@@ -274,3 +274,22 @@ def test_cli_step_options(capsys):
     with pytest.raises(SystemExit):  # argparse refuses it, listing the choices
         main(["analyze", "gpt2", "--execution", "graph"])
     assert "invalid choice: 'graph'" in capsys.readouterr().err
+
+
+def test_activation_checkpointing_recomputes_each_layer():
+    kw = dict(gpu="h100", batch_size=2, seq_len=32, mode="train", provenance=None)
+    plain = fxshape.analyze(_gpt2(n_layer=2), **kw)
+    model = _gpt2(n_layer=2)
+    model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    ckpt = fxshape.analyze(model, **kw)
+    # every forward op of the two blocks runs again in the backward, before that block's
+    # backward; nothing outside the blocks (embeddings, final norm, LM head) does
+    in_blocks = [o for o in plain.ops if o.phase == "forward"
+                 and o.module.startswith("transformer.h.")]
+    again = [o for o in ckpt.ops if o.node.endswith("@recompute")]
+    assert len(again) == len(in_blocks) and all(o.phase == "backward" for o in again)
+    # recomputation is not useful work: the model FLOPs (and so MFU's numerator) stay
+    assert ckpt.step.model_flops == plain.step.model_flops
+    assert ckpt.step.time_s > plain.step.time_s
+    # each block keeps only its input until its backward
+    assert ckpt.memory.activations < plain.memory.activations

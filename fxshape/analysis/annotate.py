@@ -553,10 +553,19 @@ def _analyze(model, example_inputs, example_kwargs, *, gpu, dtype, batch_size, s
         walk = walk[:2] + (expand_rows(walk[2], stacks),)
     workload = _workload(model, example_inputs, example_kwargs, batch_size=batch_size,
                          seq_len=seq_len, mode=mode, tp=tp, attention=attention, rows=rows)
+    layers = _checkpointed_layers(model) if mode == "train" else ()
+    if layers:
+        from .step import recompute_records
+
+        records = recompute_records(records, layers)
+        step_notes = tuple(step_notes) + (
+            f"activation checkpointing: each of {len(layers)} layers recomputes its forward "
+            "in the backward (not counted in the model FLOPs)",)
     step, records = _step(records, model, spec, dkey, mode, tp, execution, optimizer,
                           workload, step_notes, dp=dp, topology=topo,
                           sequence_parallel=sequence_parallel)
-    memory = _memory(model, walk, saved_traced, spec, dkey, mode, tp, optimizer)
+    memory = _memory(model, walk, saved_traced, spec, dkey, mode, tp, optimizer, layers,
+                     workload)
     return Report(rows=tuple(rows), unsupported=tuple(unsupported), gpu=spec.name,
                   dtype=dkey, model_name=type(model).__name__, graph_module=gm,
                   notes=tuple(notes), workload=workload, ops=tuple(records), step=step,
@@ -574,10 +583,21 @@ def _liveness(gm, dkey, mode):
     return liveness(gm, sizes, owner=attribute_modules(gm, module_of), grad_itemsize=grad_item)
 
 
-def _memory(model, walk, saved_traced, spec, dkey, mode, tp, optimizer):
+def _checkpointed_layers(model) -> tuple:
+    """The layers a Hugging Face model checkpoints (``gradient_checkpointing_enable()``: each
+    layer of its stack), as module prefixes; empty when it does not."""
+    if not getattr(model, "is_gradient_checkpointing", False):
+        return ()
+    return tuple(f"{s.name}.{i}" for s in find_stacks(model) for i in range(s.length))
+
+
+def _memory(model, walk, saved_traced, spec, dkey, mode, tp, optimizer, layers=(),
+            workload=None):
     """``report.memory``: the parameters per GPU (Megatron: matrices split by ``tp``,
     vectors replicated) and the liveness walk, its saved activations scaled from the traced
-    layers to all of them."""
+    layers to all of them. With activation checkpointing, a layer keeps only its input
+    (tokens x hidden) until its backward, and one layer at a time holds its full
+    activations again (its recomputation)."""
     from .memory import memory_of
     from .step import run_dtype
 
@@ -593,6 +613,24 @@ def _memory(model, walk, saved_traced, spec, dkey, mode, tp, optimizer):
         notes.append(f"tp {tp}: activations are counted unsharded (an overestimate)")
     item = torch.empty((), dtype=run_dtype(dkey), device="meta").element_size()
     train = mode == "train" and at_backward is not None
+    if train and layers:
+        per_layer: dict = {}
+        for b in saved:
+            lay = next((x for x in layers if b.module == x or b.module.startswith(x + ".")),
+                       None)
+            if lay is not None:
+                per_layer[lay] = per_layer.get(lay, 0) + b.bytes
+        cfg = getattr(model, "config", None)
+        hidden = next((getattr(cfg, a) for a in ("hidden_size", "n_embd", "d_model")
+                       if isinstance(getattr(cfg, a, None), int)), 0)
+        tokens = (workload.batch_size or 0) * (workload.seq_len or 0) if workload else 0
+        kept = len(per_layer) * tokens * hidden * torch.empty(
+            (), dtype=run_dtype(dkey), device="meta").element_size()
+        freed = sum(per_layer.values()) - kept - max(per_layer.values(), default=0)
+        if freed > 0:
+            extra -= freed
+            notes.append("activation checkpointing: each layer keeps its input; one layer "
+                         "at a time holds its activations again")
     return memory_of(numels=numels, mode=mode, dkey=dkey, optimizer=optimizer, run_item=item,
                      capacity=int(spec.memory_gb * 1024 ** 3),
                      peak_walk=peak_walk + (extra if train else 0),

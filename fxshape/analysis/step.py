@@ -649,6 +649,33 @@ def comm_records(records, *, tp, dp, topology, item, grad_bytes, sequence_parall
     return out, notes
 
 
+def recompute_records(records, layers):
+    """``records`` with activation checkpointing (``gradient_checkpointing_enable()``): each
+    layer of ``layers`` (module prefixes, ``model.layers.3``) runs its forward again in the
+    backward, right before its own backward. The copies keep their time and host cost, but
+    not their FLOPs: the recomputation is not useful work (MFU leaves it out)."""
+    def layer_of(module):
+        return next((lay for lay in layers if module == lay or module.startswith(lay + ".")),
+                    None)
+
+    forward: dict = {}
+    for r in records:
+        lay = layer_of(r.module)
+        if lay is not None and r.phase == "forward":
+            forward.setdefault(lay, []).append(r)
+    out, done = [], set()
+    for r in records:
+        lay = layer_of(r.module) if r.phase == "backward" else None
+        if lay is not None and lay not in done and lay in forward:
+            done.add(lay)
+            out.extend(dataclasses.replace(
+                f, node=f"{f.node}@recompute", phase="backward", flops=0,
+                note=(f.note + "; " if f.note else "") + "recomputed (activation checkpointing)")
+                for f in forward[lay])
+        out.append(r)
+    return out
+
+
 def shard_memory_records(records, tp, spec, sequence_parallel=False):
     """Memory-bound records of a model at ``tp`` > 1, each GPU's share: an op inside a
     block whose projections are tensor-parallel (the block is the parent module of a
