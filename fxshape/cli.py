@@ -182,6 +182,8 @@ def _cmd_analyze(args) -> int:
         print(report.to_json())
     elif args.format == "csv":
         print(report.to_csv(), end="")
+    elif args.format == "ops-csv":  # every op of the step, one line each
+        print(report.ops_csv(), end="")
     elif args.format == "markdown":
         print(report.to_markdown())
     else:
@@ -320,7 +322,9 @@ def build_parser() -> argparse.ArgumentParser:
                          "under 'padding_plan'; csv: the plan, one row per GEMM)")
     pa.add_argument("--train", action="store_true",
                     help="add the backward GEMMs autograd runs (phase 'backward')")
-    pa.add_argument("--format", choices=("table", "json", "csv", "markdown"), default="table")
+    pa.add_argument("--format", choices=("table", "json", "csv", "ops-csv", "markdown"),
+                    default="table", help="csv: one line per GEMM; ops-csv: one line per op "
+                                          "of the step (report.ops)")
     _step_args(pa)
     from .hardware.topology import TOPOLOGIES
 

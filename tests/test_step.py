@@ -271,6 +271,10 @@ def test_cli_step_options(capsys):
     assert d["step"]["execution"] == "compiled" and d["step"]["optimizer"] == "sgd"
     assert d["step"]["by_class"]["communication"] >= 0 and d["memory"]["peak"] > 0
     assert any(o["op"] == "dp gradient all-reduce" for o in d["ops"])
+    assert main(["analyze", "gpt2", "--seq-len", "64", "--provenance", "none", "--format",
+                 "ops-csv"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].startswith("node,op,module,phase,cls") and len(lines) > 100
     with pytest.raises(SystemExit):  # argparse refuses it, listing the choices
         main(["analyze", "gpt2", "--execution", "graph"])
     assert "invalid choice: 'graph'" in capsys.readouterr().err
@@ -293,3 +297,17 @@ def test_activation_checkpointing_recomputes_each_layer():
     assert ckpt.step.time_s > plain.step.time_s
     # each block keeps only its input until its backward
     assert ckpt.memory.activations < plain.memory.activations
+
+
+@pytest.mark.parametrize("name", ["gpt2", "bert-base", "t5-base", "vit-base", "llama-3-8b",
+                                  "mixtral-8x7b"])
+@pytest.mark.parametrize("mode", ["inference", "train"])
+def test_every_op_of_the_zoo_has_a_cost(name, mode):
+    from fxshape.presets import build_preset
+
+    rep = fxshape.analyze(build_preset(name), gpu="h100", mode=mode, seq_len=128,
+                          provenance=None)
+    # nothing left without a cost model: every node is a GEMM, a kernel or nothing at all
+    assert not rep.unsupported_ops, [(u.target, u.reason) for u in rep.unsupported_ops]
+    assert rep.step.by_class["memory"] > 0 and sum(rep.step.by_class.values()) == \
+        pytest.approx(rep.step.time_s)

@@ -314,13 +314,15 @@ def _dropout(node, sz):
 
 @register_memop_handler("tril", "triu", "diff", "masked_fill", "masked_fill_", "where",
                         "__and__", "__or__", "__xor__", "__iand__", "__ior__", "__ixor__",
-                        "__lshift__", "__rshift__", "clamp", "clamp_min", "clamp_max")
+                        "__lshift__", "__rshift__", "clamp", "clamp_min", "clamp_max",
+                        "floor_divide", "remainder", "fmod", "one_hot")
 def _pointwise(node, sz):
     return _one("elementwise", node, sz)
 
 
 @register_memop_handler("cumsum", "cumprod", "logcumsumexp", "topk", "sort", "argsort",
-                        "logsumexp", "norm", "linalg_vector_norm", "var_mean", "std_mean")
+                        "logsumexp", "norm", "linalg_vector_norm", "var_mean", "std_mean",
+                        "histc", "bincount", "bucketize", "searchsorted", "argmax", "argmin")
 def _reduce(node, sz):
     return _one("reduction", node, sz)
 

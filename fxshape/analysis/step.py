@@ -342,7 +342,8 @@ _EXTERN_OPS = {"sort", "topk", "argsort", "nonzero", "embedding_dense_backward",
                "index_put", "index_put_", "scatter", "scatter_", "scatter_add", "scatter_add_",
                "index_add", "index_add_", "index_copy", "index_copy_", "scatter_reduce",
                "masked_scatter", "nll_loss_backward", "nll_loss2d_backward", "cumsum",
-               "cumprod", "logcumsumexp", "randperm"}
+               "cumprod", "logcumsumexp", "randperm", "histc", "bincount", "bucketize",
+               "searchsorted"}
 
 
 def compiled_records(gm, rows, *, spec, dkey, module_of, vocab_size=None, cuda_graphs=False):
