@@ -181,7 +181,7 @@ def fusion_groups(gm, category: dict, sizes, phase_of: dict) -> list:
         rows = d // _row(n) if o == d else o
         return (category[n.name], rows, d // max(rows, 1))
 
-    by_name_sig = {name: signature(n) for n in nodes for name in [n.name] if name in fusible}
+    by_name_sig = {n.name: signature(n) for n in nodes if n.name in fusible}
     groups = _Groups(sorted(fusible, key=index.get), {k: up[k] for k in fusible},
                      {k: down[k] for k in fusible},
                      {k: phase_of.get(k, "forward") for k in fusible}, by_name_sig)
