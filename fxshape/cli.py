@@ -149,13 +149,14 @@ def _cmd_analyze(args) -> int:
     try:
         report = analyze(model, inputs, kwargs, gpu=args.gpu, dtype=args.dtype,
                          batch_size=args.batch_size, seq_len=args.seq_len,
-                         mode="train" if args.train else "inference", tp=args.tp,
+                         mode="train" if args.train else args.mode, tp=args.tp,
                          attention=args.attention,
                          provenance=None if args.provenance == "none" else args.provenance,
                          execution=args.execution,
                          optimizer=None if args.optimizer == "none" else args.optimizer,
                          dp=args.dp, topology=args.topology,
-                         sequence_parallel=args.sequence_parallel)
+                         sequence_parallel=args.sequence_parallel,
+                         context_len=args.context_len)
     except CaptureError as exc:
         raise ValueError(_capture_failure(exc, args.verbose)) from None
     if args.plot:
@@ -253,10 +254,11 @@ def _cmd_sweep(args) -> int:
 def _step_args(p) -> None:
     """--execution and --optimizer: how the predicted step runs."""
     p.add_argument("--execution", choices=("eager", "compiled", "cudagraphs"),
-                   default="eager",
+                   default=None,
                    help="how the step runs: eager (one kernel per aten op, the host "
-                        "dispatching each; default), compiled (torch.compile's fused "
-                        "kernels), cudagraphs (torch.compile mode=reduce-overhead)")
+                        "dispatching each; the default, but for decode), compiled "
+                        "(torch.compile's fused kernels), cudagraphs (torch.compile "
+                        "mode=reduce-overhead; the default for decode)")
     p.add_argument("--optimizer", choices=("adamw", "adamw-fused", "sgd", "none"),
                    default="adamw", help="the optimizer step of a training step (default "
                                          "adamw: torch.optim.AdamW, foreach)")
@@ -328,6 +330,13 @@ def build_parser() -> argparse.ArgumentParser:
     _step_args(pa)
     from .hardware.topology import TOPOLOGIES
 
+    pa.add_argument("--mode", choices=("inference", "prefill", "train", "decode"),
+                    default="inference",
+                    help="inference (= prefill: a prompt's forward; default), train, or "
+                         "decode: one token per sequence over a KV cache of --context-len")
+    pa.add_argument("--context-len", type=_positive_int, default=None,
+                    help="decode: the tokens already in the KV cache (default 1024, capped "
+                         "at the model's positions)")
     pa.add_argument("--dp", type=_positive_int, default=1,
                     help="data-parallel degree: the gradient all-reduce of a --train step")
     pa.add_argument("--topology", choices=tuple(TOPOLOGIES), default=None,

@@ -32,6 +32,8 @@ __all__ = ["analyze", "annotate", "module_of"]
 META_KEY = "fxshape"
 #: how ``analyze`` decides what sets each GEMM dimension
 PROVENANCE_CHOICES = ("traced", "matched", None)
+#: what ``analyze`` can describe (``"prefill"`` is ``"inference"``: a prompt's forward)
+MODES = ("inference", "prefill", "train", "decode")
 
 
 def module_of(node: torch.fx.Node) -> tuple[str, str]:
@@ -400,8 +402,8 @@ def _row(node, g: Gemm, fqn, cls, phase, dkey, spec) -> GemmRow:
 def analyze(model, example_inputs=None, example_kwargs=None, *, gpu="h100",
             dtype=torch.bfloat16, batch_size=None, seq_len=None, mode="inference", tp=1,
             moe_routing=None, attention="flash", dedup=True, params=None,
-            provenance="traced", execution="eager", optimizer="adamw", dp=1, topology=None,
-            sequence_parallel=False):
+            provenance="traced", execution=None, optimizer="adamw", dp=1, topology=None,
+            sequence_parallel=False, context_len=None):
     """Capture ``model`` and predict every GEMM in it on ``gpu``.
 
     Args:
@@ -411,8 +413,13 @@ def analyze(model, example_inputs=None, example_kwargs=None, *, gpu="h100",
         gpu: GPU name or alias (default ``"h100"``).
         dtype: the dtype the GEMMs run in, as under autocast (default ``torch.bfloat16``).
         batch_size, seq_len: sizes of synthesized inputs.
-        mode: ``"inference"`` (forward GEMMs) or ``"train"`` (forward and backward GEMMs as
-            autograd runs them, from the joint graph; rows carry ``phase``).
+        mode: ``"inference"`` (forward GEMMs; ``"prefill"`` is the same: a prompt of
+            ``seq_len`` tokens), ``"train"`` (forward and backward GEMMs as autograd runs
+            them, from the joint graph; rows carry ``phase``) or ``"decode"`` (one new token
+            per sequence over a static KV cache of ``context_len`` tokens, captured through
+            ``fxshape.tracing.decode``; GEMMs have M = batch; ``report.memory.kv_cache``).
+        context_len: for ``mode="decode"``, the tokens already in the KV cache (default
+            1024, capped at the model's positions).
         tp: Megatron-style tensor-parallel degree: per-GPU shapes (``fxshape.analysis.parallel``);
             must divide the number of attention heads.
         moe_routing: for MoE layers, the fraction of routed rows each expert gets (one per
@@ -433,11 +440,13 @@ def analyze(model, example_inputs=None, example_kwargs=None, *, gpu="h100",
             changes it; ``row.causes`` lists those; ``fxshape.analysis.perturb``), ``"matched"``
             (by value against the config and input sizes, no re-capture: faster, but values
             that coincide can be confused) or ``None`` (not decided; ``set_by`` empty).
-        execution: how the step runs: ``"eager"`` (default: one kernel per aten op as eager
-            PyTorch launches them, each dispatched by the host; ``fxshape.analysis.step``),
+        execution: how the step runs: ``"eager"`` (the default, but for decode: one kernel
+            per aten op as eager PyTorch launches them, each dispatched by the host;
+            ``fxshape.analysis.step``),
             ``"compiled"`` (``torch.compile``: Inductor's fusion groups,
             ``fxshape.analysis.fusion``) or ``"cudagraphs"`` (``torch.compile(mode=
-            "reduce-overhead")``: the same kernels replayed as CUDA graphs).
+            "reduce-overhead")``: the same kernels replayed as CUDA graphs; the default for
+            decode, as serving engines run it).
         optimizer: in ``mode="train"``, the optimizer step included in ``report.step``:
             ``"adamw"`` (default: ``torch.optim.AdamW``'s foreach implementation),
             ``"adamw-fused"``, ``"sgd"`` or ``None`` (``fxshape.cost.optimizer``).
@@ -452,6 +461,15 @@ def analyze(model, example_inputs=None, example_kwargs=None, *, gpu="h100",
     Returns:
         A :class:`fxshape.analysis.report.Report`.
     """
+    if mode == "decode":
+        return _analyze_decode(model, example_inputs, example_kwargs, gpu=gpu, dtype=dtype,
+                               batch_size=batch_size, seq_len=seq_len, tp=tp,
+                               attention=attention, params=params, execution=execution,
+                               context_len=context_len, dp=dp, topology=topology)
+    if context_len is not None:
+        raise ValueError("context_len is for mode='decode' (the tokens in the KV cache); "
+                         f"mode {mode!r} takes seq_len")
+    execution = "eager" if execution is None else execution
     with use_params(params):
         report = _analyze(model, example_inputs, example_kwargs, gpu=gpu, dtype=dtype,
                           batch_size=batch_size, seq_len=seq_len, mode=mode, tp=tp,
@@ -483,8 +501,10 @@ def _analyze(model, example_inputs, example_kwargs, *, gpu, dtype, batch_size, s
         raise ValueError(f"unknown provenance {provenance!r}; accepted: "
                          + ", ".join(repr(p) for p in PROVENANCE_CHOICES))
 
-    if mode not in ("inference", "train"):
-        raise ValueError(f"unknown mode {mode!r}; accepted: 'inference', 'train'")
+    if mode not in MODES:
+        raise ValueError(f"unknown mode {mode!r}; accepted: "
+                         + ", ".join(repr(m) for m in MODES))
+    shown, mode = mode, ("inference" if mode == "prefill" else mode)
     check_module(model)
     check_size("batch_size", batch_size)
     check_size("seq_len", seq_len)
@@ -552,7 +572,7 @@ def _analyze(model, example_inputs, example_kwargs, *, gpu, dtype, batch_size, s
         records = expand_rows(records, stacks)
         walk = walk[:2] + (expand_rows(walk[2], stacks),)
     workload = _workload(model, example_inputs, example_kwargs, batch_size=batch_size,
-                         seq_len=seq_len, mode=mode, tp=tp, attention=attention, rows=rows)
+                         seq_len=seq_len, mode=shown, tp=tp, attention=attention, rows=rows)
     layers = _checkpointed_layers(model) if mode == "train" else ()
     if layers:
         from .step import recompute_records
@@ -564,12 +584,61 @@ def _analyze(model, example_inputs, example_kwargs, *, gpu, dtype, batch_size, s
     step, records = _step(records, model, spec, dkey, mode, tp, execution, optimizer,
                           workload, step_notes, dp=dp, topology=topo,
                           sequence_parallel=sequence_parallel)
+    step = dataclasses.replace(step, mode=shown)
     memory = _memory(model, walk, saved_traced, spec, dkey, mode, tp, optimizer, layers,
                      workload)
     return Report(rows=tuple(rows), unsupported=tuple(unsupported), gpu=spec.name,
                   dtype=dkey, model_name=type(model).__name__, graph_module=gm,
                   notes=tuple(notes), workload=workload, ops=tuple(records), step=step,
                   unsupported_ops=tuple(op_unsupported), memory=memory)
+
+
+def _analyze_decode(model, example_inputs, example_kwargs, *, gpu, dtype, batch_size,
+                    seq_len, tp, attention, params, execution, context_len, dp, topology):
+    """One decode step (``mode="decode"``): the model wrapped with a static KV cache
+    (``fxshape.tracing.decode``), analyzed as a forward of one token per sequence."""
+    from ..tracing.decode import decode_target, kv_cache_bytes
+    from .rows import Workload
+    from .step import run_dtype
+
+    check_module(model)
+    if example_inputs is not None or example_kwargs is not None:
+        raise ValueError("mode='decode' builds its own inputs (one token per sequence and "
+                         "the cache position): give batch_size and context_len instead")
+    if seq_len is not None:
+        raise ValueError("mode='decode' feeds one new token per sequence: give context_len "
+                         "(the tokens in the KV cache), not seq_len")
+    if tp != 1:
+        raise ValueError("mode='decode' with tp > 1 is not built yet; accepted: tp=1")
+    wrapper, kwargs, length = decode_target(model, batch_size, context_len)
+    execution = "cudagraphs" if execution is None else execution
+    report = analyze(wrapper, None, kwargs, gpu=gpu, dtype=dtype, mode="inference", tp=1,
+                     attention=attention, params=params, provenance=None,
+                     execution=execution, optimizer=None, dp=dp, topology=topology)
+    item = torch.empty((), dtype=run_dtype(canonical_dtype(dtype)),
+                       device="meta").element_size()
+    kv = kv_cache_bytes(wrapper, item)
+
+    def strip(r):
+        return dataclasses.replace(r, module=r.module[len("model."):]
+                                   if r.module.startswith("model.") else r.module)
+
+    b = kwargs["input_ids"].shape[0]
+    workload = Workload(mode="decode", inputs=report.workload.inputs, batch_size=b,
+                        seq_len=1, tp=1, attention=attention,
+                        kernels=report.workload.kernels, context_len=length)
+    step = dataclasses.replace(report.step, mode="decode", tokens=b,
+                               notes=report.step.notes + (
+                                   f"decode: one token per sequence over a static KV cache of "
+                                   f"{length} tokens; attention is predicted with the "
+                                   "prefill kernel model (the split-KV decode kernel is not "
+                                   "modelled yet)",))
+    mem = report.memory
+    memory = dataclasses.replace(mem, kv_cache=kv, peak=mem.peak + kv)
+    return dataclasses.replace(report, rows=tuple(strip(r) for r in report.rows),
+                               ops=tuple(strip(o) for o in report.ops), workload=workload,
+                               step=step, memory=memory,
+                               model_name=type(model).__name__)
 
 
 def _liveness(gm, dkey, mode):

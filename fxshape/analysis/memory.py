@@ -44,6 +44,8 @@ class Memory:
     peak: int
     capacity: int
     notes: tuple = ()
+    #: decode: the static KV cache's keys and values (included in ``peak``)
+    kv_cache: int = 0
 
     @property
     def fits(self) -> bool:
@@ -52,7 +54,8 @@ class Memory:
     def as_dict(self) -> dict:
         return {"parameters": self.parameters, "gradients": self.gradients,
                 "optimizer_state": self.optimizer_state, "activations": self.activations,
-                "peak": self.peak, "capacity": self.capacity, "fits": self.fits,
+                "kv_cache": self.kv_cache, "peak": self.peak, "capacity": self.capacity,
+                "fits": self.fits,
                 "notes": list(self.notes)}
 
     def describe(self) -> str:
@@ -63,6 +66,8 @@ class Memory:
         if self.optimizer_state:
             parts.append(f"optimizer state {self.optimizer_state / _GIB:.2f}")
         parts.append(f"activations {self.activations / _GIB:.2f}")
+        if self.kv_cache:
+            parts.append(f"KV cache {self.kv_cache / _GIB:.2f}")
         verdict = "fits" if self.fits else "does NOT fit"
         return (f"memory per GPU (GiB): " + ", ".join(parts)
                 + f"; peak {self.peak / _GIB:.2f} of {self.capacity / _GIB:.1f} ({verdict})")

@@ -78,7 +78,7 @@ class Workload:
     """What a report describes: the mode, the inputs, the parallelism and the attention
     kernel. Every view of a report states it."""
 
-    mode: str  # "inference" or "train"
+    mode: str  # "inference", "prefill", "train" or "decode"
     #: the forward's tensor inputs as captured: (name, shape, dtype) each
     inputs: tuple = ()
     #: sizes of synthesized inputs (None when the user gave the inputs)
@@ -89,12 +89,17 @@ class Workload:
     tp: int = 1
     attention: str = "flash"  # the choice; ``kernels``: what the attention rows ran as
     kernels: tuple = ()
+    #: decode: the tokens in the KV cache (None for other modes)
+    context_len: int | None = None
 
     def describe(self) -> str:
         """``inference, batch 1 x seq_len 64, tp 1, attention flash (runs fa2); inputs:
         input_ids 1x64 int64``."""
         parts = [self.mode]
-        if self.batch_size is not None:
+        if self.context_len is not None:
+            parts.append(f"batch {self.batch_size}, one new token each, KV cache of "
+                         f"{self.context_len} tokens")
+        elif self.batch_size is not None:
             size = f"batch {self.batch_size}"
             if self.seq_len is not None:
                 size += f" x seq_len {self.seq_len}"
@@ -115,6 +120,7 @@ class Workload:
 
     def as_dict(self) -> dict:
         return {"mode": self.mode, "batch_size": self.batch_size, "seq_len": self.seq_len,
+                "context_len": self.context_len,
                 "seq_len_default": self.seq_len_default, "tp": self.tp,
                 "attention": self.attention, "attention_kernels": list(self.kernels),
                 "inputs": [{"name": n, "shape": list(s), "dtype": d} for n, s, d in self.inputs]}

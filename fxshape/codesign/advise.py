@@ -373,7 +373,7 @@ def _rule_notes(config, report, tp, batch_size):
 def advise(model_or_config, *, gpu="h100", dtype=torch.bfloat16, batch_size=None,
            seq_len=None, tp: int = 1, mode: str = "train", attention: str = "flash",
            param_tolerance: float = DEFAULT_TOLERANCE,
-           min_speedup: float = DEFAULT_MIN_SPEEDUP, execution: str = "eager",
+           min_speedup: float = DEFAULT_MIN_SPEEDUP, execution: str | None = None,
            optimizer="adamw") -> Advice:
     """Recommend hyperparameter changes with better GEMM shapes.
 
@@ -438,7 +438,7 @@ def advise(model_or_config, *, gpu="h100", dtype=torch.bfloat16, batch_size=None
                   tflops=base.flops / base.time_s / 1e12 if base.time_s else 0.0,
                   recommendations=tuple(recs), combined=combined,
                   notes=_rule_notes(config, report, tp, _batch(report)), attention=attention,
-                  step_s=base.step_s, execution=execution)
+                  step_s=base.step_s, execution=execution or "eager")
 
 
 def _batch(report):
@@ -484,7 +484,7 @@ class SweepPoint:
 
 def sweep(model_or_config, param: str, values, *, gpu="h100", dtype=torch.bfloat16,
           batch_size=None, seq_len=None, tp: int = 1, mode: str = "inference",
-          attention: str = "flash", execution: str = "eager", optimizer="adamw") -> list:
+          attention: str = "flash", execution: str | None = None, optimizer="adamw") -> list:
     """Predicted GEMM throughput across values of one config attribute (the sawtooth plots).
 
     Changing the hidden size or head count keeps a head_dim that was derived from them

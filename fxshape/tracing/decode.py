@@ -1,0 +1,73 @@
+"""One decode step with a static KV cache, as a module ``capture`` can take (issue 22, first
+part).
+
+A decode step feeds one new token per sequence to a model whose KV cache already holds
+``context_len`` tokens. :func:`decode_target` wraps a Hugging Face causal LM in
+``transformers``' own export recipe for a static cache
+(``transformers.integrations.executorch.TorchExportableModuleWithStaticCache``: the cache's
+key and value tensors are the wrapper's buffers, one pair per layer), on the meta device,
+and returns the forward arguments of the step: ``input_ids`` of shape ``(batch, 1)`` and the
+cache position ``context_len - 1``, so that attention reads ``context_len`` keys. The user's
+model is not changed: the wrapper gets a shallow copy whose generation config asks for the
+static cache.
+"""
+
+from __future__ import annotations
+
+import copy
+
+import torch
+
+from .export import _seq_len, check_size
+
+__all__ = ["decode_target", "kv_cache_bytes", "check_decoder"]
+
+
+def check_decoder(model) -> None:
+    """A one-line ``ValueError`` unless ``model`` is a Hugging Face causal LM (a decoder with a
+    KV cache)."""
+    name = type(model).__name__
+    cfg = getattr(model, "config", None)
+    causal = name.endswith(("ForCausalLM", "LMHeadModel"))
+    if cfg is None or not causal or getattr(cfg, "is_encoder_decoder", False):
+        raise ValueError(f"mode='decode' needs a Hugging Face causal LM (a decoder with a KV "
+                         f"cache: ...ForCausalLM, ...LMHeadModel); {name} is not one")
+
+
+def decode_target(model, batch_size=None, context_len=None):
+    """``(wrapper, kwargs, context_len)``: the static-cache module and its forward arguments
+    for one decode step of ``batch_size`` sequences over ``context_len`` cached tokens
+    (default: 1024, capped at the model's positions).
+
+    Raises:
+        ValueError: not a causal LM, a size that is not a positive integer, or a context
+            beyond the model's positions.
+    """
+    from transformers.integrations.executorch import TorchExportableModuleWithStaticCache
+
+    check_decoder(model)
+    b = check_size("batch_size", batch_size) or 1
+    try:
+        length = _seq_len(model.config, context_len)
+    except ValueError as exc:
+        raise ValueError(str(exc).replace("seq_len", "context_len")) from None
+    shallow = copy.copy(model)
+    gen = copy.deepcopy(getattr(model, "generation_config", None))
+    if gen is None:
+        raise ValueError(f"{type(model).__name__} has no generation_config: it cannot run "
+                         "with a KV cache")
+    gen.cache_implementation = "static"
+    gen.use_cache = True
+    shallow.generation_config = gen
+    wrapper = TorchExportableModuleWithStaticCache(shallow, batch_size=b,
+                                                   max_cache_len=length, device="meta")
+    kwargs = {"input_ids": torch.zeros(b, 1, dtype=torch.long, device="meta"),
+              "cache_position": torch.tensor([length - 1], device="meta")}
+    return wrapper, kwargs, length
+
+
+def kv_cache_bytes(wrapper, itemsize: int) -> int:
+    """Bytes of the static cache's key and value tensors at ``itemsize`` bytes each."""
+    n = sum(buf.numel() for name, buf in wrapper.named_buffers()
+            if "key_cache" in name or "value_cache" in name)
+    return n * itemsize
