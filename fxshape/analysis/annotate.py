@@ -615,8 +615,7 @@ def _analyze_decode(model, example_inputs, example_kwargs, *, gpu, dtype, batch_
     report = analyze(wrapper, None, kwargs, gpu=gpu, dtype=dtype, mode="inference", tp=1,
                      attention=attention, params=params, provenance=None,
                      execution=execution, optimizer=None, dp=dp, topology=topology)
-    item = torch.empty((), dtype=run_dtype(canonical_dtype(dtype)),
-                       device="meta").element_size()
+    item = run_dtype(canonical_dtype(dtype)).itemsize
     kv = kv_cache_bytes(wrapper, item)
 
     def strip(r):
@@ -652,6 +651,14 @@ def _liveness(gm, dkey, mode):
     return liveness(gm, sizes, owner=attribute_modules(gm, module_of), grad_itemsize=grad_item)
 
 
+def _shards(model, tp) -> list:
+    """``(elements on each GPU, is a matrix, is trained)`` per parameter (tied weights once,
+    as ``model.parameters()`` gives them): Megatron splits the matrices ``tp`` ways and
+    replicates the vectors."""
+    return [(p.numel() // (tp if p.dim() >= 2 else 1), p.dim() >= 2, p.requires_grad)
+            for p in model.parameters()]
+
+
 def _checkpointed_layers(model) -> tuple:
     """The layers a Hugging Face model checkpoints (``gradient_checkpointing_enable()``: each
     layer of its stack), as module prefixes; empty when it does not."""
@@ -670,17 +677,16 @@ def _memory(model, walk, saved_traced, spec, dkey, mode, tp, optimizer, layers=(
     from .memory import memory_of
     from .step import run_dtype
 
-    params = {id(p): p for p in model.parameters()}.values()  # tied weights once
-    numels = [p.numel() // (tp if p.dim() >= 2 else 1) for p in params
-              if mode != "train" or p.requires_grad]
-    matrices = sum(p.numel() // tp for p in params if p.dim() >= 2)
+    shards = _shards(model, tp)
+    numels = [n for n, _, trainable in shards if mode != "train" or trainable]
+    matrices = sum(n for n, matrix, _ in shards if matrix)
     peak_walk, at_backward, saved = walk
     extra = sum(b.bytes for b in saved) - saved_traced  # the layers the trace stood for
     notes = ["eager liveness of the captured graph; the allocator's rounding and the CUDA "
              "context are not counted"]
     if tp > 1:
         notes.append(f"tp {tp}: activations are counted unsharded (an overestimate)")
-    item = torch.empty((), dtype=run_dtype(dkey), device="meta").element_size()
+    item = run_dtype(dkey).itemsize
     train = mode == "train" and at_backward is not None
     if train and layers:
         per_layer: dict = {}
@@ -693,8 +699,7 @@ def _memory(model, walk, saved_traced, spec, dkey, mode, tp, optimizer, layers=(
         hidden = next((getattr(cfg, a) for a in ("hidden_size", "n_embd", "d_model")
                        if isinstance(getattr(cfg, a, None), int)), 0)
         tokens = (workload.batch_size or 0) * (workload.seq_len or 0) if workload else 0
-        kept = len(per_layer) * tokens * hidden * torch.empty(
-            (), dtype=run_dtype(dkey), device="meta").element_size()
+        kept = len(per_layer) * tokens * hidden * run_dtype(dkey).itemsize
         freed = sum(per_layer.values()) - kept - max(per_layer.values(), default=0)
         if freed > 0:
             extra -= freed
@@ -737,10 +742,8 @@ def _step(records, model, spec, dkey, mode, tp, execution, optimizer, workload, 
 
     notes = list(notes)
     records = list(records)
+    numels = [n for n, _, trainable in _shards(model, tp) if trainable]
     if mode == "train":
-        # each GPU updates its shard: Megatron splits the matrices, replicates the vectors
-        numels = [p.numel() // (tp if p.dim() >= 2 else 1)
-                  for p in model.parameters() if p.requires_grad]
         mixed = dkey not in ("fp32", "tf32", "fp64")
         records += optimizer_records(optimizer, numels, spec=spec, mixed=mixed)
         if mixed:
@@ -755,11 +758,8 @@ def _step(records, model, spec, dkey, mode, tp, execution, optimizer, workload, 
                      "layers); " + ("with sequence parallelism, the norms and residuals too"
                                     if sequence_parallel else "norms and residuals stay whole"))
     if tp > 1 or (dp > 1 and mode == "train"):
-        item = torch.empty((), dtype=run_dtype(dkey), device="meta").element_size()
-        grads = 0
-        if mode == "train":
-            params = {id(p): p for p in model.parameters() if p.requires_grad}.values()
-            grads = 4 * sum(p.numel() // (tp if p.dim() >= 2 else 1) for p in params)
+        item = run_dtype(dkey).itemsize
+        grads = 4 * sum(numels) if mode == "train" else 0  # fp32 gradients
         records, comm_notes = comm_records(records, tp=tp, dp=dp, topology=topology,
                                            item=item, grad_bytes=grads,
                                            sequence_parallel=sequence_parallel)

@@ -297,19 +297,5 @@ def _row(n) -> int:
 
 def _escapes(n, inside, category, out_node) -> bool:
     """Is ``n``'s value read outside its group (directly or through views), or returned?"""
-    stack = list(n.users)
-    seen = set()
-    while stack:
-        u = stack.pop()
-        if u.name in seen:
-            continue
-        seen.add(u.name)
-        if u is out_node or u.op == "output":
-            return True
-        if u.name in inside:
-            continue
-        if category.get(u.name) == "view":
-            stack.extend(u.users)
-            continue
-        return True
-    return False
+    return any(u is out_node or u.op == "output" or u.name not in inside
+               for u in _real_users(n, category))

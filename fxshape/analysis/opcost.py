@@ -112,7 +112,7 @@ class Sizes:
         return self.run_dtype if t.dtype == self.model_dtype else t.dtype
 
     def itemsize(self, t: torch.Tensor) -> int:
-        return torch.empty((), dtype=self.dtype(t), device="meta").element_size()
+        return self.dtype(t).itemsize
 
     def bytes(self, v) -> int:
         """Bytes a kernel touches reading or writing ``v``: its elements along dimensions

@@ -23,7 +23,7 @@ from ..cost.host import eager_timeline, host_params
 from ..cost.memops import kernel_time, memop_family
 from ..cost.optimizer import optimizer_passes
 from ..hardware.gpus import get_gpu
-from .opcost import Kernel, Sizes, dropout_chains, matmul_copies, node_kernels
+from .opcost import Kernel, Sizes, _is_view, dropout_chains, matmul_copies, node_kernels
 from .rows import Unsupported
 
 __all__ = ["OpRecord", "Step", "CLASSES", "EXECUTIONS", "op_records", "step_of",
@@ -243,18 +243,9 @@ def op_records(gm, rows, *, spec, dkey, module_of, vocab_size=None, execution="e
             continue
         phase = phases.get(n.name, "forward")
         if n.name in by_node:
-            copies = _copy_record(n, sizes, spec, run, owner, phase, hp.op_s("view", phase))
-            records.extend(copies)
-            for i, r in enumerate(by_node[n.name]):
-                fused = r.kernel not in ("", "math")
-                first = i == 0
-                nbytes = r.prediction.bytes
-                records.append(OpRecord(
-                    node=r.node, op=r.op, module=r.module, phase=r.phase,
-                    cls="attention" if r.kernel else "gemm",
-                    kernels=1 if (first or not fused) else 0, bytes=nbytes, flops=r.flops,
-                    time_s=r.time_s, host_s=hp.op_s("gemm", r.phase) if first else 0.0,
-                    family=r.kernel or "gemm", note=r.note, shape=(r.batch, r.m, r.n, r.k)))
+            records.extend(_copy_record(n, sizes, spec, run, owner, phase,
+                                        hp.op_s("view", phase)))
+            records.extend(_gemm_records(by_node[n.name], lambda r: hp.op_s("gemm", r.phase)))
             continue
         if n.name in loss_nodes:
             if loss_nodes[n.name]:
@@ -281,6 +272,23 @@ def op_records(gm, rows, *, spec, dkey, module_of, vocab_size=None, execution="e
     return records, unsupported, tuple(notes)
 
 
+def _gemm_records(rows, host_of) -> list:
+    """The records of one node's GEMM rows: a GEMM each, or one fused attention kernel for
+    all the rows of an attention call (the unfused math path is a kernel per row); the
+    node's host time (``host_of(first row)``) on its first record."""
+    out = []
+    for i, r in enumerate(rows):
+        first = i == 0
+        fused = r.kernel not in ("", "math")
+        out.append(OpRecord(
+            node=r.node, op=r.op, module=r.module, phase=r.phase,
+            cls="attention" if r.kernel else "gemm",
+            kernels=1 if (first or not fused) else 0, bytes=r.prediction.bytes,
+            flops=r.flops, time_s=r.time_s, host_s=host_of(r) if first else 0.0,
+            family=r.kernel or "gemm", note=r.note, shape=(r.batch, r.m, r.n, r.k)))
+    return out
+
+
 def _copy_record(n, sizes, spec, run, owner, phase, host_per_copy) -> list:
     """The contiguous copies ``aten.matmul`` makes of operands it cannot fold as views
     (``fxshape.analysis.opcost.matmul_copies``), as one record (none when there are none)."""
@@ -298,26 +306,18 @@ def _loss(gm, sizes, spec, run, hp, vocab_size, owner):
     """The joint graph's synthetic loss priced as PyTorch's cross-entropy: ``({node: key},
     {key: records}, notes)``; the nodes mapped to "" are dropped (their work is in the
     records)."""
-    out = next((n for n in gm.graph.nodes if n.op == "output"), None)
-    if out is None or not any("fxshape_phase" in n.meta for n in gm.graph.nodes):
-        return {}, {}, ()
-    loss = out.args[0][0] if isinstance(out.args[0], (tuple, list)) and out.args[0] else None
-    if not isinstance(loss, torch.fx.Node) or "sum" not in str(loss.target):
-        return {}, {}, ()
-    x = loss.args[0].meta.get("val") if isinstance(loss.args[0], torch.fx.Node) else None
-    if x is None or not vocab_size or x.dim() < 2 or int(x.shape[-1]) != int(vocab_size):
-        return {}, {}, ("loss: the sum of the model's first output (it is not logits over the "
-                        "vocabulary), priced as that sum",)
-    seeds = [u for u in loss.users if "ones_like" in str(u.target)]
-    v = int(vocab_size)
+    mapping, loss_fx, notes = _loss_nodes(gm, vocab_size, sizes)
+    if loss_fx is None:
+        return {}, {}, notes
+    name, x, v = loss_fx
     rows = x.numel() // v
     e = sizes.itemsize(x)
     n = rows * v
-    fqn = owner.get(loss.name, "")
+    fqn = owner.get(name, "")
 
-    def rec(name, phase, kernels):
+    def rec(op, phase, kernels):
         t = sum(_price(k, spec, run) for k in kernels)
-        return OpRecord(f"{loss.name}.{name}", name, fqn, phase, "memory", len(kernels),
+        return OpRecord(f"{name}.{op}", op, fqn, phase, "memory", len(kernels),
                         sum(k.bytes for k in kernels), 0, t, hp.op_s("kernel", phase),
                         family="+".join(dict.fromkeys(k.family for k in kernels)),
                         note=f"cross-entropy over {v} classes, {rows} rows, in fp32")
@@ -330,11 +330,7 @@ def _loss(gm, sizes, spec, run, hp, vocab_size, owner):
     bwd[:0] = [rec("nll_loss_backward", "backward",
                    [Kernel("fill", 4 * n), Kernel("scatter", rows * 12)]),
                rec("log_softmax_backward", "backward", [Kernel("softmax", 12 * n, rows, v)])]
-    mapping = {loss.name: "forward"}
-    mapping.update({s.name: "backward" for s in seeds})
-    return mapping, {"forward": fwd, "backward": bwd}, (
-        f"loss: cross-entropy over the {v}-word vocabulary ({rows} rows, fp32), in place of "
-        "the capture's sum",)
+    return mapping, {"forward": fwd, "backward": bwd}, notes
 
 
 #: ops Inductor runs as library fallbacks or as kernels nothing fuses into
@@ -387,15 +383,7 @@ def compiled_records(gm, rows, *, spec, dkey, module_of, vocab_size=None, cuda_g
             backward_started = True
         if n.name in by_node:
             records.extend(_copy_record(n, sizes, spec, run, owner, phase, per_kernel))
-            for i, r in enumerate(by_node[n.name]):
-                first = i == 0
-                fused = r.kernel not in ("", "math")
-                records.append(OpRecord(
-                    node=r.node, op=r.op, module=r.module, phase=r.phase,
-                    cls="attention" if r.kernel else "gemm",
-                    kernels=1 if (first or not fused) else 0, bytes=r.prediction.bytes,
-                    flops=r.flops, time_s=r.time_s, host_s=per_kernel if first else 0.0,
-                    family=r.kernel or "gemm", note=r.note, shape=(r.batch, r.m, r.n, r.k)))
+            records.extend(_gemm_records(by_node[n.name], lambda r: per_kernel))
             continue
         if n.name in loss_nodes and loss_nodes[n.name]:
             records.append(_compiled_loss(loss_fx, loss_nodes[n.name], spec, sizes, per_kernel,
@@ -484,21 +472,9 @@ def _inlined_constant(n, got, by_node) -> bool:
         seen.add(u.name)
         if u.op == "output" or u.name in by_node:
             return False
-        if _is_view_node(u):
+        if u.target is operator.getitem or _is_view(u.target):
             stack.extend(u.users)
     return True
-
-
-def _is_view_node(u) -> bool:
-    t = u.target
-    if t is operator.getitem:
-        return True
-    try:
-        rets = t._schema.returns
-    except AttributeError:
-        return False
-    return bool(rets) and all(r.alias_info is not None and not r.alias_info.is_write
-                              for r in rets)
 
 
 def _column_reduction(n) -> bool:
@@ -524,8 +500,9 @@ def _short(name, nodes) -> str:
 
 
 def _loss_nodes(gm, vocab_size, sizes):
-    """The synthetic loss's nodes (``{name: "forward" | "backward"}``), the logits value and
-    notes, as :func:`_loss` finds them."""
+    """The synthetic loss's nodes (``{name: "forward" | "backward"}``: the sum and its
+    gradient seed), ``(loss node name, logits value, vocabulary)`` (None when the loss is not
+    over logits) and notes."""
     out = next((n for n in gm.graph.nodes if n.op == "output"), None)
     if out is None or not any("fxshape_phase" in n.meta for n in gm.graph.nodes):
         return {}, None, ()
