@@ -24,7 +24,9 @@ Sections, in order (a section that would start past the budget is listed as skip
    fxshape's predicted step (eager, compiled) and its GEMM time alone; ``memory``: the
    measured peak (``torch.cuda.max_memory_allocated``) beside ``report.memory.peak``;
    ``llama_layer``: one Llama-3-8B-shaped layer's forward (bf16, 4 x 2048), eager;
-   ``host``: the CPU time per eager op (a tiny add, a view) beside the host model.
+   ``host``: the CPU time per eager op (a tiny add, a view) beside the host model;
+   ``decode_attention``: SDPA's flash backend on decode shapes (one query over a GQA cache,
+   batch 1-64, 1k-16k tokens) beside ``fxshape.cost.decode_attention``.
 
 Writes ``gpu_check.csv`` (section, name, dtype, predicted_s, measured_s) and ``gpu_check.md``
 (one table per section, median and p90 |error|) into ``--out-dir``. GEMMs are timed with
@@ -203,6 +205,32 @@ def gpt2_step(gpu):  # pragma: no cover - needs CUDA and transformers
             icfg.shape_padding = old
     rows += llama_layer(gpu)
     rows += host_ops()
+    rows += decode_attention(gpu)
+    return rows
+
+
+def decode_attention(gpu):  # pragma: no cover - needs CUDA
+    """SDPA's flash backend on decode shapes (one query token over a GQA cache, Llama-3-8B's
+    32/8 heads of 128), against fxshape.cost.decode_attention: a held-out check on this GPU."""
+    import torch
+    import torch.nn.functional as F
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    from fxshape.fit.measure import cuda_event_median
+
+    rows = []
+    for b, ctx in ((1, 1024), (1, 4096), (1, 16384), (16, 4096), (64, 4096)):
+        q = torch.randn(b, 32, 1, 128, device="cuda", dtype=torch.bfloat16)
+        k = torch.randn(b, 8, ctx, 128, device="cuda", dtype=torch.bfloat16)
+        v = torch.randn_like(k)
+
+        def call(_i):
+            with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
+                F.scaled_dot_product_attention(q, k, v, enable_gqa=True)
+        p = predict_attention(AttentionShape(b, 32, 8, 1, ctx, 128, 128), gpu=gpu,
+                              dtype="bf16")
+        rows.append(("decode_attention", f"b={b} 32/8 heads ctx={ctx} ({p.decode.splits} "
+                     "splits)", "bf16", p.time_s, cuda_event_median(call, 3, 20)))
     return rows
 
 

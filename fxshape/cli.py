@@ -156,7 +156,8 @@ def _cmd_analyze(args) -> int:
                          optimizer=None if args.optimizer == "none" else args.optimizer,
                          dp=args.dp, topology=args.topology,
                          sequence_parallel=args.sequence_parallel,
-                         context_len=args.context_len)
+                         context_len=args.context_len, kv_dtype=args.kv_dtype,
+                         page_size=args.page_size)
     except CaptureError as exc:
         raise ValueError(_capture_failure(exc, args.verbose)) from None
     if args.plot:
@@ -209,17 +210,21 @@ def _cmd_advise(args) -> int:
                     batch_size=args.batch_size, seq_len=args.seq_len, tp=args.tp,
                     mode=args.mode, attention=args.attention, param_tolerance=args.tolerance,
                     min_speedup=args.min_speedup, execution=args.execution,
-                    optimizer=None if args.optimizer == "none" else args.optimizer)
+                    optimizer=None if args.optimizer == "none" else args.optimizer,
+                    context_len=args.context_len, kv_dtype=args.kv_dtype,
+                    page_size=args.page_size)
     if args.format == "json":
         recs = [{"hyperparameter": r.hyperparameter, "current": r.current,
                  "suggested": r.suggested, "predicted_speedup": r.predicted_speedup,
                  "gemm_speedup": r.gemm_speedup,
                  "throughput_gain": r.throughput_gain, "param_delta": r.param_delta,
+                 "kv_bytes_per_token": r.kv_bytes_per_token,
                  "reason": r.reason} for r in advice.recommendations]
         print(json.dumps({"model": advice.model_name, "gpu": advice.gpu, "dtype": advice.dtype,
                           "mode": advice.mode, "tp": advice.tp, "params": advice.params,
                           "time_s": advice.time_s, "step_s": advice.step_s,
                           "execution": advice.execution, "recommendations": recs,
+                          "kv_bytes_per_token": advice.kv_bytes_per_token,
                           "notes": list(advice.notes)}, indent=2, sort_keys=True))
     else:
         print(advice.table(fmt="github" if args.format == "markdown" else "simple"))
@@ -237,7 +242,9 @@ def _cmd_sweep(args) -> int:
     points = sweep(model, args.param, values, gpu=args.gpu, dtype=args.dtype,
                    batch_size=args.batch_size, seq_len=args.seq_len, tp=args.tp,
                    mode=args.mode, attention=args.attention, execution=args.execution,
-                   optimizer=None if args.optimizer == "none" else args.optimizer)
+                   optimizer=None if args.optimizer == "none" else args.optimizer,
+                   context_len=args.context_len, kv_dtype=args.kv_dtype,
+                   page_size=args.page_size)
     rows = [(p.value, "-" if p.tflops is None else f"{p.tflops:.1f}",
              "-" if p.time_s is None else f"{p.time_s * 1e3:.3f}",
              "-" if p.step_s is None else f"{p.step_s * 1e3:.3f}",
@@ -262,6 +269,18 @@ def _step_args(p) -> None:
     p.add_argument("--optimizer", choices=("adamw", "adamw-fused", "sgd", "none"),
                    default="adamw", help="the optimizer step of a training step (default "
                                          "adamw: torch.optim.AdamW, foreach)")
+
+
+def _kv_args(p) -> None:
+    """--context-len, --kv-dtype, --page-size: the KV cache of a decode step."""
+    p.add_argument("--context-len", type=_positive_int, default=None,
+                   help="decode: the tokens already in the KV cache (default 1024, capped "
+                        "at the model's positions)")
+    p.add_argument("--kv-dtype", default=None,
+                   help="decode: the KV cache's dtype when it is not --dtype (e.g. fp8)")
+    p.add_argument("--page-size", type=_positive_int, default=None,
+                   help="decode: tokens per page of a paged KV cache (vLLM 16); default "
+                        "a contiguous cache")
 
 
 def _cmd_presets(args) -> int:
@@ -334,9 +353,7 @@ def build_parser() -> argparse.ArgumentParser:
                     default="inference",
                     help="inference (= prefill: a prompt's forward; default), train, or "
                          "decode: one token per sequence over a KV cache of --context-len")
-    pa.add_argument("--context-len", type=_positive_int, default=None,
-                    help="decode: the tokens already in the KV cache (default 1024, capped "
-                         "at the model's positions)")
+    _kv_args(pa)
     pa.add_argument("--dp", type=_positive_int, default=1,
                     help="data-parallel degree: the gradient all-reduce of a --train step")
     pa.add_argument("--topology", choices=tuple(TOPOLOGIES), default=None,
@@ -354,8 +371,11 @@ def build_parser() -> argparse.ArgumentParser:
     def common(p, mode_default):
         _workload_args(p, "preset name or path to a Hugging Face config.json")
         _step_args(p)
-        p.add_argument("--mode", choices=("train", "inference"), default=mode_default,
-                       help=f"GEMMs of a training step or of inference (default {mode_default})")
+        p.add_argument("--mode", choices=("train", "inference", "prefill", "decode"),
+                       default=mode_default,
+                       help=f"a training step, inference (= prefill) or a decode step over "
+                            f"a KV cache of --context-len (default {mode_default})")
+        _kv_args(p)
 
     pv = sub.add_parser("advise", help="recommend hyperparameters with efficient GEMM shapes",
                         description="Search vocab, hidden size, heads and MLP width for "

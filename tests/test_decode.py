@@ -98,3 +98,152 @@ def test_decode_bad_input():
     with pytest.raises(ValueError, match="unknown mode 'serve'; accepted: 'inference', "
                                          "'prefill', 'train', 'decode'"):
         fxshape.analyze(_llama(), mode="serve")
+
+
+def _weight_bytes(model, item=2):
+    seen, n = set(), 0
+    for p in model.parameters():  # tied weights once
+        if id(p) not in seen:
+            seen.add(id(p))
+            n += p.numel()
+    return n * item
+
+
+def test_decode_is_never_below_its_bandwidth_floor():
+    from fxshape.hardware.gpus import get_gpu
+
+    model = _llama()
+    bw = get_gpu("h100").memory_bandwidth_gbs * 1e9
+    for b, ctx in ((1, 256), (16, 2048)):
+        rep = fxshape.analyze(model, mode="decode", batch_size=b, context_len=ctx, gpu="h100")
+        # every weight in bf16 but the untied input embedding (1000 x 256 x 2 bytes), plus
+        # the cache: 2 x 2 layers x 2 KV heads x 32 x batch x context x 2 bytes
+        need = _weight_bytes(model) - 1000 * 256 * 2 + 2 * 2 * 2 * 32 * b * ctx * 2
+        assert rep.step.floor_s == pytest.approx(need / bw)
+        assert rep.step.time_s >= rep.step.floor_s
+        assert rep.step.inter_token_latency_s == rep.step.time_s
+        assert rep.step.tokens_per_s == pytest.approx(b / rep.step.time_s)
+
+
+def test_tied_embedding_counts_in_the_floor():
+    from fxshape.hardware.gpus import get_gpu
+
+    model = _gpt2()  # lm_head shares wte: the whole table is read by the output layer
+    rep = fxshape.analyze(model, mode="decode", batch_size=1, context_len=128, gpu="h100")
+    # GPT-2: MHA, 2 layers x 4 heads x 16 dims x 128 tokens x 2 (K and V) x 2 bytes
+    kv = 2 * 2 * 4 * 16 * 128 * 2
+    assert rep.memory.kv_cache == kv
+    need = _weight_bytes(model) + kv
+    assert rep.step.floor_s == pytest.approx(need / (get_gpu("h100").memory_bandwidth_gbs
+                                                    * 1e9))
+
+
+def test_decode_attention_reads_the_cache_once_per_kv_head():
+    rep = fxshape.analyze(_llama(kv_heads=2), mode="decode", batch_size=4, context_len=1024,
+                          gpu="h100")
+    attn = [o for o in rep.ops if o.cls == "attention" and o.kernels]
+    # one call per layer; each reads its layer's cache: 2 (K, V) x 2 KV heads x 32 x 4 x 1024
+    # x 2 bytes, plus the queries and outputs and the split partials (small)
+    assert len(attn) == 2
+    for o in attn:
+        assert 2 * 2 * 32 * 4 * 1024 * 2 <= o.bytes < 1.2 * 2 * 2 * 32 * 4 * 1024 * 2
+    # no copy of the cache to the query heads (repeat_kv) anywhere in the step
+    cache = 2 * 32 * 4 * 1024 * 2  # one layer's keys
+    assert not [o for o in rep.ops if o.cls == "memory" and o.bytes >= cache]
+
+
+def test_kv_dtype_and_pages():
+    base = fxshape.analyze(_llama(), mode="decode", batch_size=2, context_len=500, gpu="h100")
+    fp8 = fxshape.analyze(_llama(), mode="decode", batch_size=2, context_len=500, gpu="h100",
+                          kv_dtype="fp8")
+    paged = fxshape.analyze(_llama(), mode="decode", batch_size=2, context_len=500,
+                            gpu="h100", page_size=16)
+    # 2 x 2 layers x 2 KV heads x 32 x 2 sequences x 500 tokens x 2 bytes (bf16) or 1 (fp8);
+    # pages of 16 hold 32 pages = 512 tokens a sequence
+    assert base.memory.kv_cache == 2 * 2 * 2 * 32 * 2 * 500 * 2
+    assert fp8.memory.kv_cache == 2 * 2 * 2 * 32 * 2 * 500 * 1
+    assert paged.memory.kv_cache == 2 * 2 * 2 * 32 * 2 * 512 * 2
+    assert fp8.step.time_s < base.step.time_s
+    assert fp8.workload.kv_dtype == "fp8" and paged.workload.page_size == 16
+    assert "fp8" in " ".join(fp8.step.notes) and "paged" in " ".join(paged.step.notes)
+
+
+def test_tp_shards_the_linears_and_the_cache():
+    one = fxshape.analyze(_llama(kv_heads=2), mode="decode", batch_size=2, context_len=256,
+                          gpu="h100")
+    two = fxshape.analyze(_llama(kv_heads=2), mode="decode", batch_size=2, context_len=256,
+                          gpu="h100", tp=2)
+    four = fxshape.analyze(_llama(kv_heads=2), mode="decode", batch_size=2, context_len=256,
+                           gpu="h100", tp=4)
+    assert two.memory.kv_cache * 2 == one.memory.kv_cache  # a KV head on each GPU
+    assert four.memory.kv_cache == two.memory.kv_cache  # 4 GPUs, 2 heads: replicated
+    q = [r for r in two.rows if r.module.endswith("q_proj")]
+    assert q and all(r.m == 2 and r.n == 256 // 2 for r in q)  # column-parallel
+    assert two.step.by_class["communication"] > 0 and two.workload.tp == 2
+
+
+def test_eager_decode_is_slower_than_cuda_graphs():
+    kw = dict(mode="decode", batch_size=1, context_len=256, gpu="h100")
+    eager = fxshape.analyze(_llama(), execution="eager", **kw)
+    graphs = fxshape.analyze(_llama(), **kw)
+    assert graphs.step.execution == "cudagraphs" and eager.step.time_s > graphs.step.time_s
+    assert eager.step.host_idle_s > 0
+
+
+def test_capacity_is_what_analyze_says_fits():
+    from fxshape.analysis.serving import capacity_of
+
+    model = _llama()
+    rep = fxshape.analyze(model, mode="decode", batch_size=1, context_len=4096, gpu="l4")
+    cap = rep.capacity
+    # KV bytes per token: 2 x 2 layers x 2 KV heads x 32 x 2 bytes
+    assert cap.kv_bytes_per_token == 512
+    assert cap.max_context == 4096 and cap.capped_by_positions  # the model's positions
+    # the largest batch fits, 5% more does not (the limit is a lower bound: the batch-1
+    # report's activations that do not grow with the batch are counted per sequence), each
+    # checked by a new analysis
+    n = cap.max_batch
+    at = fxshape.analyze(model, mode="decode", batch_size=n, context_len=4096, gpu="l4")
+    over = fxshape.analyze(model, mode="decode", batch_size=int(n * 1.05), context_len=4096,
+                           gpu="l4")
+    assert at.memory.fits and not over.memory.fits
+    half = capacity_of(rep, utilization=0.5)
+    assert half.max_batch < n
+    assert "largest batch at 4,096 tokens" in rep.table()
+    with pytest.raises(ValueError, match="utilization must be in"):
+        capacity_of(rep, utilization=1.5)
+    prefill = fxshape.analyze(model, batch_size=1, seq_len=64, gpu="l4", provenance=None)
+    with pytest.raises(ValueError, match="needs a mode='decode' report"):
+        capacity_of(prefill)
+
+
+def test_kv_options_bad_input():
+    with pytest.raises(ValueError, match="kv_dtype is for mode='decode'"):
+        fxshape.analyze(_llama(), kv_dtype="fp8")
+    with pytest.raises(ValueError, match="page_size is for mode='decode'"):
+        fxshape.analyze(_llama(), page_size=16)
+    with pytest.raises(ValueError, match="page_size must be a positive integer"):
+        fxshape.analyze(_llama(), mode="decode", context_len=64, page_size=0)
+    with pytest.raises(ValueError, match="tp=3 does not divide"):
+        fxshape.analyze(_llama(), mode="decode", context_len=64, tp=3)
+
+
+def test_advise_decode_ranks_by_decode_tokens_and_reports_kv_bytes():
+    from fxshape.codesign.advise import advise
+
+    cfg = transformers.LlamaConfig(num_hidden_layers=2, hidden_size=256, intermediate_size=688,
+                                   num_attention_heads=8, num_key_value_heads=4,
+                                   vocab_size=1003, max_position_embeddings=4096)
+    adv = advise(cfg, gpu="h100", mode="decode", batch_size=8, context_len=2048,
+                 param_tolerance=0.5)
+    # the model's cache: 2 (K, V) x 2 layers x 4 KV heads x 32 x 2 bytes per token
+    assert adv.kv_bytes_per_token == 2 * 2 * 4 * 32 * 2 and adv.decode
+    kv = [r for r in adv.recommendations if r.hyperparameter == "num_key_value_heads"]
+    for r in kv:  # fewer KV heads: the cache shrinks in proportion
+        assert r.kv_bytes_per_token == 2 * 2 * r.suggested * 32 * 2
+    assert all(r.predicted_speedup > 0 for r in adv.recommendations)
+    text = adv.table()
+    assert "KV bytes/token" in text and "tokens/s at batch 8" in text
+    assert any(n.startswith("tp 2:") for n in adv.notes)
+    with pytest.raises(ValueError, match="are for mode='decode'"):
+        advise(cfg, gpu="h100", mode="train", context_len=128)

@@ -17,7 +17,7 @@ import torch
 
 from ..cost.gemm import is_default_params, predict_matmul, resolve_params_path, use_params
 from ..cost.notes import join_notes
-from ..hardware.dtypes import canonical_dtype
+from ..hardware.dtypes import canonical_dtype, itemsize
 from ..hardware.gpus import get_gpu
 from ..tracing.configs import HEAD_FIELDS, check_config
 from ..tracing.dedup import check_reduction, expand_rows, find_stacks, reduced_model, structure_key
@@ -51,7 +51,8 @@ def module_of(node: torch.fx.Node) -> tuple[str, str]:
 
 def annotate(gm: torch.fx.GraphModule, *, gpu="h100", dtype=torch.bfloat16,
              phase: str = "forward", tp: int = 1, features=None, heads=None,
-             causal_decoder=False, moe_routing=None, attention: str = "flash"):
+             causal_decoder=False, moe_routing=None, attention: str = "flash", kv_dtype=None,
+             page_size=None):
     """Put GEMM rows on every matmul-like node; return (rows, unsupported).
 
     ``tp`` > 1 shards each GEMM Megatron-style (``fxshape.analysis.parallel``); ``features``
@@ -62,7 +63,9 @@ def annotate(gm: torch.fx.GraphModule, *, gpu="h100", dtype=torch.bfloat16,
     decoder (Hugging Face decoders pass the causal mask as a tensor, not ``is_causal``).
     ``moe_routing``: fractions of the routed rows per expert; default balanced. ``attention``:
     the kernel attention calls are predicted as (``fxshape.cost.attention.ATTENTION_CHOICES``;
-    ``"flash"``: what PyTorch's SDPA runs on the GPU).
+    ``"flash"``: what PyTorch's SDPA runs on the GPU). ``kv_dtype``, ``page_size``: the KV
+    cache's dtype (default ``dtype``) and page size (default contiguous), for decode
+    attention (``fxshape.cost.decode_attention``).
     """
     spec = get_gpu(gpu)
     dkey = canonical_dtype(dtype)
@@ -98,7 +101,7 @@ def annotate(gm: torch.fx.GraphModule, *, gpu="h100", dtype=torch.bfloat16,
             gemms = [_shard(g, fqn, node_phase, tp, features or {}, heads) for g in gemms]
         if gemms and all(g.attn is not None for g in gemms):
             node_rows = _attention_rows(node, gemms, fqn, cls, node_phase, dkey, spec,
-                                        attention)
+                                        attention, kv_dtype, page_size)
         else:
             node_rows = tuple(_row(node, g, fqn, cls, node_phase, dkey, spec) for g in gemms)
         node.meta[META_KEY] = node_rows
@@ -153,7 +156,7 @@ def _with_traced_provenance(gm, rows, model, args, stacks):
     from .perturb import row_keys, traced_sources
     from .provenance import weight_axes
 
-    (example_inputs, example_kwargs, kw, spec, dkey, tp, _, moe_routing, attention) = args
+    (example_inputs, example_kwargs, kw, spec, dkey, tp, _, moe_routing, attention, kv) = args
     by_node = _by_node(rows)
     axes = weight_axes(gm, by_node)
     order = [r for rs in by_node.values() for r in rs]
@@ -200,7 +203,7 @@ def _with_traced_provenance(gm, rows, model, args, stacks):
         if got is None:
             kw2 = dict(kw, batch_size=b, seq_len=s)
             theirs = _annotated(target, ex_in, ex_kw, kw2, spec, dkey, tp, model,
-                                moe_routing, attention, provenance=None)[1]
+                                moe_routing, attention, kv, provenance=None)[1]
             got = dict(zip(row_keys(theirs), ((r.m, r.n, r.k) for r in theirs)))
         return got
 
@@ -273,7 +276,8 @@ def apportion(total: int, fractions) -> list[int]:
     return shares
 
 
-def _attention_rows(node, gemms, fqn, cls, phase, dkey, spec, attention):
+def _attention_rows(node, gemms, fqn, cls, phase, dkey, spec, attention, kv_dtype=None,
+                    page_size=None):
     """Rows of one attention call, predicted as the kernel it runs (``fxshape.cost.attention``).
 
     A fused kernel's time is split over its GEMMs by FLOPs, so every row shows the kernel's
@@ -284,7 +288,7 @@ def _attention_rows(node, gemms, fqn, cls, phase, dkey, spec, attention):
 
     call = gemms[0].attn
     pred = predict_attention(call.shape, direction=call.direction, attention=attention,
-                             dtype=dkey, gpu=spec)
+                             dtype=dkey, gpu=spec, kv_dtype=kv_dtype, page_size=page_size)
     if pred.kernel == "math":
         gemms = [dataclasses.replace(g, work=1.0, note=join_notes(g.note, pred.note))
                  for g in gemms if g.op != "sdpa.bwd.qk"]
@@ -318,7 +322,7 @@ def _shapes(obj):
 
 
 def _annotated(target, example_inputs, example_kwargs, kw, spec, dkey, tp, model,
-               moe_routing, attention, provenance="matched"):
+               moe_routing, attention, kv=(None, None), provenance="matched"):
     """Capture ``target`` (the model, or a reduced copy of it) and annotate its graph:
     (graph, rows, unsupported); rows with provenance matched by value unless ``provenance``
     is None."""
@@ -327,7 +331,7 @@ def _annotated(target, example_inputs, example_kwargs, kw, spec, dkey, tp, model
                                  features=_features(target) if tp > 1 else None,
                                  heads=_head_counts(target),
                                  causal_decoder=_is_decoder(model), moe_routing=moe_routing,
-                                 attention=attention)
+                                 attention=attention, kv_dtype=kv[0], page_size=kv[1])
     if provenance is not None:
         rows = _with_provenance(gm, rows, getattr(model, "config", None), tp)
     return gm, rows, unsupported
@@ -403,7 +407,7 @@ def analyze(model, example_inputs=None, example_kwargs=None, *, gpu="h100",
             dtype=torch.bfloat16, batch_size=None, seq_len=None, mode="inference", tp=1,
             moe_routing=None, attention="flash", dedup=True, params=None,
             provenance="traced", execution=None, optimizer="adamw", dp=1, topology=None,
-            sequence_parallel=False, context_len=None):
+            sequence_parallel=False, context_len=None, kv_dtype=None, page_size=None):
     """Capture ``model`` and predict every GEMM in it on ``gpu``.
 
     Args:
@@ -420,6 +424,11 @@ def analyze(model, example_inputs=None, example_kwargs=None, *, gpu="h100",
             ``fxshape.tracing.decode``; GEMMs have M = batch; ``report.memory.kv_cache``).
         context_len: for ``mode="decode"``, the tokens already in the KV cache (default
             1024, capped at the model's positions).
+        kv_dtype: for ``mode="decode"``, the KV cache's dtype when it is not ``dtype``
+            (``torch.float8_e4m3fn``, ``"fp8"``: half the cache's bytes); the cache's memory
+            and the attention's reads use it.
+        page_size: for ``mode="decode"``, tokens per page of a paged KV cache (vLLM's 16,
+            FlashInfer's 1 to 128); default a contiguous cache. Memory holds whole pages.
         tp: Megatron-style tensor-parallel degree: per-GPU shapes (``fxshape.analysis.parallel``);
             must divide the number of attention heads.
         moe_routing: for MoE layers, the fraction of routed rows each expert gets (one per
@@ -465,17 +474,28 @@ def analyze(model, example_inputs=None, example_kwargs=None, *, gpu="h100",
         return _analyze_decode(model, example_inputs, example_kwargs, gpu=gpu, dtype=dtype,
                                batch_size=batch_size, seq_len=seq_len, tp=tp,
                                attention=attention, params=params, execution=execution,
-                               context_len=context_len, dp=dp, topology=topology)
-    if context_len is not None:
-        raise ValueError("context_len is for mode='decode' (the tokens in the KV cache); "
-                         f"mode {mode!r} takes seq_len")
+                               context_len=context_len, dp=dp, topology=topology,
+                               kv_dtype=kv_dtype, page_size=page_size,
+                               sequence_parallel=sequence_parallel)
+    for name, v, what in (("context_len", context_len, "the tokens in the KV cache"),
+                          ("kv_dtype", kv_dtype, "the KV cache's dtype"),
+                          ("page_size", page_size, "the KV cache's page size")):
+        if v is not None:
+            raise ValueError(f"{name} is for mode='decode' ({what}); mode {mode!r} has no KV "
+                             "cache")
     execution = "eager" if execution is None else execution
+    return _with_params(params, model, example_inputs, example_kwargs, gpu=gpu, dtype=dtype,
+                        batch_size=batch_size, seq_len=seq_len, mode=mode, tp=tp,
+                        moe_routing=moe_routing, attention=attention, dedup=dedup,
+                        provenance=provenance, execution=execution, optimizer=optimizer,
+                        dp=dp, topology=topology, sequence_parallel=sequence_parallel)
+
+
+def _with_params(params, *args, **kw):
+    """``_analyze`` under the GEMM constants of ``params``, named in the notes when they are
+    not the packaged ones."""
     with use_params(params):
-        report = _analyze(model, example_inputs, example_kwargs, gpu=gpu, dtype=dtype,
-                          batch_size=batch_size, seq_len=seq_len, mode=mode, tp=tp,
-                          moe_routing=moe_routing, attention=attention, dedup=dedup,
-                          provenance=provenance, execution=execution, optimizer=optimizer,
-                          dp=dp, topology=topology, sequence_parallel=sequence_parallel)
+        report = _analyze(*args, **kw)
         path = resolve_params_path()
     if not is_default_params(path):
         report = dataclasses.replace(report, notes=report.notes + (
@@ -485,7 +505,7 @@ def analyze(model, example_inputs=None, example_kwargs=None, *, gpu="h100",
 
 def _analyze(model, example_inputs, example_kwargs, *, gpu, dtype, batch_size, seq_len, mode,
              tp, moe_routing, attention, dedup, provenance, execution, optimizer, dp, topology,
-             sequence_parallel):
+             sequence_parallel, kv=(None, None)):
     from ..cost.optimizer import check_optimizer
     from .report import Report
     from .step import check_execution
@@ -528,7 +548,8 @@ def _analyze(model, example_inputs, example_kwargs, *, gpu, dtype, batch_size, s
         notes.append(f"tp {tp} > {kv_heads} KV heads: each GPU holds one whole KV head "
                      f"(K/V projections and KV cache replicated {tp // kv_heads}x), as "
                      "Megatron and the serving engines do")
-    args = (example_inputs, example_kwargs, kw, spec, dkey, tp, model, moe_routing, attention)
+    args = (example_inputs, example_kwargs, kw, spec, dkey, tp, model, moe_routing, attention,
+            kv)
     if stacks:
         key = structure_key(model, stacks, mode, tp, _shapes(example_inputs),
                             _shapes(example_kwargs), batch_size, seq_len)
@@ -594,11 +615,13 @@ def _analyze(model, example_inputs, example_kwargs, *, gpu, dtype, batch_size, s
 
 
 def _analyze_decode(model, example_inputs, example_kwargs, *, gpu, dtype, batch_size,
-                    seq_len, tp, attention, params, execution, context_len, dp, topology):
+                    seq_len, tp, attention, params, execution, context_len, dp, topology,
+                    kv_dtype, page_size, sequence_parallel):
     """One decode step (``mode="decode"``): the model wrapped with a static KV cache
     (``fxshape.tracing.decode``), analyzed as a forward of one token per sequence."""
-    from ..tracing.decode import decode_target, kv_cache_bytes
+    from ..tracing.decode import decode_capture, decode_target, kv_cache_bytes, max_positions
     from .rows import Workload
+    from .serving import capacity_of
     from .step import run_dtype
 
     check_module(model)
@@ -608,36 +631,72 @@ def _analyze_decode(model, example_inputs, example_kwargs, *, gpu, dtype, batch_
     if seq_len is not None:
         raise ValueError("mode='decode' feeds one new token per sequence: give context_len "
                          "(the tokens in the KV cache), not seq_len")
-    if tp != 1:
-        raise ValueError("mode='decode' with tp > 1 is not built yet; accepted: tp=1")
+    if page_size is not None and (isinstance(page_size, bool) or not isinstance(page_size, int)
+                                  or page_size <= 0):
+        raise ValueError(f"page_size must be a positive integer (tokens per KV page) or None "
+                         f"(a contiguous cache), got {page_size!r}")
+    dkey = canonical_dtype(dtype)
+    kv_key = canonical_dtype(kv_dtype) if kv_dtype is not None else None
+    heads, kv_heads = _head_counts(model)
+    check_tp(tp, heads, kv_heads)
     wrapper, kwargs, length = decode_target(model, batch_size, context_len)
+    wrapper.config = model.config  # heads and features for tp sharding, as the model's
     execution = "cudagraphs" if execution is None else execution
-    report = analyze(wrapper, None, kwargs, gpu=gpu, dtype=dtype, mode="inference", tp=1,
-                     attention=attention, params=params, provenance=None,
-                     execution=execution, optimizer=None, dp=dp, topology=topology)
-    item = run_dtype(canonical_dtype(dtype)).itemsize
-    kv = kv_cache_bytes(wrapper, item)
+    with decode_capture():
+        report = _with_params(params, wrapper, None, kwargs, gpu=gpu, dtype=dtype,
+                              batch_size=None, seq_len=None, mode="inference", tp=tp,
+                              moe_routing=None, attention=attention, dedup=True,
+                              provenance=None, execution=execution, optimizer=None, dp=dp,
+                              topology=topology, sequence_parallel=sequence_parallel,
+                              kv=(kv_key, page_size))
+    item = itemsize(kv_key) if kv_key else run_dtype(dkey).itemsize
+    b = kwargs["input_ids"].shape[0]
+    pages = -(-length // page_size) * page_size if page_size else length
+    # each GPU holds its KV heads' share (one whole head each when tp exceeds them)
+    kv_split = min(tp, kv_heads or heads or 1)
+    kv = kv_cache_bytes(wrapper, item) * pages // length // kv_split
 
     def strip(r):
         return dataclasses.replace(r, module=r.module[len("model."):]
                                    if r.module.startswith("model.") else r.module)
 
-    b = kwargs["input_ids"].shape[0]
     workload = Workload(mode="decode", inputs=report.workload.inputs, batch_size=b,
-                        seq_len=1, tp=1, attention=attention,
-                        kernels=report.workload.kernels, context_len=length)
+                        seq_len=1, tp=tp, attention=attention,
+                        kernels=report.workload.kernels, context_len=length,
+                        kv_dtype=kv_key, page_size=page_size)
+    cache = (f"{kv_key} " if kv_key else "") + (f"paged ({page_size} tokens a page) "
+                                                 if page_size else "")
     step = dataclasses.replace(report.step, mode="decode", tokens=b,
                                notes=report.step.notes + (
-                                   f"decode: one token per sequence over a static KV cache of "
-                                   f"{length} tokens; attention is predicted with the "
-                                   "prefill kernel model (the split-KV decode kernel is not "
-                                   "modelled yet)",))
+                                   f"decode: one token per sequence over a {cache}KV cache of "
+                                   f"{length} tokens; attention on the split-KV decode path "
+                                   "(fxshape.cost.decode_attention), each KV head read once "
+                                   "per group",))
     mem = report.memory
     memory = dataclasses.replace(mem, kv_cache=kv, peak=mem.peak + kv)
-    return dataclasses.replace(report, rows=tuple(strip(r) for r in report.rows),
-                               ops=tuple(strip(o) for o in report.ops), workload=workload,
-                               step=step, memory=memory,
-                               model_name=type(model).__name__)
+    floor = (mem.parameters - _input_embedding_bytes(model, tp, run_dtype(dkey).itemsize)
+             + kv) / (get_gpu(gpu).memory_bandwidth_gbs * 1e9)
+    step = dataclasses.replace(step, floor_s=floor)
+    report = dataclasses.replace(report, rows=tuple(strip(r) for r in report.rows),
+                                 ops=tuple(strip(o) for o in report.ops), workload=workload,
+                                 step=step, memory=memory, model_name=type(model).__name__)
+    positions = max_positions(model.config)
+    return dataclasses.replace(report, capacity=capacity_of(report, max_positions=positions))
+
+
+def _input_embedding_bytes(model, tp, item) -> int:
+    """Bytes per GPU of the input embedding a decode step gathers a row a token of (0 when
+    the output layer shares it: then all of it is read)."""
+    get_in = getattr(model, "get_input_embeddings", None)
+    get_out = getattr(model, "get_output_embeddings", None)
+    emb = get_in() if callable(get_in) else None
+    w = getattr(emb, "weight", None)
+    if not isinstance(w, torch.Tensor):
+        return 0
+    out = get_out() if callable(get_out) else None
+    if out is not None and getattr(out, "weight", None) is w:
+        return 0
+    return w.numel() // (tp if w.dim() >= 2 else 1) * item
 
 
 def _liveness(gm, dkey, mode):

@@ -231,7 +231,7 @@ def fusion_groups(gm, category: dict, sizes, phase_of: dict) -> list:
         # values read from outside (through views), each once
         reads: dict = {}
         for n in group_nodes:
-            for m in _tensor_inputs(n):
+            for j, m in enumerate(_tensor_inputs(n)):
                 src = m
                 while category.get(src.name) == "view" and _tensor_inputs(src):
                     if src.name in inside:
@@ -240,9 +240,14 @@ def fusion_groups(gm, category: dict, sizes, phase_of: dict) -> list:
                 if src.name in inside:
                     continue
                 v = m.meta.get("val")
+                # a gather reads the rows it gathers of its source, not the whole source (an
+                # embedding lookup of a few tokens reads a few rows of the table)
+                cap = _gathered_bytes(n, sizes) if j == 0 else None
                 for t in (v if isinstance(v, (list, tuple)) else [v]):
                     if isinstance(t, torch.Tensor):
-                        reads[(m.name, id(t))] = sizes.bytes(t)
+                        b = sizes.bytes(t) if cap is None else min(sizes.bytes(t), cap)
+                        key = (m.name, id(t))
+                        reads[key] = max(reads.get(key, 0), b)
         # values read outside the group (views of them included) or returned
         writes = 0
         for n in group_nodes:
@@ -260,6 +265,19 @@ def fusion_groups(gm, category: dict, sizes, phase_of: dict) -> list:
                                   reduction=bool(red)))
     result.sort(key=lambda g: index[g.nodes[0]])
     return result
+
+
+#: ops that read, of their first input, only the elements their output gathers
+_GATHERS = {"embedding", "index_select", "gather", "take_along_dim", "index"}
+
+
+def _gathered_bytes(n, sizes):
+    """The output bytes of a gather node (what it reads of its source), else None."""
+    name = getattr(n.target, "__name__", str(n.target)).split(".")[0]
+    v = n.meta.get("val")
+    if name not in _GATHERS or not isinstance(v, torch.Tensor):
+        return None
+    return sizes.bytes(v)
 
 
 def _compatible(sigs) -> bool:

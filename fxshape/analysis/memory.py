@@ -99,6 +99,15 @@ def _values(v):
     return []
 
 
+def _writes_in_place(n) -> bool:
+    """Does ``n``'s op return its (mutated) input, allocating nothing (an in-place aten op:
+    the static KV cache's ``index_copy_``)?"""
+    schema = getattr(n.target, "_schema", None)
+    rets = getattr(schema, "returns", ())
+    return bool(rets) and all(r.alias_info is not None and r.alias_info.is_write
+                              for r in rets)
+
+
 def liveness(gm, sizes: Sizes, *, owner=None, grad_itemsize=None):
     """Walk ``gm`` in program order: ``(peak live bytes, live bytes when the backward
     starts or None without a backward, [SavedBytes ...])``. Parameters, buffers and user
@@ -145,6 +154,8 @@ def liveness(gm, sizes: Sizes, *, owner=None, grad_itemsize=None):
             for b, maker in live.values():
                 by_node[maker] = by_node.get(maker, 0) + b
             saved = [SavedBytes(m, owner.get(m, ""), "forward", b) for m, b in by_node.items()]
+        if _writes_in_place(n):  # index_copy_, add_ ...: the result is its input's memory
+            continue
         for t in _values(n.meta.get("val")):
             k = _key(t)
             if k in persistent or k in live:

@@ -7,6 +7,7 @@ give byte-identical JSON.
 from __future__ import annotations
 
 import csv
+import dataclasses
 import html
 import io
 import json
@@ -61,6 +62,8 @@ class Report:
     #: memory per GPU: parameters, gradients, optimizer state, activations, peak, fits
     #: (``fxshape.analysis.memory.Memory``); None for a report built by hand
     memory: object = None
+    #: decode: what fits a GPU (``fxshape.analysis.serving.Capacity``); None otherwise
+    capacity: object = None
 
     # -- totals ---------------------------------------------------------------------------
     @property
@@ -171,6 +174,8 @@ class Report:
             lines.extend(f"note: {n}" for n in self.step.notes)
         if self.memory is not None:
             lines.append(self.memory.describe())
+        if self.capacity is not None:
+            lines.append(self.capacity.describe())
         lines.extend(f"note: {n}" for n in self.notes)
         offenders = [g for g in (groups or self.groups()) if misaligned(g["row"])][:3]
         if offenders:
@@ -267,6 +272,7 @@ class Report:
             "ops": [o.as_dict() for o in self.ops],
             "unsupported_ops": [u.__dict__ for u in self.unsupported_ops],
             "memory": None if self.memory is None else self.memory.as_dict(),
+            "capacity": None if self.capacity is None else dataclasses.asdict(self.capacity),
         }
 
     def ops_csv(self) -> str:

@@ -91,6 +91,9 @@ class Workload:
     kernels: tuple = ()
     #: decode: the tokens in the KV cache (None for other modes)
     context_len: int | None = None
+    #: decode: the KV cache's dtype when it is not the analysis dtype, its page size
+    kv_dtype: str | None = None
+    page_size: int | None = None
 
     def describe(self) -> str:
         """``inference, batch 1 x seq_len 64, tp 1, attention flash (runs fa2); inputs:
@@ -120,7 +123,8 @@ class Workload:
 
     def as_dict(self) -> dict:
         return {"mode": self.mode, "batch_size": self.batch_size, "seq_len": self.seq_len,
-                "context_len": self.context_len,
+                "context_len": self.context_len, "kv_dtype": self.kv_dtype,
+                "page_size": self.page_size,
                 "seq_len_default": self.seq_len_default, "tp": self.tp,
                 "attention": self.attention, "attention_kernels": list(self.kernels),
                 "inputs": [{"name": n, "shape": list(s), "dtype": d} for n, s, d in self.inputs]}

@@ -98,6 +98,10 @@ class Step:
     peak_tflops: float
     tokens: int | None
     notes: tuple = ()
+    #: decode: the physical limit of the step, the bytes it must read (every weight but the
+    #: input embedding's, which is gathered a row a token, plus the KV cache) over the GPU's
+    #: peak DRAM bandwidth; None for other modes
+    floor_s: float | None = None
 
     @property
     def mfu(self) -> float:
@@ -111,19 +115,40 @@ class Step:
     def host_idle_s(self) -> float:
         return self.by_class["host_idle"]
 
+    @property
+    def inter_token_latency_s(self) -> float | None:
+        """Decode: the time between two tokens of one sequence (a step makes one token of
+        each); None for other modes."""
+        return self.time_s if self.mode == "decode" else None
+
+    @property
+    def time_to_first_token_s(self) -> float | None:
+        """Prefill: the time the prompt takes before the first token (the step; queueing and
+        sampling not included); None for other modes."""
+        return self.time_s if self.mode in ("prefill", "inference") else None
+
     def as_dict(self) -> dict:
         return {"execution": self.execution, "mode": self.mode, "optimizer": self.optimizer,
                 "time_s": self.time_s, "by_class": dict(self.by_class), "gpu_s": self.gpu_s,
                 "host_s": self.host_s, "kernels": self.kernels,
                 "model_flops": self.model_flops, "peak_tflops": self.peak_tflops,
                 "mfu": self.mfu, "tokens": self.tokens, "tokens_per_s": self.tokens_per_s,
-                "notes": list(self.notes)}
+                "inter_token_latency_s": self.inter_token_latency_s,
+                "time_to_first_token_s": self.time_to_first_token_s,
+                "floor_s": self.floor_s, "notes": list(self.notes)}
 
     def describe(self) -> str:
         """``step (eager, train, adamw): 12.3 ms, 41.6k tokens/s, MFU 38.2%; gemm 70.1% ...``"""
         parts = [f"{self.time_s * 1e3:.3f} ms"]
+        if self.mode == "decode":
+            parts[0] += " per token (inter-token latency)"
+        elif self.time_to_first_token_s is not None:
+            parts[0] += " (time to first token)"
         if self.tokens_per_s is not None:
             parts.append(f"{self.tokens_per_s:,.0f} tokens/s")
+        if self.floor_s:
+            parts.append(f"bandwidth floor {self.floor_s * 1e3:.3f} ms "
+                         f"(x{self.time_s / self.floor_s:.2f})")
         parts.append(f"MFU {100 * self.mfu:.1f}%")
         parts.append(f"{self.kernels} kernels")
         split = ", ".join(f"{c.replace('_', ' ')} {100 * t / self.time_s:.1f}%"
@@ -280,10 +305,14 @@ def _gemm_records(rows, host_of) -> list:
     for i, r in enumerate(rows):
         first = i == 0
         fused = r.kernel not in ("", "math")
+        # a fused call launches its kernel(s) once (2 for split-KV decode: split + combine)
+        launches = getattr(r.attention, "kernels", 1) if fused else 1
+        decode = getattr(r.attention, "decode", None) if fused else None
+        nbytes = r.prediction.bytes if decode is None else (decode.bytes if first else 0)
         out.append(OpRecord(
             node=r.node, op=r.op, module=r.module, phase=r.phase,
             cls="attention" if r.kernel else "gemm",
-            kernels=1 if (first or not fused) else 0, bytes=r.prediction.bytes,
+            kernels=launches if (first or not fused) else 0, bytes=nbytes,
             flops=r.flops, time_s=r.time_s, host_s=host_of(r) if first else 0.0,
             family=r.kernel or "gemm", note=r.note, shape=(r.batch, r.m, r.n, r.k)))
     return out

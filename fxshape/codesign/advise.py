@@ -54,6 +54,8 @@ class Recommendation:
     #: GEMM (and attention) time before / after - 1: the shapes' own gain, without the
     #: memory-bound ops, the optimizer and the host that the step adds
     gemm_speedup: float = 0.0
+    #: decode: the candidate's KV cache bytes per token (one sequence, all layers, per GPU)
+    kv_bytes_per_token: int = 0
 
 
 @dataclass(frozen=True)
@@ -64,6 +66,7 @@ class Evaluation:
     attention_s: float = 0.0  # of which attention kernels (forward and backward)
     kernel: str = ""  # the attention kernel(s) they were predicted as
     step_s: float = 0.0  # the whole step (report.step.time_s)
+    kv_bytes_per_token: int = 0  # decode: report.capacity.kv_bytes_per_token
 
 
 @dataclass(frozen=True)
@@ -82,17 +85,32 @@ class Advice:
     attention: str = "flash"  # the attention= choice the predictions were made with
     step_s: float = 0.0  # the whole predicted step (``report.step``)
     execution: str = "eager"
+    #: decode: the model's KV cache bytes per token; the batch the step decodes
+    kv_bytes_per_token: int = 0
+    batch_size: int | None = None
+
+    @property
+    def decode(self) -> bool:
+        return self.mode == "decode"
 
     def table(self, fmt: str = "simple") -> str:
-        head = ("hyperparameter", "current", "suggested", "step speedup", "GEMM speedup",
-                "TFLOP/s gain", "params", "reason")
+        head = ("hyperparameter", "current", "suggested",
+                "decode tokens/s" if self.decode else "step speedup", "GEMM speedup",
+                "TFLOP/s gain", "params") + (("KV bytes/token",) if self.decode else ()) + \
+            ("reason",)
         rows = [(r.hyperparameter, _fmt(r.current), _fmt(r.suggested),
                  f"{100 * r.predicted_speedup:+.1f}%", f"{100 * r.gemm_speedup:+.1f}%",
-                 f"{100 * r.throughput_gain:+.1f}%",
-                 f"{r.param_delta:+,}", r.reason) for r in self.recommendations]
+                 f"{100 * r.throughput_gain:+.1f}%", f"{r.param_delta:+,}")
+                + ((f"{r.kv_bytes_per_token:,}",) if self.decode else ()) + (r.reason,)
+                for r in self.recommendations]
+        step = f"predicted step {self.step_s * 1e3:.3f} ms"
+        if self.decode and self.step_s:
+            step = (f"decode step {self.step_s * 1e3:.3f} ms per token, "
+                    f"{(self.batch_size or 1) / self.step_s:,.0f} tokens/s at batch "
+                    f"{self.batch_size}, KV cache {self.kv_bytes_per_token:,} bytes per token")
         lines = [f"{self.model_name} on {self.gpu} ({self.dtype}, {self.mode}, tp={self.tp}, "
                  f"attention={self.attention}, {self.execution}): "
-                 f"{self.params:,} parameters, predicted step {self.step_s * 1e3:.3f} ms "
+                 f"{self.params:,} parameters, {step} "
                  f"(GEMMs {self.time_s * 1e3:.3f} ms at {self.tflops:.0f} TFLOP/s)", ""]
         if rows:
             lines.append(tabulate(rows, headers=head, tablefmt=fmt, disable_numparse=True))
@@ -191,9 +209,10 @@ class _Evaluator:
                 if id(p) not in seen:
                     seen.add(id(p))
                     params += p.numel()
+            kv = report.capacity.kv_bytes_per_token if report.capacity is not None else 0
             self.cache[key] = Evaluation(report.total_time_s, report.total_flops, params,
                                          sum(r.time_s for r in attn), kernels,
-                                         report.step.time_s)
+                                         report.step.time_s, kv)
         return self.cache[key]
 
 
@@ -244,10 +263,26 @@ def _head_changes(config, hp, h_new, a_new):
     return tuple(ch)
 
 
-def _candidates(config, tp: int, gated: bool):
+def _kv_candidates(config, tp: int):
+    """Decode: fewer KV heads (grouped-query attention), each a divisor of the query heads
+    that whole-head tensor parallelism takes; the cache's bytes per token fall with them."""
+    kv = getattr(config, "num_key_value_heads", None)
+    heads = hyperparameters(config).get("num_attention_heads", (None, None))[1]
+    if not isinstance(kv, int) or not isinstance(heads, int):
+        return []
+    out = []
+    for new in range(kv - 1, 0, -1):
+        if heads % new == 0 and (new % tp == 0 or tp % new == 0):
+            out.append(("num_key_value_heads", (("num_key_value_heads", kv, new),),
+                        f"KV heads {kv} -> {new}: the KV cache (and its reads each decode "
+                        f"step) x{new / kv:.2g}"))
+    return out
+
+
+def _candidates(config, tp: int, gated: bool, mode: str = "train"):
     """(group, changes, reason) in a fixed order."""
     hp = hyperparameters(config)
-    out = []
+    out = _kv_candidates(config, tp) if mode == "decode" else []
     if "vocab_size" in hp and _attr(hp, "vocab_size"):
         v = hp["vocab_size"][1]
         for mul in (64 * tp, 128 * tp):
@@ -374,7 +409,7 @@ def advise(model_or_config, *, gpu="h100", dtype=torch.bfloat16, batch_size=None
            seq_len=None, tp: int = 1, mode: str = "train", attention: str = "flash",
            param_tolerance: float = DEFAULT_TOLERANCE,
            min_speedup: float = DEFAULT_MIN_SPEEDUP, execution: str | None = None,
-           optimizer="adamw") -> Advice:
+           optimizer="adamw", context_len=None, kv_dtype=None, page_size=None) -> Advice:
     """Recommend hyperparameter changes with better GEMM shapes.
 
     Args:
@@ -385,6 +420,11 @@ def advise(model_or_config, *, gpu="h100", dtype=torch.bfloat16, batch_size=None
             step time (``report.step``); each also says its GEMM-only speedup. A change of
             head count or head dimension says in its reason how much of its gain is the
             attention kernel's.
+        context_len, kv_dtype, page_size: for ``mode="decode"`` (as for ``analyze``). Decode
+            advice ranks the candidates by decode tokens/s at ``batch_size`` and
+            ``context_len`` (the step at a fixed batch), adds fewer KV heads to them, gives
+            each candidate's KV cache bytes per token, and says in the notes what the other
+            ``tp`` degrees of one node do to the step.
         param_tolerance: largest relative change of the parameter count (default 2%).
         min_speedup: significance threshold: a change must be predicted at least this much
             faster per step and this much more efficient (default 1%).
@@ -398,13 +438,18 @@ def advise(model_or_config, *, gpu="h100", dtype=torch.bfloat16, batch_size=None
         raise ValueError(f"min_speedup must be in [0, 1), got {min_speedup!r}")
     kw = dict(gpu=gpu, dtype=dtype, batch_size=batch_size, seq_len=seq_len, tp=tp, mode=mode,
               attention=attention, execution=execution, optimizer=optimizer)
+    if mode == "decode":
+        kw.update(context_len=context_len, kv_dtype=kv_dtype, page_size=page_size)
+    elif (context_len, kv_dtype, page_size) != (None, None, None):
+        raise ValueError("context_len, kv_dtype and page_size are for mode='decode'; mode "
+                         f"{mode!r} has no KV cache")
     ev = _Evaluator(model_or_config, kw)
     config = ev.config
     base = ev(())
     report = ev.report
     gated = any("gate" in r.module.rsplit(".", 1)[-1] for r in report.rows)
     best: dict = {}
-    candidates = _candidates(config, tp, gated)
+    candidates = _candidates(config, tp, gated, mode)
     for group, changes, reason in _progress(candidates, "advise"):
         try:
             e = ev(changes)
@@ -433,12 +478,42 @@ def advise(model_or_config, *, gpu="h100", dtype=torch.bfloat16, batch_size=None
         e = ev(tuple(taken))
         combined = _recommendation(", ".join(a for a, _, _ in taken), tuple(taken),
                                    "all recommendations that do not overlap", base, e)
+    notes = _rule_notes(config, report, tp, _batch(report))
+    if mode == "decode":
+        notes += _tp_notes(model_or_config, kw, base, report)
     return Advice(model_name=ev.model_name, gpu=report.gpu, dtype=report.dtype,
                   mode=mode, tp=tp, params=base.params, time_s=base.time_s,
                   tflops=base.flops / base.time_s / 1e12 if base.time_s else 0.0,
                   recommendations=tuple(recs), combined=combined,
-                  notes=_rule_notes(config, report, tp, _batch(report)), attention=attention,
-                  step_s=base.step_s, execution=execution or "eager")
+                  notes=notes, attention=attention,
+                  step_s=base.step_s, execution=report.step.execution,
+                  kv_bytes_per_token=base.kv_bytes_per_token,
+                  batch_size=report.workload.batch_size)
+
+
+def _tp_notes(model_or_config, kw, base: Evaluation, report) -> tuple:
+    """Decode: the step at the other tensor-parallel degrees of one node (per-GPU tokens/s
+    and the largest batch that fits), one sentence each."""
+    from ..hardware.topology import default_topology
+
+    tp = kw["tp"]
+    node = default_topology(report.gpu).gpus_per_node
+    b = report.workload.batch_size
+    out = []
+    for t in (1, 2, 4, 8):
+        if t == tp or t > node:
+            continue
+        ev = _Evaluator(model_or_config, dict(kw, tp=t))
+        try:
+            e = ev(())
+        except ValueError:  # the heads do not split t ways
+            continue
+        fits = ev.report.capacity.max_batch if ev.report.capacity is not None else None
+        out.append(f"tp {t}: {e.step_s * 1e3:.3f} ms per token "
+                   f"({base.step_s / e.step_s:.2f}x tp {tp}'s speed), "
+                   f"{b / e.step_s / t:,.0f} tokens/s per GPU at batch {b}"
+                   + (f", up to {fits:,} sequences fit" if fits is not None else ""))
+    return tuple(out)
 
 
 def _batch(report):
@@ -464,7 +539,12 @@ def _recommendation(group, changes, reason, base: Evaluation, e: Evaluation) -> 
                    f"{base.attention_s * 1e3:.3f} -> {e.attention_s * 1e3:.3f} ms, "
                    f"other GEMMs {(base.time_s - base.attention_s) * 1e3:.3f} -> "
                    f"{(e.time_s - e.attention_s) * 1e3:.3f} ms per step")
-    return Recommendation(hyperparameter=", ".join(a for a, _, _ in changes) or group,
+    if base.kv_bytes_per_token and e.kv_bytes_per_token != base.kv_bytes_per_token and \
+            "KV cache" not in reason:
+        reason += (f"; KV cache {base.kv_bytes_per_token:,} -> {e.kv_bytes_per_token:,} "
+                   "bytes per token")
+    return Recommendation(kv_bytes_per_token=e.kv_bytes_per_token,
+                          hyperparameter=", ".join(a for a, _, _ in changes) or group,
                           current=cur[0] if len(cur) == 1 else cur,
                           suggested=new[0] if len(new) == 1 else new,
                           predicted_speedup=speedup, throughput_gain=gain,
@@ -484,7 +564,8 @@ class SweepPoint:
 
 def sweep(model_or_config, param: str, values, *, gpu="h100", dtype=torch.bfloat16,
           batch_size=None, seq_len=None, tp: int = 1, mode: str = "inference",
-          attention: str = "flash", execution: str | None = None, optimizer="adamw") -> list:
+          attention: str = "flash", execution: str | None = None, optimizer="adamw",
+          context_len=None, kv_dtype=None, page_size=None) -> list:
     """Predicted GEMM throughput across values of one config attribute (the sawtooth plots).
 
     Changing the hidden size or head count keeps a head_dim that was derived from them
@@ -505,6 +586,11 @@ def sweep(model_or_config, param: str, values, *, gpu="h100", dtype=torch.bfloat
         raise ValueError(f"sweep values of {param} must be positive integers, got {bad[0]!r}")
     kw = dict(gpu=gpu, dtype=dtype, batch_size=batch_size, seq_len=seq_len, tp=tp, mode=mode,
               attention=attention, execution=execution, optimizer=optimizer)
+    if mode == "decode":
+        kw.update(context_len=context_len, kv_dtype=kv_dtype, page_size=page_size)
+    elif (context_len, kv_dtype, page_size) != (None, None, None):
+        raise ValueError("context_len, kv_dtype and page_size are for mode='decode'; mode "
+                         f"{mode!r} has no KV cache")
     ev = _Evaluator(model_or_config, kw)
     hp = hyperparameters(config)
     out = []

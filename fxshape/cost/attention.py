@@ -199,6 +199,10 @@ class AttentionPrediction:
     bound: str  # "compute", "memory" or "latency"
     validated: bool  # measured data for this GPU architecture, kernel and direction exist
     note: str = ""
+    #: launches: 2 for a split-KV decode call (the split kernel and the combine kernel)
+    kernels: int = 1
+    #: the decode path's prediction (``fxshape.cost.decode_attention``), else None
+    decode: object = None
 
     def to_dict(self) -> dict:
         d = asdict(self)
@@ -447,7 +451,8 @@ def math_gemms(shape: AttentionShape, direction: str):
 
 def predict_attention(shape: AttentionShape, *, direction: str = "forward",
                       attention: str = "flash", dtype="bf16", gpu="h100",
-                      params_path: str | None = None) -> AttentionPrediction:
+                      params_path: str | None = None, kv_dtype=None,
+                      page_size: int | None = None) -> AttentionPrediction:
     """Predict one attention call (forward, or its backward) on ``gpu``.
 
     Args:
@@ -458,6 +463,12 @@ def predict_attention(shape: AttentionShape, *, direction: str = "forward",
         dtype: the dtype of Q, K and V.
         gpu: name, alias or ``GPUSpec``.
         params_path: another ``attention_params.json`` (``bench/fit_attention.py --out``).
+        kv_dtype: the dtype of K and V when it differs (an fp8 KV cache); decode path only.
+        page_size: tokens per page of a paged KV cache (``None``: contiguous); decode path.
+
+    A forward call of at most ``DECODE_MAX_SEQ_Q`` query tokens over a longer key sequence
+    (decode) runs a fused kernel's split-KV decode path, predicted by
+    :func:`fxshape.cost.decode_attention.predict_decode`.
 
     Raises:
         ValueError: unknown direction, kernel, dtype or GPU; a kernel that cannot run this.
@@ -473,12 +484,52 @@ def predict_attention(shape: AttentionShape, *, direction: str = "forward",
     spec = get_gpu(gpu)
     dkey = canonical_dtype(dtype)
     spec.peak_tflops(dkey)
-    return _predict_cached(shape, direction, attention, dkey, spec, _params_path(params_path))
+    kv_key = canonical_dtype(kv_dtype) if kv_dtype is not None else None
+    if page_size is not None and (isinstance(page_size, bool) or not isinstance(page_size, int)
+                                  or page_size <= 0):
+        raise ValueError(f"page_size must be a positive integer or None, got {page_size!r}")
+    return _predict_cached(shape, direction, attention, dkey, spec, _params_path(params_path),
+                           kv_key, page_size)
 
 
 @functools.lru_cache(maxsize=1 << 14)
-def _predict_cached(shape, direction, attention, dkey, spec, path) -> AttentionPrediction:
-    return predict_with(_load(path), shape, direction, attention, dkey, spec)
+def _predict_cached(shape, direction, attention, dkey, spec, path, kv_key=None,
+                    page_size=None) -> AttentionPrediction:
+    from .decode_attention import is_decode_shape
+
+    pred = predict_with(_load(path), shape, direction, attention, dkey, spec)
+    if direction == "forward" and pred.kernel != "math" and \
+            is_decode_shape(shape.seq_q, shape.seq_k):
+        return _decode(pred, shape, dkey, kv_key, page_size, spec)
+    return pred
+
+
+def _decode(pred: AttentionPrediction, shape: AttentionShape, dkey: str, kv_key, page_size,
+            spec: GPUSpec) -> AttentionPrediction:
+    """``pred`` (the fused kernel chosen) re-predicted on its split-KV decode path."""
+    from .decode_attention import kv_block_tokens, predict_decode
+    from .notes import join_notes
+
+    item = itemsize(dkey)
+    dp = predict_decode(shape.batch, shape.heads, shape.kv_heads, shape.seq_q, shape.seq_k,
+                        shape.head_dim, gpu=spec, itemsize=item,
+                        kv_itemsize=itemsize(kv_key) if kv_key else item, page_size=page_size,
+                        head_dim_v=shape.head_dim_v, peak_tflops=spec.peak_tflops(dkey))
+    split = (f"split-KV over {dp.splits} splits and a combine kernel" if dp.splits > 1
+             else "one CTA per KV head and query block, no split")
+    kv = f"; {kv_key} KV cache" if kv_key and kv_key != dkey else ""
+    paged = f"; paged KV, {page_size} tokens a page" if page_size else ""
+    note = join_notes(pred.note, f"decode path: {split}, {dp.bandwidth_fraction:.0%} of DRAM "
+                                 f"bandwidth{kv}{paged}")
+    t = dp.time_s
+    return replace(pred, time_s=t, tflops=pred.flops / t / 1e12,
+                   efficiency=pred.flops / t / (spec.peak_tflops(dkey) * 1e12),
+                   tile=(64, kv_block_tokens(max(shape.head_dim, shape.head_dim_v))), ctas=dp.ctas,
+                   waves=dp.waves, wave_efficiency=1.0, compute_time_s=0.0,
+                   memory_time_s=dp.bytes / (spec.memory_bandwidth_gbs * 1e9),
+                   bound="latency" if dp.bound == "latency" else "memory",
+                   validated=spec.arch in ("hopper", "blackwell"), note=note,
+                   kernels=dp.kernels, decode=dp)
 
 
 def predict_with(ap: AttentionParams, shape: AttentionShape, direction: str, attention: str,

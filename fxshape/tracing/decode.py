@@ -14,13 +14,17 @@ static cache.
 
 from __future__ import annotations
 
+import contextlib
 import copy
+import os
+import warnings
 
 import torch
 
 from .export import _seq_len, check_size
 
-__all__ = ["decode_target", "kv_cache_bytes", "check_decoder"]
+__all__ = ["decode_target", "kv_cache_bytes", "check_decoder", "decode_capture",
+           "max_positions"]
 
 
 def check_decoder(model) -> None:
@@ -66,8 +70,40 @@ def decode_target(model, batch_size=None, context_len=None):
     return wrapper, kwargs, length
 
 
+def max_positions(cfg) -> int | None:
+    """The positions a config allows (``max_position_embeddings``, ``n_positions``), or None."""
+    for attr in ("max_position_embeddings", "n_positions"):
+        v = getattr(cfg, attr, None)
+        if isinstance(v, int) and not isinstance(v, bool):
+            return v
+    return None
+
+
 def kv_cache_bytes(wrapper, itemsize: int) -> int:
     """Bytes of the static cache's key and value tensors at ``itemsize`` bytes each."""
     n = sum(buf.numel() for name, buf in wrapper.named_buffers()
             if "key_cache" in name or "value_cache" in name)
     return n * itemsize
+
+
+@contextlib.contextmanager
+def decode_capture():
+    """The context a decode step is captured in: Hugging Face's SDPA integration passes
+    grouped-query K/V to ``scaled_dot_product_attention`` as they are (``enable_gqa``), as
+    serving kernels read them (each KV head once per group), instead of repeating them to the
+    query heads (``repeat_kv``, a copy of the whole cache per layer that no serving engine
+    makes); and ``torch.export``'s warnings about the static cache's lifted constants are
+    silenced (they say nothing about the step)."""
+    key = "TRANSFORMERS_SDPA_FORCE_GQA"
+    old = os.environ.get(key)
+    os.environ[key] = "1"
+    try:
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message=".*requires gradient.*",
+                                    category=UserWarning)
+            yield
+    finally:
+        if old is None:
+            os.environ.pop(key, None)
+        else:
+            os.environ[key] = old

@@ -1,0 +1,217 @@
+"""The decode attention model: one step of a few query tokens per sequence over a KV cache.
+
+A decode step's attention is memory-bound: each sequence's new query reads every key and
+value in its cache once, and does four FLOPs per byte or so. What sets its time is how much
+of the GPU's bandwidth the kernel can pull at the parallelism it has, and the fixed costs of
+its launches. The model follows what FlashAttention's split-KV path (``flash_attn_with_kvcache``
+and ``scaled_dot_product_attention``'s flash backend at small ``seq_q``, "flash-decoding"),
+FlashInfer's decode kernels and vLLM's paged attention v2 do:
+
+- **GQA packing.** The query heads that share a KV head run in one CTA (FlashAttention's
+  ``seqlenq_ngroups_swapped``, FlashInfer's GQA decode): a CTA holds ``group × seq_q`` query
+  rows, padded to 64-row blocks, and reads its KV head once. Units of work: ``batch × KV heads
+  × ceil(group × seq_q / 64)``.
+- **Split-KV.** When the units cannot fill the GPU, the cache is split along its length over
+  more CTAs, with FlashAttention-2's heuristic (``num_splits_heuristic`` in
+  ``csrc/flash_attn/flash_api.cpp``: no split once the units fill 80% of two CTAs per SM;
+  otherwise the fewest splits whose wave efficiency is within 85% of the best, over KV
+  blocks of 256 / 128 / 64 keys for head_dim ≤ 64 / ≤ 128 / larger). Each split writes its
+  partial output and log-sum-exp in fp32, and a second kernel combines them.
+- **Bandwidth at that parallelism.** A CTA streams its share of the cache at no more than
+  ``cta_bytes_per_clk`` bytes per SM clock (the loads one CTA keeps in flight), and all CTAs
+  together at no more than ``dram_efficiency`` of the DRAM bandwidth. CTAs run in waves of
+  two per SM.
+- **Paged KV.** A paged cache (vLLM's 16-token blocks, FlashInfer's pages) costs
+  ``page_s`` per page a CTA visits: the page-table lookup and a new address stream.
+- **Fixed costs.** ``fixed_s`` per main kernel (launch, prologue, the query load and output
+  store of the last wave), ``combine_s`` for the combine kernel when there is one.
+
+Five constants, the same on every GPU, fitted by ``bench/fit_decode_attention.py`` to
+published kernel timings (``bench/decode_attention_published.csv``: FlashAttention-2 and -3,
+FlashInfer, TensorRT-LLM's kernels on H100, H200 and B200; part held out) and read from
+``fxshape/data/decode_attention_params.json``. The GPU enters through its SM count, clock,
+DRAM bandwidth and tensor-core peak. Compute is a bound, never the answer in practice (the
+score and value products at the padded 64 rows, at the dense peak).
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+import os
+from dataclasses import asdict, dataclass
+
+from ..hardware.gpus import GPUSpec, get_gpu
+from .paramfile import read_json
+
+__all__ = ["DecodeAttentionParams", "DecodeAttentionPrediction", "decode_attention_params",
+           "predict_decode", "num_splits", "kv_block_tokens", "is_decode_shape", "DECODE_MAX_SEQ_Q"]
+
+#: attention calls with at most this many query tokens per sequence run the decode path
+#: (decode, and the few tokens of speculative decoding's verification)
+DECODE_MAX_SEQ_Q = 16
+_BLOCK_M = 64  # query rows per CTA (FlashAttention's split-KV kernel, FlashInfer's decode)
+_DEFAULT_PATH = os.path.join(os.path.dirname(os.path.dirname(__file__)), "data",
+                             "decode_attention_params.json")
+
+
+@dataclass(frozen=True)
+class DecodeAttentionParams:
+    """The fitted constants (``fxshape/data/decode_attention_params.json``)."""
+
+    fixed_s: float
+    combine_s: float
+    dram_efficiency: float
+    cta_bytes_per_clk: float
+    page_s: float
+    source: str = ""
+
+    FIELDS = ("fixed_s", "combine_s", "dram_efficiency", "cta_bytes_per_clk", "page_s")
+
+
+@dataclass(frozen=True)
+class DecodeAttentionPrediction:
+    """One decode attention call as the model sees it. Times in seconds; ``bytes``: the DRAM
+    traffic (the cache read once, the queries and outputs, the split partials)."""
+
+    time_s: float
+    splits: int
+    ctas: int
+    waves: int
+    kernels: int
+    bytes: int
+    kv_bytes: int
+    bandwidth_fraction: float  # bytes / time over the GPU's DRAM bandwidth
+    bound: str  # "bandwidth", "parallelism" (too few CTAs to pull it) or "latency"
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+@functools.lru_cache(maxsize=None)
+def _load(path: str) -> DecodeAttentionParams:
+    d = read_json(path, "decode attention parameter file")
+    try:
+        return DecodeAttentionParams(**{k: float(d[k]) for k in DecodeAttentionParams.FIELDS},
+                                     source=str(d.get("source", "")))
+    except (KeyError, TypeError, ValueError) as exc:
+        raise ValueError(f"decode attention parameter file {path!r} lacks or mangles "
+                         f"{exc}: it needs " + ", ".join(DecodeAttentionParams.FIELDS)) from None
+
+
+def decode_attention_params(path: str | None = None) -> DecodeAttentionParams:
+    """The packaged constants, or those of ``path``."""
+    return _load(path or _DEFAULT_PATH)
+
+
+def is_decode_shape(seq_q: int, seq_k: int) -> bool:
+    """Does an attention call of ``seq_q`` query over ``seq_k`` key tokens run the decode
+    path (a few new tokens over a longer cache)?"""
+    return seq_q <= DECODE_MAX_SEQ_Q and seq_k > seq_q
+
+
+def num_splits(units: int, slots: int, n_blocks: int, max_splits: int = 128) -> int:
+    """FlashAttention-2's split-KV heuristic (``num_splits_heuristic``): ``units`` CTAs of
+    work, ``slots`` CTAs the GPU runs at once, ``n_blocks`` KV blocks per unit."""
+    if units >= 0.8 * slots:
+        return 1
+    top = min(max_splits, slots, n_blocks)
+
+    def eligible(s):
+        return s == 1 or -(-n_blocks // s) != -(-n_blocks // (s - 1))
+
+    eff = {}
+    for s in range(1, top + 1):
+        if eligible(s):
+            waves = units * s / slots
+            eff[s] = waves / math.ceil(waves)
+    best = max(eff.values())
+    return next(s for s in sorted(eff) if eff[s] >= 0.85 * best)
+
+
+def kv_block_tokens(head_dim: int) -> int:
+    """Keys per KV block of the split-KV kernel (FlashAttention-2's ``block_n``)."""
+    return 256 if head_dim <= 64 else 128 if head_dim <= 128 else 64
+
+
+def predict_decode(batch: int, heads: int, kv_heads: int, seq_q: int, context: int,
+                   head_dim: int, *, gpu="h100", itemsize: int = 2, kv_itemsize: int | None = None,
+                   page_size: int | None = None, head_dim_v: int | None = None,
+                   peak_tflops: float | None = None,
+                   params: DecodeAttentionParams | None = None) -> DecodeAttentionPrediction:
+    """Predict one decode attention call: ``batch`` sequences, each ``seq_q`` new query tokens
+    of ``heads`` heads over a cache of ``context`` tokens of ``kv_heads`` heads.
+
+    Args:
+        itemsize: bytes per element of the queries and outputs; ``kv_itemsize`` of the cache
+            (default the same: 1 for an fp8 cache).
+        page_size: tokens per KV page (``None``: a contiguous cache).
+        peak_tflops: the tensor-core peak of the dtype (default the GPU's bf16 peak).
+        params: other constants (``bench/fit_decode_attention.py`` fits through this).
+
+    Raises:
+        ValueError: a size that is not a positive integer, heads that do not share KV heads.
+    """
+    for name, v in (("batch", batch), ("heads", heads), ("kv_heads", kv_heads),
+                    ("seq_q", seq_q), ("context", context), ("head_dim", head_dim),
+                    ("itemsize", itemsize)):
+        if isinstance(v, bool) or not isinstance(v, int) or v <= 0:
+            raise ValueError(f"decode attention {name} must be a positive integer, got {v!r}")
+    if heads % kv_heads:
+        raise ValueError(f"{heads} query heads cannot share {kv_heads} KV heads (kv_heads must "
+                         "divide heads)")
+    if page_size is not None and (isinstance(page_size, bool) or not isinstance(page_size, int)
+                                  or page_size <= 0):
+        raise ValueError(f"page_size must be a positive integer or None, got {page_size!r}")
+    spec = get_gpu(gpu)
+    p = params or decode_attention_params()
+    kv_item = kv_itemsize or itemsize
+    dv = head_dim_v or head_dim
+    peak = (peak_tflops or spec.peak_tflops("bf16")) * 1e12
+    return _predict(batch, heads, kv_heads, seq_q, context, head_dim, dv, itemsize, kv_item,
+                    page_size, peak, spec, p)
+
+
+@functools.lru_cache(maxsize=1 << 14)
+def _predict(b, h, hk, sq, sk, d, dv, item, kv_item, page, peak, spec: GPUSpec,
+             p: DecodeAttentionParams) -> DecodeAttentionPrediction:
+    group = h // hk
+    m_blocks = -(-(group * sq) // _BLOCK_M)
+    units = b * hk * m_blocks
+    slots = 2 * spec.sm_count
+    bn = kv_block_tokens(max(d, dv))
+    n_blocks = -(-sk // bn)
+    splits = num_splits(units, slots, n_blocks)
+    ctas = units * splits
+    waves = -(-ctas // slots)
+    concurrent = min(ctas, slots)
+    bw = spec.memory_bandwidth_gbs * 1e9
+    clock = spec.boost_clock_mhz * 1e6
+    # one CTA's share: whole KV blocks (the last split may hold fewer; the longest sets the
+    # wave's time)
+    tokens = min(sk, -(-n_blocks // splits) * bn)
+    cta_bytes = tokens * (d + dv) * kv_item
+    rate = min(p.cta_bytes_per_clk * clock, p.dram_efficiency * bw / concurrent)
+    pages = -(-tokens // page) if page else 0
+    t_cta = cta_bytes / rate + pages * p.page_s
+    # compute bound of the CTA: QKᵀ and PV at the padded rows, at its SM's share of the peak
+    t_cta = max(t_cta, 2 * _BLOCK_M * tokens * (d + dv) / (peak / spec.sm_count))
+    kv_bytes = b * hk * sk * (d + dv) * kv_item
+    qo_bytes = b * h * sq * (d + dv) * item
+    t = p.fixed_s + waves * t_cta + qo_bytes / (p.dram_efficiency * bw)
+    kernels, partial = 1, 0
+    if splits > 1:
+        partial = 2 * b * h * sq * splits * (dv + 1) * 4  # written, then read back
+        t += p.combine_s + partial / (p.dram_efficiency * bw)
+        kernels = 2
+    total = kv_bytes + qo_bytes + partial
+    if p.fixed_s >= 0.5 * t:
+        bound = "latency"
+    elif rate < p.dram_efficiency * bw / concurrent * 0.999 or concurrent < slots // 2:
+        bound = "parallelism"
+    else:
+        bound = "bandwidth"
+    return DecodeAttentionPrediction(
+        time_s=float(t), splits=splits, ctas=ctas, waves=waves, kernels=kernels,
+        bytes=int(total), kv_bytes=int(kv_bytes), bandwidth_fraction=total / t / bw,
+        bound=bound)
