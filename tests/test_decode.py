@@ -35,8 +35,17 @@ def _mistral():
         return transformers.MistralForCausalLM(cfg)
 
 
-@pytest.mark.parametrize("build", [_llama, _gpt2, _mistral, lambda: _llama(kv_heads=1)],
-                         ids=["llama-gqa", "gpt2-mha", "mistral-gqa", "llama-mqa"])
+def _falcon():
+    cfg = transformers.FalconConfig(num_hidden_layers=2, hidden_size=256, num_attention_heads=8,
+                                    vocab_size=1000, multi_query=True,
+                                    new_decoder_architecture=False, max_position_embeddings=2048)
+    with torch.device("meta"):
+        return transformers.FalconForCausalLM(cfg)
+
+
+@pytest.mark.parametrize("build", [_llama, _gpt2, _mistral, lambda: _llama(kv_heads=1),
+                                   _falcon],
+                         ids=["llama-gqa", "gpt2-mha", "mistral-gqa", "llama-mqa", "falcon-mqa"])
 def test_decode_gemms_have_m_equal_to_the_batch(build):
     rep = fxshape.analyze(build(), mode="decode", batch_size=3, context_len=256,
                           gpu="h100")
@@ -57,6 +66,42 @@ def test_kv_cache_bytes_by_hand(kv_heads):
     # tokens x 2 bytes (bf16)
     assert rep.memory.kv_cache == 2 * 2 * kv_heads * 32 * 4 * 512 * 2
     assert rep.memory.peak >= rep.memory.parameters + rep.memory.kv_cache
+
+
+def test_falcon_multi_query_cache_by_hand():
+    model = _falcon()
+    rep = fxshape.analyze(model, mode="decode", batch_size=2, context_len=128, gpu="h100")
+    # multi-query: one KV head of 256 / 8 = 32 dims: 2 (K, V) x 2 layers x 1 x 32 x 2
+    # sequences x 128 tokens x 2 bytes
+    assert rep.memory.kv_cache == 2 * 2 * 1 * 32 * 2 * 128 * 2
+    assert not hasattr(model.config, "num_key_value_heads")  # the user's config untouched
+
+
+@pytest.mark.parametrize("preset,per_token", [
+    ("gpt2", 2 * 12 * 12 * 64 * 2),         # MHA: 12 layers x 12 heads x 64
+    ("llama-3-8b", 2 * 32 * 8 * 128 * 2),   # GQA: 32 layers x 8 KV heads x 128
+    ("mistral-7b", 2 * 32 * 8 * 128 * 2),   # GQA: 32 layers x 8 KV heads x 128
+    ("qwen2-7b", 2 * 28 * 4 * 128 * 2),     # GQA: 28 layers x 4 KV heads x 128
+    ("llama-2-70b", 2 * 80 * 8 * 128 * 2),  # GQA: 80 layers x 8 KV heads x 128
+])
+def test_zoo_kv_bytes_per_token_by_hand(preset, per_token):
+    from fxshape.presets import build_preset
+    from fxshape.tracing.decode import decode_target, kv_cache_bytes
+
+    # K and V x layers x KV heads x head_dim x 2 bytes (bf16), from the published configs;
+    # 3 sequences of 64 tokens
+    wrapper, _, length = decode_target(build_preset(preset), 3, 64)
+    assert kv_cache_bytes(wrapper, 2) == per_token * 3 * length
+
+
+def test_a_batch_that_does_not_fit_is_reported_not_refused():
+    big = fxshape.analyze(_llama(), mode="decode", batch_size=16384, context_len=4096,
+                          gpu="l4")
+    # 2 x 2 layers x 2 KV heads x 32 x 16384 sequences x 4096 tokens x 2 bytes = 34.4 GB,
+    # more than the L4's 24 GB: a report that says so, not an error
+    assert big.memory.kv_cache == 2 * 2 * 2 * 32 * 16384 * 4096 * 2 > 24e9
+    assert not big.memory.fits and "does NOT fit" in big.memory.describe()
+    assert big.capacity.max_batch < 16384
 
 
 def test_prefill_is_inference():

@@ -619,7 +619,8 @@ def _analyze_decode(model, example_inputs, example_kwargs, *, gpu, dtype, batch_
                     kv_dtype, page_size, sequence_parallel):
     """One decode step (``mode="decode"``): the model wrapped with a static KV cache
     (``fxshape.tracing.decode``), analyzed as a forward of one token per sequence."""
-    from ..tracing.decode import decode_capture, decode_target, kv_cache_bytes, max_positions
+    from ..tracing.decode import (decode_capture, decode_target, kv_cache_bytes, kv_heads_of,
+                                  max_positions)
     from .rows import Workload
     from .serving import capacity_of
     from .step import run_dtype
@@ -638,6 +639,7 @@ def _analyze_decode(model, example_inputs, example_kwargs, *, gpu, dtype, batch_
     dkey = canonical_dtype(dtype)
     kv_key = canonical_dtype(kv_dtype) if kv_dtype is not None else None
     heads, kv_heads = _head_counts(model)
+    kv_heads = kv_heads or kv_heads_of(model.config)
     check_tp(tp, heads, kv_heads)
     wrapper, kwargs, length = decode_target(model, batch_size, context_len)
     wrapper.config = model.config  # heads and features for tp sharding, as the model's

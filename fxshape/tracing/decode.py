@@ -24,7 +24,7 @@ import torch
 from .export import _seq_len, check_size
 
 __all__ = ["decode_target", "kv_cache_bytes", "check_decoder", "decode_capture",
-           "max_positions"]
+           "max_positions", "kv_heads_of"]
 
 
 def check_decoder(model) -> None:
@@ -63,11 +63,30 @@ def decode_target(model, batch_size=None, context_len=None):
     gen.cache_implementation = "static"
     gen.use_cache = True
     shallow.generation_config = gen
+    kv = kv_heads_of(model.config)
+    if kv is not None and getattr(model.config, "num_key_value_heads", None) != kv:
+        # the static cache is sized by num_key_value_heads (else the query heads): say
+        # what the model really makes (Falcon's multi-query attention: one KV head)
+        cfg = copy.deepcopy(model.config)
+        cfg.num_key_value_heads = kv
+        shallow.config = cfg
     wrapper = TorchExportableModuleWithStaticCache(shallow, batch_size=b,
                                                    max_cache_len=length, device="meta")
     kwargs = {"input_ids": torch.zeros(b, 1, dtype=torch.long, device="meta"),
               "cache_position": torch.tensor([length - 1], device="meta")}
     return wrapper, kwargs, length
+
+
+def kv_heads_of(cfg) -> int | None:
+    """The KV heads a config's attention makes, where the config does not name them
+    ``num_key_value_heads``: Falcon's ``multi_query`` (one KV head, or ``num_kv_heads``
+    with the new decoder architecture) and ``num_kv_heads``."""
+    if isinstance(getattr(cfg, "num_key_value_heads", None), int):
+        return cfg.num_key_value_heads
+    if getattr(cfg, "multi_query", False):
+        return cfg.num_kv_heads if getattr(cfg, "new_decoder_architecture", False) else 1
+    v = getattr(cfg, "num_kv_heads", None)
+    return v if isinstance(v, int) else None
 
 
 def max_positions(cfg) -> int | None:
