@@ -24,7 +24,7 @@ from ..tracing.dedup import check_reduction, expand_rows, find_stacks, reduced_m
 from ..tracing.export import (DEFAULT_BATCH_SIZE, CaptureError, _is_hf, capture, check_module,
                               check_size, forward_arguments)
 from .ops import Gemm, gemm_handler, gemms_for_node, looks_like_matmul
-from .parallel import check_tp, kv_shard, layer_kind, shard_gemm
+from .parallel import check_tp, kv_heads_per_gpu, kv_shard, layer_kind, shard_gemm
 from .rows import GemmRow, Unsupported, Workload
 
 __all__ = ["analyze", "annotate", "module_of"]
@@ -619,6 +619,7 @@ def _analyze_decode(model, example_inputs, example_kwargs, *, gpu, dtype, batch_
                     kv_dtype, page_size, sequence_parallel):
     """One decode step (``mode="decode"``): the model wrapped with a static KV cache
     (``fxshape.tracing.decode``), analyzed as a forward of one token per sequence."""
+    from ..cost.decode_attention import check_page_size
     from ..tracing.decode import (decode_capture, decode_target, kv_cache_bytes, kv_heads_of,
                                   max_positions)
     from .rows import Workload
@@ -632,10 +633,7 @@ def _analyze_decode(model, example_inputs, example_kwargs, *, gpu, dtype, batch_
     if seq_len is not None:
         raise ValueError("mode='decode' feeds one new token per sequence: give context_len "
                          "(the tokens in the KV cache), not seq_len")
-    if page_size is not None and (isinstance(page_size, bool) or not isinstance(page_size, int)
-                                  or page_size <= 0):
-        raise ValueError(f"page_size must be a positive integer (tokens per KV page) or None "
-                         f"(a contiguous cache), got {page_size!r}")
+    check_page_size(page_size)
     dkey = canonical_dtype(dtype)
     kv_key = canonical_dtype(kv_dtype) if kv_dtype is not None else None
     heads, kv_heads = _head_counts(model)
@@ -655,8 +653,9 @@ def _analyze_decode(model, example_inputs, example_kwargs, *, gpu, dtype, batch_
     b = kwargs["input_ids"].shape[0]
     pages = -(-length // page_size) * page_size if page_size else length
     # each GPU holds its KV heads' share (one whole head each when tp exceeds them)
-    kv_split = min(tp, kv_heads or heads or 1)
-    kv = kv_cache_bytes(wrapper, item) * pages // length // kv_split
+    all_kv = kv_heads or heads or 1
+    kv = kv_cache_bytes(wrapper, item) * pages // length * kv_heads_per_gpu(all_kv, tp) \
+        // all_kv
 
     def strip(r):
         return dataclasses.replace(r, module=r.module[len("model."):]

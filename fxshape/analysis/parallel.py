@@ -16,7 +16,7 @@ import dataclasses
 from ..cost.notes import join_notes
 from .ops import Gemm
 
-__all__ = ["layer_kind", "shard_gemm", "check_tp", "kv_shard"]
+__all__ = ["layer_kind", "shard_gemm", "check_tp", "kv_shard", "kv_heads_per_gpu"]
 
 _COLUMN = {"q_proj", "k_proj", "v_proj", "qkv_proj", "query", "key", "value", "c_attn",
            "query_key_value", "gate_proj", "up_proj", "gate_up_proj", "c_fc", "fc1", "w1", "w3",
@@ -70,6 +70,12 @@ def check_tp(tp, heads, kv_heads=None) -> int:
     return tp
 
 
+def kv_heads_per_gpu(kv_heads: int, tp: int) -> int:
+    """KV heads each GPU holds at TP degree ``tp``: its share, or one whole head (a replica)
+    when ``tp`` exceeds them."""
+    return max(1, kv_heads // tp)
+
+
 def kv_shard(module: str, features, tp: int, heads, kv_heads):
     """(per-GPU output features, note) of a column-parallel projection that produces K/V
     heads (``k_proj``, ``v_proj``, a fused QKV) when there are fewer KV heads than query
@@ -78,7 +84,7 @@ def kv_shard(module: str, features, tp: int, heads, kv_heads):
     leaf = module.rsplit(".", 1)[-1]
     if not (heads and kv_heads and features) or kv_heads == heads or tp <= 1:
         return None
-    kv_per_gpu = max(1, kv_heads // tp)
+    kv_per_gpu = kv_heads_per_gpu(kv_heads, tp)
     if leaf in _KV and features % kv_heads == 0:
         size = features // kv_heads * kv_per_gpu
     elif leaf in _QKV and features % (heads + 2 * kv_heads) == 0:

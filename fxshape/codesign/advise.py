@@ -405,6 +405,18 @@ def _rule_notes(config, report, tp, batch_size):
     return tuple(notes)
 
 
+def _analyze_kwargs(*, mode, context_len, kv_dtype, page_size, **kw) -> dict:
+    """The ``fxshape.analyze`` options of advise and sweep: the KV cache's only in decode
+    (refused in other modes)."""
+    if mode == "decode":
+        return dict(kw, mode=mode, context_len=context_len, kv_dtype=kv_dtype,
+                    page_size=page_size)
+    if (context_len, kv_dtype, page_size) != (None, None, None):
+        raise ValueError("context_len, kv_dtype and page_size are for mode='decode'; mode "
+                         f"{mode!r} has no KV cache")
+    return dict(kw, mode=mode)
+
+
 def advise(model_or_config, *, gpu="h100", dtype=torch.bfloat16, batch_size=None,
            seq_len=None, tp: int = 1, mode: str = "train", attention: str = "flash",
            param_tolerance: float = DEFAULT_TOLERANCE,
@@ -436,13 +448,10 @@ def advise(model_or_config, *, gpu="h100", dtype=torch.bfloat16, batch_size=None
         raise ValueError(f"param_tolerance must be in [0, 1), got {param_tolerance!r}")
     if not 0 <= min_speedup < 1:
         raise ValueError(f"min_speedup must be in [0, 1), got {min_speedup!r}")
-    kw = dict(gpu=gpu, dtype=dtype, batch_size=batch_size, seq_len=seq_len, tp=tp, mode=mode,
-              attention=attention, execution=execution, optimizer=optimizer)
-    if mode == "decode":
-        kw.update(context_len=context_len, kv_dtype=kv_dtype, page_size=page_size)
-    elif (context_len, kv_dtype, page_size) != (None, None, None):
-        raise ValueError("context_len, kv_dtype and page_size are for mode='decode'; mode "
-                         f"{mode!r} has no KV cache")
+    kw = _analyze_kwargs(gpu=gpu, dtype=dtype, batch_size=batch_size, seq_len=seq_len, tp=tp,
+                         mode=mode, attention=attention, execution=execution,
+                         optimizer=optimizer, context_len=context_len, kv_dtype=kv_dtype,
+                         page_size=page_size)
     ev = _Evaluator(model_or_config, kw)
     config = ev.config
     base = ev(())
@@ -584,13 +593,10 @@ def sweep(model_or_config, param: str, values, *, gpu="h100", dtype=torch.bfloat
     bad = [v for v in values if isinstance(v, bool) or not isinstance(v, int) or v <= 0]
     if bad:
         raise ValueError(f"sweep values of {param} must be positive integers, got {bad[0]!r}")
-    kw = dict(gpu=gpu, dtype=dtype, batch_size=batch_size, seq_len=seq_len, tp=tp, mode=mode,
-              attention=attention, execution=execution, optimizer=optimizer)
-    if mode == "decode":
-        kw.update(context_len=context_len, kv_dtype=kv_dtype, page_size=page_size)
-    elif (context_len, kv_dtype, page_size) != (None, None, None):
-        raise ValueError("context_len, kv_dtype and page_size are for mode='decode'; mode "
-                         f"{mode!r} has no KV cache")
+    kw = _analyze_kwargs(gpu=gpu, dtype=dtype, batch_size=batch_size, seq_len=seq_len, tp=tp,
+                         mode=mode, attention=attention, execution=execution,
+                         optimizer=optimizer, context_len=context_len, kv_dtype=kv_dtype,
+                         page_size=page_size)
     ev = _Evaluator(model_or_config, kw)
     hp = hyperparameters(config)
     out = []

@@ -481,13 +481,13 @@ def predict_attention(shape: AttentionShape, *, direction: str = "forward",
         raise ValueError(f"shape must be an AttentionShape, got {type(shape).__name__}")
     if direction not in DIRECTIONS:
         raise ValueError(f"unknown direction {direction!r}; accepted: 'forward', 'backward'")
+    from .decode_attention import check_page_size
+
     spec = get_gpu(gpu)
     dkey = canonical_dtype(dtype)
     spec.peak_tflops(dkey)
     kv_key = canonical_dtype(kv_dtype) if kv_dtype is not None else None
-    if page_size is not None and (isinstance(page_size, bool) or not isinstance(page_size, int)
-                                  or page_size <= 0):
-        raise ValueError(f"page_size must be a positive integer or None, got {page_size!r}")
+    check_page_size(page_size)
     return _predict_cached(shape, direction, attention, dkey, spec, _params_path(params_path),
                            kv_key, page_size)
 

@@ -45,7 +45,7 @@ from ..hardware.gpus import GPUSpec, get_gpu
 from .paramfile import read_json
 
 __all__ = ["DecodeAttentionParams", "DecodeAttentionPrediction", "decode_attention_params",
-           "predict_decode", "num_splits", "kv_block_tokens", "is_decode_shape", "DECODE_MAX_SEQ_Q"]
+           "predict_decode", "num_splits", "kv_block_tokens", "check_page_size", "is_decode_shape", "DECODE_MAX_SEQ_Q"]
 
 #: attention calls with at most this many query tokens per sequence run the decode path
 #: (decode, and the few tokens of speculative decoding's verification)
@@ -129,6 +129,15 @@ def num_splits(units: int, slots: int, n_blocks: int, max_splits: int = 128) -> 
     return next(s for s in sorted(eff) if eff[s] >= 0.85 * best)
 
 
+def check_page_size(page_size) -> None:
+    """A one-line ``ValueError`` unless ``page_size`` is a positive integer (tokens per KV
+    page) or None (a contiguous cache)."""
+    if page_size is not None and (isinstance(page_size, bool) or not isinstance(page_size, int)
+                                  or page_size <= 0):
+        raise ValueError(f"page_size must be a positive integer or None (tokens per KV page; "
+                         f"None: a contiguous cache), got {page_size!r}")
+
+
 def kv_block_tokens(head_dim: int) -> int:
     """Keys per KV block of the split-KV kernel (FlashAttention-2's ``block_n``)."""
     return 256 if head_dim <= 64 else 128 if head_dim <= 128 else 64
@@ -160,9 +169,7 @@ def predict_decode(batch: int, heads: int, kv_heads: int, seq_q: int, context: i
     if heads % kv_heads:
         raise ValueError(f"{heads} query heads cannot share {kv_heads} KV heads (kv_heads must "
                          "divide heads)")
-    if page_size is not None and (isinstance(page_size, bool) or not isinstance(page_size, int)
-                                  or page_size <= 0):
-        raise ValueError(f"page_size must be a positive integer or None, got {page_size!r}")
+    check_page_size(page_size)
     spec = get_gpu(gpu)
     p = params or decode_attention_params()
     kv_item = kv_itemsize or itemsize
