@@ -41,10 +41,11 @@ def _model(preset: str):
     """The preset with its positions raised to the sweep's longest context."""
     import torch
 
-    cfg = copy.deepcopy(build_preset(preset).config)
+    base = build_preset(preset)
+    cfg = copy.deepcopy(base.config)
     cfg.max_position_embeddings = max(cfg.max_position_embeddings, CONTEXTS[-1])
     with torch.device("meta"):
-        return type(build_preset(preset))(cfg)
+        return type(base)(cfg)
 
 
 def point(model, gpu, b, ctx) -> dict:
