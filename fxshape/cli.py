@@ -114,10 +114,12 @@ def _cmd_gpus(args) -> int:
         fmt = lambda v: "-" if v is None else f"{v:g}"  # noqa: E731
         rows.append((name, ", ".join(sorted(a for a in back.get(name, []) if a != name)),
                      g.arch, g.sm_count, g.boost_clock_mhz, fmt(pk.fp16), fmt(pk.bf16),
-                     fmt(pk.tf32), fmt(pk.fp8), fmt(pk.fp32), f"{g.memory_bandwidth_gbs:g}",
-                     f"{g.l2_mb:g}"))
+                     fmt(pk.tf32), fmt(pk.fp8), fmt(pk.fp32), f"{g.memory_gb:g}",
+                     f"{g.memory_bandwidth_gbs:g}", f"{g.l2_mb:g}"))
     print(tabulate(rows, headers=("gpu", "aliases", "arch", "SMs", "MHz", "fp16", "bf16",
-                                  "tf32", "fp8", "fp32", "GB/s", "L2 MB")))
+                                  "tf32", "fp8", "fp32", "memory GiB", "GB/s", "L2 MB")))
+    print("\npeaks: dense TFLOP/s per dtype (- = not supported); memory GiB: the capacity a "
+          "report's 'fits' is checked against")
     return 0
 
 
@@ -146,6 +148,12 @@ def _cmd_analyze(args) -> int:
         inputs = tuple(torch.zeros(shape, dtype=getattr(torch, dtype), device=device)
                        for shape, dtype in args.input)
         kwargs = None
+    if args.pad and args.format == "ops-csv":
+        raise ValueError("--pad adds the padding plan, which the op list (--format ops-csv) "
+                         "has no place for: use --format table, json, csv or markdown")
+    if args.train and args.mode not in (None, "train"):
+        raise ValueError(f"--train means --mode train, but --mode {args.mode} was given: "
+                         "give one of them")
     try:
         report = analyze(model, inputs, kwargs, gpu=args.gpu, dtype=args.dtype,
                          batch_size=args.batch_size, seq_len=args.seq_len,
@@ -248,12 +256,18 @@ def _cmd_sweep(args) -> int:
     rows = [(p.value, "-" if p.tflops is None else f"{p.tflops:.1f}",
              "-" if p.time_s is None else f"{p.time_s * 1e3:.3f}",
              "-" if p.step_s is None else f"{p.step_s * 1e3:.3f}",
+             "-" if p.tokens_per_s is None else f"{p.tokens_per_s:,.0f}",
              "-" if p.params is None else f"{p.params:,}", p.note) for p in points]
-    print(tabulate(rows, headers=(args.param, "TFLOP/s", "GEMM ms/step", "step ms", "params",
-                                  "note"), disable_numparse=True))
+    print(points.header() + "\n")
+    print(tabulate(rows, headers=(args.param, "TFLOP/s", "GEMM ms/step", "step ms",
+                                  "tokens/s", "params", "note"), disable_numparse=True))
+    if points.notes:
+        print("\nnotes:\n" + "\n".join(f"- {n}" for n in points.notes))
+    if points.failed:
+        raise ValueError(f"every value of the sweep failed ({len(points)} of {len(points)}); "
+                         f"the first: {points[0].value}: {points[0].note}")
     if args.out:
-        title = f"{args.target}: {args.param} on {args.gpu} ({args.dtype}, {args.mode})"
-        plot_sweep(points, args.param, args.out, title=title)
+        plot_sweep(points, args.param, args.out, title=f"{args.target}: " + points.header())
         print(f"\nwrote {args.out}")
     return 0
 
@@ -328,8 +342,11 @@ def build_parser() -> argparse.ArgumentParser:
     pp.add_argument("--json", action="store_true", help="print JSON instead of a table")
     pp.set_defaults(func=_cmd_predict)
 
-    pa = sub.add_parser("analyze", help="predict every GEMM of a model on a GPU",
-                        description="Capture a model (no weights) and print its GEMMs.")
+    pa = sub.add_parser("analyze", help="predict a model's GEMMs, step and memory on a GPU",
+                        description="Capture a model (no weights) and print every GEMM, the "
+                                    "whole step (time, tokens/s, MFU), its memory and, in "
+                                    "decode, what fits; mode inference unless --mode or "
+                                    "--train says otherwise.")
     _workload_args(pa, "preset name (see `fxshape presets`), path to a Hugging Face "
                        "config.json, a Hugging Face Hub id whose config is in the local "
                        "cache, or package.module:factory (returning a module, or (module, "
@@ -342,7 +359,8 @@ def build_parser() -> argparse.ArgumentParser:
                     help="also the padding plan: per GEMM before/after and totals (json: "
                          "under 'padding_plan'; csv: the plan, one row per GEMM)")
     pa.add_argument("--train", action="store_true",
-                    help="add the backward GEMMs autograd runs (phase 'backward')")
+                    help="the same as --mode train: a training step, the backward GEMMs "
+                         "autograd runs included")
     pa.add_argument("--format", choices=("table", "json", "csv", "ops-csv", "markdown"),
                     default="table", help="csv: one line per GEMM; ops-csv: one line per op "
                                           "of the step (report.ops)")
@@ -350,8 +368,8 @@ def build_parser() -> argparse.ArgumentParser:
     from .hardware.topology import TOPOLOGIES
 
     pa.add_argument("--mode", choices=("inference", "prefill", "train", "decode"),
-                    default="inference",
-                    help="inference (= prefill: a prompt's forward; default), train, or "
+                    default=None,
+                    help="inference (= prefill: a prompt's forward; the default), train, or "
                          "decode: one token per sequence over a KV cache of --context-len")
     _kv_args(pa)
     pa.add_argument("--dp", type=_positive_int, default=1,
@@ -372,7 +390,7 @@ def build_parser() -> argparse.ArgumentParser:
         _workload_args(p, "preset name or path to a Hugging Face config.json")
         _step_args(p)
         p.add_argument("--mode", choices=("train", "inference", "prefill", "decode"),
-                       default=mode_default,
+                       default=None,
                        help=f"a training step, inference (= prefill) or a decode step over "
                             f"a KV cache of --context-len (default {mode_default})")
         _kv_args(p)

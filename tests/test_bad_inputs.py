@@ -3,7 +3,9 @@ names the value and what is accepted, impossible models are refused before they 
 analyzed, and no traceback reaches a user of the command line.
 
 The sweeps at the end try each CLI option and each public function's arguments with zero,
-negative, huge and wrong-typed values.
+negative, huge and wrong-typed values; and every option of every command, pairwise, with the
+mode and with each other (issue 28: a generated matrix, a one-line error or an answer that
+states each option's effect).
 """
 
 import contextlib
@@ -15,6 +17,7 @@ import textwrap
 
 import pytest
 import torch
+from matrix import _CFG, _params_file, _refused, covering_array
 
 import fxshape
 from fxshape.cli import main
@@ -224,10 +227,12 @@ def test_sizes_for_synthesized_inputs_are_not_dropped_silently():
     # with the inputs given, seq_len would have no effect: said, not ignored
     model = build_preset("gpt2")
     ids = torch.zeros(2, 64, dtype=torch.long, device="meta")
-    with pytest.raises(ValueError, match="seq_len size synthesized inputs, but example inputs "
+    with pytest.raises(ValueError, match="seq_len sets the size of synthesized inputs, but "
+                                         "example inputs "
                                          "were given"):
         fxshape.analyze(model, (ids,), seq_len=128)
-    with pytest.raises(ValueError, match="batch_size and seq_len size synthesized inputs"):
+    with pytest.raises(ValueError, match="batch_size and seq_len set the sizes of "
+                                         "synthesized inputs"):
         fxshape.analyze(model, example_kwargs={"input_ids": ids}, batch_size=2, seq_len=64)
 
 
@@ -551,3 +556,218 @@ def test_compile_options_given_to_torch_compile_name_the_typo():
         compiled(torch.randn(2, 8))
     assert "unknown fxshape backend option(s) ['gpuu']; accepted: gpu, dtype, min_gain, " \
            "multiples, inner" in str(info.value)
+
+
+# -- every option of every command, pairwise (issue 28) ---------------------------------------
+# a pairwise covering array (tests/matrix.py) over every option of every subcommand, read off
+# the argument parser, so a command or option added later is in the matrix, or this test
+# fails until it has a value: each case is a one-line error where it is a contradiction,
+# else an answer that states each option it was given
+
+
+def test_the_covering_array_covers_every_pair():
+    factors = {"a": [1, 2], "b": ["x", "y", "z"], "c": [True], "d": [0, 5]}
+    conflict = lambda c: c.get("a") == 2 and c.get("b") == "z"  # noqa: E731
+    cases = covering_array(factors, conflict)
+    for (a, va), (b, vb) in [((a, va), (b, vb)) for a in factors for b in factors if a < b
+                             for va in factors[a] for vb in factors[b]]:
+        assert any(c.get(a) == va and c.get(b) == vb for c in cases), (a, va, b, vb)
+    # the conflicting pair is a case of its own; no other case holds a conflict
+    assert {"a": 2, "b": "z"} in cases
+    assert sum(conflict(c) for c in cases) == 1
+    # a value refused alone is a case of its own, and its pairs are left to it (but for the
+    # deciders')
+    alone = lambda c: c.get("c") is True  # noqa: E731
+    cases = covering_array(factors, alone, deciders=("d",))
+    assert {"c": True} in cases and {"c": True, "d": 0} in cases and {"c": True, "d": 5} in cases
+    assert not any(alone(c) and set(c) & {"a", "b"} for c in cases)
+    # far fewer cases than pairs (3 x 4 x ... = 29 pairs)
+    assert len(cases) < 15
+
+
+@pytest.fixture(scope="module")
+def tiny_config(tmp_path_factory):
+    path = tmp_path_factory.mktemp("cfg") / "config.json"
+    transformers.LlamaConfig(**dict(_CFG, num_hidden_layers=1)).to_json_file(str(path))
+    return str(path)
+
+
+#: one value other than the default for every option of every command (argparse dests);
+#: "@out" is a file in the case's folder
+CLI_VALUES = {
+    "analyze": {"gpu": ["a100"], "dtype": ["fp16"], "batch_size": ["2"], "seq_len": ["32"],
+                "tp": ["2"], "verbose": [True], "attention": ["math"],
+                "input": ["1x16:long"], "pad": [True], "train": [True],
+                "format": ["json", "table", "csv", "ops-csv", "markdown"],
+                "execution": ["compiled"], "optimizer": ["sgd"],
+                "mode": ["inference", "prefill", "train", "decode"], "context_len": ["64"],
+                "kv_dtype": ["fp8"], "page_size": ["16"], "dp": ["2"],
+                "topology": ["pcie4"], "sequence_parallel": [True],
+                "provenance": ["matched", "none"], "plot": ["@out.png"],
+                "params": ["PARAMS"]},
+    "advise": {"gpu": ["a100"], "dtype": ["fp16"], "batch_size": ["2"], "seq_len": ["32"],
+               "tp": ["2"], "verbose": [True], "attention": ["math"],
+               "execution": ["compiled"], "optimizer": ["sgd"],
+               "mode": ["inference", "train", "decode"], "context_len": ["64"],
+               "kv_dtype": ["fp8"], "page_size": ["16"], "tolerance": ["0.05"],
+               "min_speedup": ["0.02"], "format": ["json", "table", "markdown"],
+               "params": ["PARAMS"]},
+    "sweep": {"gpu": ["a100"], "dtype": ["fp16"], "batch_size": ["2"], "seq_len": ["32"],
+              "tp": ["2"], "verbose": [True], "attention": ["math"],
+              "execution": ["compiled"], "optimizer": ["sgd"],
+              "mode": ["inference", "train", "decode"], "context_len": ["64"],
+              "kv_dtype": ["fp8"], "page_size": ["16"], "out": ["@out.svg"],
+              "params": ["PARAMS"]},
+    "predict": {"batch": ["2"], "gpu": ["a100"], "dtype": ["fp16"], "layout": ["nt"],
+                "json": [True], "params": ["PARAMS"]},
+    "calibrate": {"quick": [True], "out": ["@params.json"], "gpu": ["h100"],
+                  "dtype": ["fp16"]},
+    "gpus": {}, "presets": {},
+}
+#: what every case of a command is given (required options, the target)
+_REQUIRED = {"predict": ["--m", "64", "--n", "64", "--k", "64"],
+             "sweep": ["--param", "intermediate_size", "--range", "128:192:64"]}
+_WORKLOAD = {"gpu", "dtype", "batch_size", "seq_len", "tp", "attention", "execution",
+             "optimizer", "context_len", "kv_dtype", "page_size", "dp", "topology",
+             "sequence_parallel", "provenance", "params"}
+
+
+def _parser_options(command) -> dict:
+    """dest -> option string of every option of ``command``'s parser (help left out)."""
+    from fxshape.cli import build_parser
+
+    sub = next(a for a in build_parser()._subparsers._group_actions).choices[command]
+    return {a.dest: a.option_strings[0] for a in sub._actions
+            if a.option_strings and a.dest != "help"}
+
+
+def test_the_cli_matrix_covers_every_option_of_every_command():
+    from fxshape.cli import build_parser
+
+    commands = set(next(a for a in build_parser()._subparsers._group_actions).choices)
+    assert commands == set(CLI_VALUES)
+    for command in commands:
+        required = {a.lstrip("-") for a in _REQUIRED.get(command, [])[::2]}
+        assert set(_parser_options(command)) == set(CLI_VALUES[command]) | required, command
+
+
+def _cli_conflict(command, case) -> bool:
+    """The contradictions of the command line (refused in one line)."""
+    mode = case.get("mode") or ("train" if case.get("train") else None)
+    if command == "calibrate":
+        return True  # no GPU here: every case is the one-line "needs a GPU"
+    if command not in ("analyze", "advise", "sweep"):
+        return False
+    mode = mode or {"advise": "train"}.get(command, "inference")
+    names = {k for k in case if k in _WORKLOAD}
+    if case.get("train") and case.get("mode") not in (None, "train"):
+        return True
+    if case.get("pad") and case.get("format") == "ops-csv":
+        return True  # the op list has no place for the padding plan
+    if "input" in case and (mode == "decode" or {"batch_size", "seq_len"} & set(case)):
+        return True  # decode builds its inputs; sizes are for synthesized inputs
+    if _refused(mode, names):
+        return True
+    # a config file's target has no positions to cap a decode page (none here) ... and tp
+    # splits 4 heads over 2 KV heads: fine; SP needs tp (in _refused)
+    return False
+
+
+def _argv(command, case, folder, target):
+    argv = [command] + ([target] if command in ("analyze", "advise", "sweep") else [])
+    argv += _REQUIRED.get(command, [])
+    opts = _parser_options(command)
+    for dest, value in case.items():
+        if value is True:
+            argv.append(opts[dest])
+        else:
+            v = _params_file() if value == "PARAMS" else value
+            v = os.path.join(folder, v[1:]) if isinstance(v, str) and v.startswith("@") else v
+            argv += [opts[dest], v]
+    if command in ("analyze", "advise") and "format" not in case:
+        argv += ["--format", "json"]
+    if command == "analyze" and "seq_len" not in case and "input" not in case and \
+            (case.get("mode") != "decode"):
+        argv += ["--seq-len", "16"]
+    return argv
+
+
+def _cases():
+    out = []
+    for command, factors in CLI_VALUES.items():
+        for i, case in enumerate(covering_array(factors,
+                                                lambda c, cmd=command: _cli_conflict(cmd, c),
+                                                deciders=("mode", "train"))):
+            out.append(pytest.param(command, case, id=f"{command}-{i}"))
+    return out
+
+
+def _stated(command, case, out: str, folder) -> None:
+    """Each option of ``case`` is stated in the output ``out`` (or did what it says)."""
+    fmt = case.get("format", "json" if command in ("analyze", "advise") else "table")
+    if command == "predict":
+        if case.get("json"):
+            d = json.loads(out)
+            text = json.dumps(d)
+        else:
+            text = out
+        for dest, value in case.items():
+            if dest == "params":
+                # a calibrated file for the H100 only: with --gpu a100 it changes nothing
+                assert case.get("gpu") == "a100" or "GEMM model constants from" in out \
+                    or case.get("json")
+            elif value is not True:
+                assert str(value) in text, (dest, value)
+        return
+    if command in ("gpus", "presets"):
+        assert out.strip()
+        return
+    for dest, value in case.items():
+        if isinstance(value, str) and value.startswith("@"):
+            assert os.path.getsize(os.path.join(folder, value[1:])) > 0, dest
+    if fmt == "json":
+        d = json.loads(out)
+        notes = json.dumps(d.get("options", [])) + json.dumps(d.get("notes", []))
+    else:
+        notes = out
+    for dest in case:
+        name = {"tolerance": "param_tolerance"}.get(dest, dest)
+        if dest in _WORKLOAD or dest in ("tolerance", "min_speedup"):
+            # the options line of a table, a CSV's options column, JSON's options or notes
+            assert f"{name}=" in notes or f'"{name}"' in notes, (dest, notes[:3000])
+    mode = case.get("mode") or ("train" if case.get("train") else None)
+    if mode and fmt == "json" and command == "analyze":
+        assert d["workload"]["mode"] == mode and not d["workload"]["mode_default"]
+    elif mode and command == "advise" and fmt == "json":
+        assert d["mode"] == mode
+    elif mode:
+        assert mode in out
+    if case.get("pad"):
+        assert "padding" in out or "pad" in out.splitlines()[0]
+    if fmt in ("csv", "ops-csv"):
+        assert out.splitlines()[0].endswith(",options")
+    if fmt == "markdown":  # a table, but for advice with nothing to recommend
+        assert "|" in out or "no change is predicted to pay" in out
+
+
+@pytest.mark.parametrize("command, case", _cases())
+def test_cli_matrix(command, case, tiny_config, tmp_path, capsys):
+    from fxshape.cli import main
+
+    code = main(_argv(command, case, str(tmp_path), tiny_config))
+    captured = capsys.readouterr()
+    assert "Traceback" not in captured.err
+    if _cli_conflict(command, case):
+        assert code == 2, (case, captured.out[-500:])
+        last = captured.err.strip().splitlines()
+        assert len(last) == 1 and last[0].startswith(("fxshape: error:",
+                                                       "fxshape calibrate: error:")), last
+        return
+    assert code == 0, (case, captured.err[-1000:])
+    _stated(command, case, captured.out, str(tmp_path))
+    if case.get("verbose"):  # --verbose shows warnings on stderr; the answer is the same
+        quiet = {k: v for k, v in case.items() if k != "verbose"}
+        for f in os.listdir(tmp_path):
+            os.remove(tmp_path / f)
+        assert main(_argv(command, quiet, str(tmp_path), tiny_config)) == 0
+        assert capsys.readouterr().out == captured.out

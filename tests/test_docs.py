@@ -1,6 +1,12 @@
 """What README.md and docs/*.md show runs: every ```python block and every `$ fxshape ...`
 line of a ```console block (``bash`` blocks are the set-up and bench commands that CI and
 the bench scripts run themselves). A block right after ``<!-- illustrative -->`` is skipped.
+
+A shown output, a plain block right after ``<!-- output: COMMAND -->``, is compared line by
+line with what COMMAND prints; after ``<!-- output excerpt: COMMAND -->`` its lines must be a
+run of consecutive lines of what COMMAND prints. (Before issue 28 only the commands ran: their exit status and
+a non-empty output were checked, never what they printed, so the README's output block drifted
+from the program's without a test failing.)
 """
 
 import glob
@@ -42,6 +48,55 @@ def _commands():
     return out
 
 
+_OUTPUT = re.compile(r"<!-- output( excerpt)?: (.*?) -->\s*```\w*\n(.*?)```", re.S)
+
+
+def _outputs():
+    out = []
+    for name in FILES:
+        with open(os.path.join(ROOT, name)) as f:
+            text = f.read()
+        for m in _OUTPUT.finditer(text):
+            line = text[:m.start()].count("\n") + 1
+            out.append(pytest.param(m.group(2).strip(), m.group(3), bool(m.group(1)),
+                                    id=f"{name}:{line}"))
+    return out
+
+
+def _argv(cmd: str) -> list:
+    argv = shlex.split(cmd)
+    if argv[0] == "fxshape":
+        argv = [sys.executable, "-m", "fxshape"] + argv[1:]
+    elif argv[0] == "python":
+        argv[0] = sys.executable
+    return argv
+
+
+@pytest.mark.parametrize("cmd, shown, excerpt", _outputs())
+def test_shown_output_is_what_the_command_prints(cmd, shown, excerpt, tmp_path):
+    proc = subprocess.run(_argv(cmd), cwd=tmp_path, capture_output=True, text=True,
+                          timeout=600)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    got = [line.rstrip() for line in proc.stdout.rstrip("\n").splitlines()]
+    want = [line.rstrip() for line in shown.rstrip("\n").splitlines()]
+    if not excerpt:
+        assert got == want
+        return
+    starts = [i for i, line in enumerate(got) if line == want[0]]
+    assert any(got[i:i + len(want)] == want for i in starts), "\n".join(got)
+
+
+def test_the_readme_shows_an_output_and_opens_short():
+    # the README's shown output is one of those checked, and its first screen (what comes
+    # before it: what fxshape is, the quick start) is short, with no inventory of bullets
+    with open(os.path.join(ROOT, "README.md")) as f:
+        text = f.read()
+    assert any(p.id.startswith("README.md:") for p in _outputs())
+    head = text[:text.index("<!-- output:")]
+    assert len(head.splitlines()) <= 50
+    assert sum(1 for line in head.splitlines() if line.startswith("- ")) == 0
+
+
 def test_there_are_snippets_to_run():
     # README: analyze, pad, advise, predict_matmul, predict_attention; docs: analysis, attention
     assert len(_blocks("python")) >= 7 and len(_commands()) >= 6
@@ -55,12 +110,8 @@ def test_python_snippet_runs(code, tmp_path, monkeypatch):
 
 @pytest.mark.parametrize("cmd", _commands())
 def test_console_snippet_runs(cmd, tmp_path):
-    argv = shlex.split(cmd)
-    if argv[0] == "fxshape":
-        argv = [sys.executable, "-m", "fxshape"] + argv[1:]
-    elif argv[0] == "python":
-        argv[0] = sys.executable
-    proc = subprocess.run(argv, cwd=tmp_path, capture_output=True, text=True, timeout=600)
+    proc = subprocess.run(_argv(cmd), cwd=tmp_path, capture_output=True, text=True,
+                          timeout=600)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert proc.stdout.strip(), "printed nothing"
 

@@ -128,8 +128,8 @@ def test_every_view_states_its_workload(nanogpt_report, tmp_path):
     # the inputs were given: 8 x 1024 token ids, inference, tp 1, attention flash -> fa2
     assert (w.mode, w.batch_size, w.tp, w.attention) == ("inference", None, 1, "flash")
     assert w.inputs == (("idx", (8, 1024), "int64"),) and w.kernels == ("fa2",)
-    line = "workload: inference, inputs given, tp 1, attention flash (runs fa2); inputs: " \
-           "idx 8x1024 int64"
+    line = "workload: inference (the default mode), inputs given, tp 1, attention flash " \
+           "(runs fa2); inputs: idx 8x1024 int64"
     assert line in str(nanogpt_report) and line in nanogpt_report.to_markdown()
     assert json.loads(nanogpt_report.to_json())["workload"]["inputs"] == [
         {"name": "idx", "shape": [8, 1024], "dtype": "int64"}]

@@ -21,10 +21,11 @@ from ..hardware.dtypes import canonical_dtype, itemsize
 from ..hardware.gpus import get_gpu
 from ..tracing.configs import HEAD_FIELDS, check_config
 from ..tracing.dedup import check_reduction, expand_rows, find_stacks, reduced_model, structure_key
-from ..tracing.export import (DEFAULT_BATCH_SIZE, CaptureError, _is_hf, capture, check_module,
-                              check_size, forward_arguments)
+from ..tracing.export import (DEFAULT_BATCH_SIZE, CaptureError, _is_hf, _seq_len, capture,
+                              check_module, check_size, forward_arguments)
 from .ops import Gemm, gemm_handler, gemms_for_node, looks_like_matmul
-from .parallel import check_tp, kv_heads_per_gpu, kv_shard, layer_kind, shard_gemm
+from .parallel import (check_tp, kv_heads_per_gpu, kv_shard, layer_kind, shard_gemm,
+                       sharded_modules)
 from .rows import GemmRow, Unsupported, Workload
 
 __all__ = ["analyze", "annotate", "module_of"]
@@ -404,7 +405,7 @@ def _row(node, g: Gemm, fqn, cls, phase, dkey, spec) -> GemmRow:
 
 
 def analyze(model, example_inputs=None, example_kwargs=None, *, gpu="h100",
-            dtype=torch.bfloat16, batch_size=None, seq_len=None, mode="inference", tp=1,
+            dtype=torch.bfloat16, batch_size=None, seq_len=None, mode=None, tp=1,
             moe_routing=None, attention="flash", dedup=True, params=None,
             provenance="traced", execution=None, optimizer="adamw", dp=1, topology=None,
             sequence_parallel=False, context_len=None, kv_dtype=None, page_size=None):
@@ -417,7 +418,7 @@ def analyze(model, example_inputs=None, example_kwargs=None, *, gpu="h100",
         gpu: GPU name or alias (default ``"h100"``).
         dtype: the dtype the GEMMs run in, as under autocast (default ``torch.bfloat16``).
         batch_size, seq_len: sizes of synthesized inputs.
-        mode: ``"inference"`` (forward GEMMs; ``"prefill"`` is the same: a prompt of
+        mode: ``"inference"`` (the default; forward GEMMs; ``"prefill"`` is the same: a prompt of
             ``seq_len`` tokens), ``"train"`` (forward and backward GEMMs as autograd runs
             them, from the joint graph; rows carry ``phase``) or ``"decode"`` (one new token
             per sequence over a static KV cache of ``context_len`` tokens, captured through
@@ -470,42 +471,138 @@ def analyze(model, example_inputs=None, example_kwargs=None, *, gpu="h100",
     Returns:
         A :class:`fxshape.analysis.report.Report`.
     """
+    from .options import check_options, option_effects
+
+    mode_default = mode is None
+    mode = "inference" if mode is None else mode
+    if not isinstance(sequence_parallel, bool):
+        raise ValueError(f"sequence_parallel must be True or False, got {sequence_parallel!r}")
+    check_options(mode=mode, tp=tp, sequence_parallel=sequence_parallel)
+    ctx: dict = {}
     if mode == "decode":
-        return _analyze_decode(model, example_inputs, example_kwargs, gpu=gpu, dtype=dtype,
-                               batch_size=batch_size, seq_len=seq_len, tp=tp,
-                               attention=attention, params=params, execution=execution,
-                               context_len=context_len, dp=dp, topology=topology,
-                               kv_dtype=kv_dtype, page_size=page_size,
-                               sequence_parallel=sequence_parallel)
-    for name, v, what in (("context_len", context_len, "the tokens in the KV cache"),
-                          ("kv_dtype", kv_dtype, "the KV cache's dtype"),
-                          ("page_size", page_size, "the KV cache's page size")):
-        if v is not None:
-            raise ValueError(f"{name} is for mode='decode' ({what}); mode {mode!r} has no KV "
-                             "cache")
-    execution = "eager" if execution is None else execution
-    return _with_params(params, model, example_inputs, example_kwargs, gpu=gpu, dtype=dtype,
-                        batch_size=batch_size, seq_len=seq_len, mode=mode, tp=tp,
-                        moe_routing=moe_routing, attention=attention, dedup=dedup,
-                        provenance=provenance, execution=execution, optimizer=optimizer,
-                        dp=dp, topology=topology, sequence_parallel=sequence_parallel)
+        report = _analyze_decode(model, example_inputs, example_kwargs, gpu=gpu, dtype=dtype,
+                                 batch_size=batch_size, seq_len=seq_len, tp=tp,
+                                 attention=attention, params=params, execution=execution,
+                                 context_len=context_len, dp=dp, topology=topology,
+                                 kv_dtype=kv_dtype, page_size=page_size,
+                                 sequence_parallel=sequence_parallel, dedup=dedup,
+                                 moe_routing=moe_routing, optimizer=optimizer, ctx=ctx)
+    else:
+        for name, v, what in (("context_len", context_len, "the tokens in the KV cache"),
+                              ("kv_dtype", kv_dtype, "the KV cache's dtype"),
+                              ("page_size", page_size, "the KV cache's page size")):
+            if v is not None:
+                raise ValueError(f"{name} is for mode='decode' ({what}); mode {mode!r} has no "
+                                 "KV cache")
+        report = _with_params(params, model, example_inputs, example_kwargs, gpu=gpu,
+                              dtype=dtype, batch_size=batch_size, seq_len=seq_len, mode=mode,
+                              tp=tp, moe_routing=moe_routing, attention=attention,
+                              dedup=dedup, provenance=provenance,
+                              execution="eager" if execution is None else execution,
+                              optimizer=optimizer, dp=dp, topology=topology,
+                              sequence_parallel=sequence_parallel, ctx=ctx)
+    given = _given_options(report, ctx, gpu=gpu, dtype=dtype, batch_size=batch_size,
+                           seq_len=seq_len, tp=tp, moe_routing=moe_routing,
+                           attention=attention, dedup=dedup, params=params,
+                           provenance=provenance, execution=execution, optimizer=optimizer,
+                           dp=dp, topology=topology, sequence_parallel=sequence_parallel,
+                           context_len=context_len, kv_dtype=kv_dtype, page_size=page_size)
+    if mode_default:
+        report = dataclasses.replace(report, workload=dataclasses.replace(
+            report.workload, mode_default=True))
+    return dataclasses.replace(report, options=option_effects(report, given, ctx))
 
 
-def _with_params(params, *args, **kw):
+def _given_options(report, ctx, *, gpu, dtype, batch_size, seq_len, tp, moe_routing,
+                   attention, dedup, params, provenance, execution, optimizer, dp, topology,
+                   sequence_parallel, context_len, kv_dtype, page_size) -> dict:
+    """The options whose values differ from the defaults the analysis would have used
+    (``fxshape.analysis.options``): name -> value as given."""
+    import os
+
+    from ..hardware.topology import default_topology, get_topology
+
+    spec = get_gpu(report.gpu)
+    given: dict = {}
+    if spec.name != get_gpu("h100").name:
+        given["gpu"] = spec.name
+    if report.dtype != canonical_dtype(torch.bfloat16):
+        given["dtype"] = report.dtype
+    if batch_size not in (None, DEFAULT_BATCH_SIZE):
+        given["batch_size"] = batch_size
+    if seq_len is not None:
+        given["seq_len"] = seq_len
+    if context_len is not None and context_len != ctx.get("default_context_len"):
+        given["context_len"] = context_len
+    if tp != 1:
+        given["tp"] = tp
+    if sequence_parallel:
+        given["sequence_parallel"] = True
+    if dp != 1:
+        given["dp"] = dp
+    if topology is not None and \
+            get_topology(topology).name != default_topology(spec.name).name:
+        given["topology"] = get_topology(topology).name
+    if optimizer != "adamw":
+        given["optimizer"] = str(optimizer)
+    if execution is not None and execution != ctx.get("default_execution", "eager"):
+        given["execution"] = execution
+    if attention != "flash":
+        given["attention"] = attention
+    if moe_routing is not None:
+        given["moe_routing"] = tuple(moe_routing)
+    if dedup is False:
+        given["dedup"] = False
+    path = ctx.get("params_path")  # params=, $FXSHAPE_PARAMS or an enclosing use_params
+    if path and not is_default_params(path):
+        given["params"] = os.fspath(path)
+    if provenance != "traced":
+        given["provenance"] = str(provenance)
+    if report.workload.kv_dtype is not None:
+        given["kv_dtype"] = report.workload.kv_dtype
+    if page_size is not None:
+        given["page_size"] = page_size
+    return given
+
+
+def _with_params(params, *args, ctx=None, **kw):
     """``_analyze`` under the GEMM constants of ``params``, named in the notes when they are
-    not the packaged ones."""
+    not the packaged ones. ``ctx`` (a dict) gets what ``fxshape.analysis.options`` needs."""
+    ctx = {} if ctx is None else ctx
     with use_params(params):
-        report = _analyze(*args, **kw)
+        report = _analyze(*args, ctx=ctx, **kw)
         path = resolve_params_path()
+        ctx["params_path"] = path
+        ctx["params_cover_gpu"] = _params_cover(path, report.gpu)
     if not is_default_params(path):
         report = dataclasses.replace(report, notes=report.notes + (
             f"GEMM model constants from {path} (over the packaged ones)",))
     return report
 
 
+def _params_cover(path, gpu) -> bool:
+    """Does the parameter file ``path`` hold GEMM constants of its own for ``gpu`` (its
+    name, the GPU its family borrows from, or its family)?"""
+    from ..cost.gemm import constants_source
+    from ..cost.paramfile import read_json
+
+    if is_default_params(path):
+        return True
+    user = read_json(path, "fxshape parameter file")
+    spec = get_gpu(gpu)
+    for sec in (user, user.get("fp32") or {}):
+        if not isinstance(sec, dict):
+            continue
+        names = sec.get("gpus") or {}
+        if spec.name in names or constants_source(spec, path) in names or \
+                spec.arch in (sec.get("families") or {}):
+            return True
+    return False
+
+
 def _analyze(model, example_inputs, example_kwargs, *, gpu, dtype, batch_size, seq_len, mode,
              tp, moe_routing, attention, dedup, provenance, execution, optimizer, dp, topology,
-             sequence_parallel, kv=(None, None)):
+             sequence_parallel, kv=(None, None), ctx=None):
     from ..cost.optimizer import check_optimizer
     from .report import Report
     from .step import check_execution
@@ -530,8 +627,10 @@ def _analyze(model, example_inputs, example_kwargs, *, gpu, dtype, batch_size, s
     check_size("seq_len", seq_len)
     given = [n for n, v in (("batch_size", batch_size), ("seq_len", seq_len)) if v is not None]
     if given and (example_inputs is not None or example_kwargs is not None):
-        raise ValueError(f"{' and '.join(given)} size synthesized inputs, but example inputs "
-                         "were given (their sizes are used): drop one or the other")
+        raise ValueError(f"{' and '.join(given)} "
+                         f"{'set the sizes' if len(given) > 1 else 'sets the size'} of "
+                         "synthesized inputs, but example inputs were given (their sizes are "
+                         "used): drop one or the other")
     if _is_hf(model):
         check_config(model.config)
     heads, kv_heads = _head_counts(model)
@@ -577,8 +676,22 @@ def _analyze(model, example_inputs, example_kwargs, *, gpu, dtype, batch_size, s
                                               for s in stacks))
     if not stacks:
         gm, rows, unsupported = _annotated(model, *args)
+    if tp > 1 and not sharded_modules(rows):
+        raise ValueError(f"tp={tp}: no layer of {type(model).__name__} is tensor-parallel "
+                         "(fxshape splits attention and MLP projections it knows by name: "
+                         "q_proj, c_attn, up_proj, down_proj ...; fxshape.analysis.parallel), "
+                         "so every GPU would run the whole model: use tp=1")
+    if ctx is not None:
+        from ..cost.attention import resolve_kernel
+
+        # dedup=False has an effect where dedup=True would have traced fewer layers
+        reducible = stacks if dedup else [s for s in find_stacks(model)
+                                          if len(s.groups) < s.length]
+        ctx.update(stacks=bool(reducible),
+                   flash_kernel=resolve_kernel("flash", spec, dkey, 128)[0],
+                   attention_kernel=resolve_kernel(attention, spec, dkey, 128)[0])
     records, op_unsupported, step_notes = _op_records(gm, rows, model, spec, dkey, execution)
-    walk = _liveness(gm, dkey, mode)
+    walk = _liveness(gm, dkey, mode, rows, tp, sequence_parallel)
     if moe_routing is not None and not any(r.op.startswith("grouped") for r in rows):
         raise ValueError("moe_routing was given, but the model has no MoE expert layers "
                          "(grouped expert GEMMs) to route")
@@ -604,10 +717,10 @@ def _analyze(model, example_inputs, example_kwargs, *, gpu, dtype, batch_size, s
             "in the backward (not counted in the model FLOPs)",)
     step, records = _step(records, model, spec, dkey, mode, tp, execution, optimizer,
                           workload, step_notes, dp=dp, topology=topo,
-                          sequence_parallel=sequence_parallel)
+                          sequence_parallel=sequence_parallel, rows=rows)
     step = dataclasses.replace(step, mode=shown)
     memory = _memory(model, walk, saved_traced, spec, dkey, mode, tp, optimizer, layers,
-                     workload)
+                     workload, rows=rows, sequence_parallel=sequence_parallel)
     return Report(rows=tuple(rows), unsupported=tuple(unsupported), gpu=spec.name,
                   dtype=dkey, model_name=type(model).__name__, graph_module=gm,
                   notes=tuple(notes), workload=workload, ops=tuple(records), step=step,
@@ -616,17 +729,19 @@ def _analyze(model, example_inputs, example_kwargs, *, gpu, dtype, batch_size, s
 
 def _analyze_decode(model, example_inputs, example_kwargs, *, gpu, dtype, batch_size,
                     seq_len, tp, attention, params, execution, context_len, dp, topology,
-                    kv_dtype, page_size, sequence_parallel):
+                    kv_dtype, page_size, sequence_parallel, dedup=True, moe_routing=None,
+                    optimizer="adamw", ctx=None):
     """One decode step (``mode="decode"``): the model wrapped with a static KV cache
     (``fxshape.tracing.decode``), analyzed as a forward of one token per sequence."""
     from ..cost.decode_attention import check_page_size
-    from ..tracing.decode import (decode_capture, decode_target, kv_cache_bytes, kv_heads_of,
-                                  max_positions)
+    from ..tracing.decode import (check_decoder, decode_capture, decode_target,
+                                  kv_cache_bytes, kv_heads_of, max_positions)
     from .rows import Workload
     from .serving import capacity_of
     from .step import run_dtype
 
     check_module(model)
+    check_decoder(model)
     if example_inputs is not None or example_kwargs is not None:
         raise ValueError("mode='decode' builds its own inputs (one token per sequence and "
                          "the cache position): give batch_size and context_len instead")
@@ -634,29 +749,44 @@ def _analyze_decode(model, example_inputs, example_kwargs, *, gpu, dtype, batch_
         raise ValueError("mode='decode' feeds one new token per sequence: give context_len "
                          "(the tokens in the KV cache), not seq_len")
     check_page_size(page_size)
+    positions = max_positions(model.config)
+    if page_size is not None and positions is not None and page_size > positions:
+        raise ValueError(f"page_size={page_size} exceeds the model's {positions} positions: "
+                         "no page could ever fill; accepted: 1 to "
+                         f"{positions} (vLLM uses 16)")
     dkey = canonical_dtype(dtype)
     kv_key = canonical_dtype(kv_dtype) if kv_dtype is not None else None
+    if kv_key in (dkey, canonical_dtype(run_dtype(dkey))):
+        kv_key = None  # the cache is in the run dtype already: the default
     heads, kv_heads = _head_counts(model)
     kv_heads = kv_heads or kv_heads_of(model.config)
     check_tp(tp, heads, kv_heads)
     wrapper, kwargs, length = decode_target(model, batch_size, context_len)
     wrapper.config = model.config  # heads and features for tp sharding, as the model's
+    if ctx is not None:
+        ctx["default_execution"] = "cudagraphs"
+        ctx["default_context_len"] = _seq_len(model.config, None)
     execution = "cudagraphs" if execution is None else execution
     with decode_capture():
-        report = _with_params(params, wrapper, None, kwargs, gpu=gpu, dtype=dtype,
-                              batch_size=None, seq_len=None, mode="inference", tp=tp,
-                              moe_routing=None, attention=attention, dedup=True,
-                              provenance=None, execution=execution, optimizer=None, dp=dp,
-                              topology=topology, sequence_parallel=sequence_parallel,
-                              kv=(kv_key, page_size))
+        try:
+            report = _with_params(params, wrapper, None, kwargs, gpu=gpu, dtype=dtype,
+                                  batch_size=None, seq_len=None, mode="inference", tp=tp,
+                                  moe_routing=moe_routing, attention=attention, dedup=dedup,
+                                  provenance=None, execution=execution, optimizer=optimizer,
+                                  dp=dp, topology=topology,
+                                  sequence_parallel=sequence_parallel,
+                                  kv=(kv_key, page_size), ctx=ctx)
+        except CaptureError as exc:
+            raise CaptureError(f"could not capture one decode step of {type(model).__name__} "
+                               "through transformers' static KV cache\n"
+                               + "\n".join(str(exc).splitlines()[1:])) from None
     item = itemsize(kv_key) if kv_key else run_dtype(dkey).itemsize
     b = kwargs["input_ids"].shape[0]
     pages = -(-length // page_size) * page_size if page_size else length
     # each GPU holds its KV heads' share (one whole head each when tp exceeds them)
     all_kv = kv_heads or heads or 1
-    kv = kv_cache_bytes(wrapper, item) * pages // length * kv_heads_per_gpu(all_kv, tp) \
-        // all_kv
-
+    read = kv_cache_bytes(wrapper, item) * kv_heads_per_gpu(all_kv, tp) // all_kv
+    kv = read * pages // length  # what is held: whole pages
     def strip(r):
         return dataclasses.replace(r, module=r.module[len("model."):]
                                    if r.module.startswith("model.") else r.module)
@@ -675,13 +805,14 @@ def _analyze_decode(model, example_inputs, example_kwargs, *, gpu, dtype, batch_
                                    "per group",))
     mem = report.memory
     memory = dataclasses.replace(mem, kv_cache=kv, peak=mem.peak + kv)
+    # the floor reads what the step must read: the context's keys and values, not the
+    # unfilled rest of its last page
     floor = (mem.parameters - _input_embedding_bytes(model, tp, run_dtype(dkey).itemsize)
-             + kv) / (get_gpu(gpu).memory_bandwidth_gbs * 1e9)
+             + read) / (get_gpu(gpu).memory_bandwidth_gbs * 1e9)
     step = dataclasses.replace(step, floor_s=floor)
     report = dataclasses.replace(report, rows=tuple(strip(r) for r in report.rows),
                                  ops=tuple(strip(o) for o in report.ops), workload=workload,
                                  step=step, memory=memory, model_name=type(model).__name__)
-    positions = max_positions(model.config)
     return dataclasses.replace(report, capacity=capacity_of(report, max_positions=positions))
 
 
@@ -700,35 +831,94 @@ def _input_embedding_bytes(model, tp, item) -> int:
     return w.numel() // (tp if w.dim() >= 2 else 1) * item
 
 
-def _liveness(gm, dkey, mode):
-    """The eager liveness walk of the captured graph (``fxshape.analysis.memory.liveness``)."""
+def _liveness(gm, dkey, mode, rows=(), tp=1, sequence_parallel=False):
+    """The eager liveness walk of the captured graph (``fxshape.analysis.memory.liveness``),
+    each tensor at its per-GPU size under tensor parallelism (:func:`_activation_shares`)."""
     from .memory import liveness
     from .opcost import Sizes
     from .step import attribute_modules, model_float_dtype, run_dtype
 
     sizes = Sizes(model_float_dtype(gm), run_dtype(dkey))
     grad_item = 4 if mode == "train" else None  # fp32 gradients of fp32 master weights
-    return liveness(gm, sizes, owner=attribute_modules(gm, module_of), grad_itemsize=grad_item)
+    owner = attribute_modules(gm, module_of)
+    share = _activation_shares(gm, rows, owner, tp, sequence_parallel) if tp > 1 else None
+    return liveness(gm, sizes, owner=owner, grad_itemsize=grad_item, share=share)
 
 
-def _shards(model, tp) -> list:
+def _activation_shares(gm, rows, owner, tp, sequence_parallel) -> dict:
+    """node -> the ``tp`` ways its output is split across the GPUs (Megatron, as counted by
+    Korthikanti et al. 2022, "Reducing Activation Recomputation in Large Transformer
+    Models", sec. 4): the outputs of column-parallel GEMMs and everything inside a
+    tensor-parallel attention or MLP block (its heads, its MLP columns) are split; a
+    row-parallel GEMM's output (a partial sum, all-reduced whole), the norms, residuals and
+    embeddings are whole on every GPU, unless ``sequence_parallel`` splits them along the
+    sequence too."""
+    from .parallel import in_blocks, sharded_modules, tp_blocks
+
+    kinds = sharded_modules(rows)
+    blocks = tp_blocks(kinds)
+    node_kind = {r.node: kinds.get(r.module) for r in rows}
+    out = {}
+    for n in gm.graph.nodes:
+        kind = node_kind.get(n.name)
+        if kind == "column" or sequence_parallel:
+            out[n.name] = tp
+        elif kind != "row" and in_blocks(owner.get(n.name, ""), blocks):
+            out[n.name] = tp
+    return out
+
+
+def _shards(model, tp, rows=(), heads=(None, None)) -> list:
     """``(elements on each GPU, is a matrix, is trained)`` per parameter (tied weights once,
-    as ``model.parameters()`` gives them): Megatron splits the matrices ``tp`` ways and
-    replicates the vectors."""
-    return [(p.numel() // (tp if p.dim() >= 2 else 1), p.dim() >= 2, p.requires_grad)
-            for p in model.parameters()]
+    as ``model.parameters()`` gives them). At ``tp`` > 1, Megatron splits what tensor
+    parallelism splits in ``rows``: a column-parallel layer's weight and bias (a K/V
+    projection by whole KV heads, :func:`fxshape.analysis.parallel.kv_shard`), a
+    row-parallel layer's weight (its bias is whole), and the vocabulary-parallel input
+    embedding; everything else (norms, position embeddings, layers it does not know) is
+    replicated, as its GEMMs are."""
+    params = list(model.parameters())
+    if tp == 1:
+        return [(p.numel(), p.dim() >= 2, p.requires_grad) for p in params]
+    from .parallel import sharded_modules
+
+    kinds = sharded_modules(rows)
+    features = _features(model)
+    vocab = getattr(getattr(model, "config", None), "vocab_size", None)
+    owner: dict = {}
+    for name, mod in model.named_modules():
+        for p in mod.parameters(recurse=False):
+            owner.setdefault(id(p), (name, mod))
+    out = []
+    for p in params:
+        name, mod = owner.get(id(p), ("", None))
+        kind, n = kinds.get(name), p.numel()
+        if kind == "column":
+            out_features = features.get(name, (None, None))[0]
+            kv = kv_shard(name, out_features, tp, *heads) if out_features else None
+            n = n * kv[0] // out_features if kv else n // tp
+        elif kind == "row" and p.dim() >= 2:
+            n //= tp
+        elif isinstance(mod, torch.nn.Embedding) and p.dim() == 2 and p.shape[0] == vocab:
+            n //= tp  # the vocabulary-parallel embedding
+        out.append((n, p.dim() >= 2, p.requires_grad))
+    return out
 
 
 def _checkpointed_layers(model) -> tuple:
     """The layers a Hugging Face model checkpoints (``gradient_checkpointing_enable()``: each
     layer of its stack), as module prefixes; empty when it does not."""
-    if not getattr(model, "is_gradient_checkpointing", False):
+    flagged = {name for name, m in model.named_modules()
+               if getattr(m, "gradient_checkpointing", False) is True}
+    if not flagged:  # (transformers' is_gradient_checkpointing, without its deprecation)
         return ()
-    return tuple(f"{s.name}.{i}" for s in find_stacks(model) for i in range(s.length))
+    layers = [f"{s.name}.{i}" for s in find_stacks(model) for i in range(s.length)]
+    # transformers flags each checkpointed layer (every_n_layers may skip some); a model
+    # that flags only its stack's owner checkpoints every layer
+    return tuple(x for x in layers if x in flagged) or tuple(layers)
 
 
 def _memory(model, walk, saved_traced, spec, dkey, mode, tp, optimizer, layers=(),
-            workload=None):
+            workload=None, rows=(), sequence_parallel=False):
     """``report.memory``: the parameters per GPU (Megatron: matrices split by ``tp``,
     vectors replicated) and the liveness walk, its saved activations scaled from the traced
     layers to all of them. With activation checkpointing, a layer keeps only its input
@@ -737,7 +927,7 @@ def _memory(model, walk, saved_traced, spec, dkey, mode, tp, optimizer, layers=(
     from .memory import memory_of
     from .step import run_dtype
 
-    shards = _shards(model, tp)
+    shards = _shards(model, tp, rows, _head_counts(model))
     numels = [n for n, _, trainable in shards if mode != "train" or trainable]
     matrices = sum(n for n, matrix, _ in shards if matrix)
     peak_walk, at_backward, saved = walk
@@ -745,7 +935,11 @@ def _memory(model, walk, saved_traced, spec, dkey, mode, tp, optimizer, layers=(
     notes = ["eager liveness of the captured graph; the allocator's rounding and the CUDA "
              "context are not counted"]
     if tp > 1:
-        notes.append(f"tp {tp}: activations are counted unsharded (an overestimate)")
+        notes.append(f"tp {tp}: the weights of tensor-parallel layers and the vocabulary "
+                     "embedding split (K/V projections by whole KV heads), the rest "
+                     "replicated; activations split inside the attention and MLP blocks"
+                     + (" and, with sequence parallelism, outside them" if sequence_parallel
+                        else ", norms and residuals whole"))
     item = run_dtype(dkey).itemsize
     train = mode == "train" and at_backward is not None
     if train and layers:
@@ -759,7 +953,8 @@ def _memory(model, walk, saved_traced, spec, dkey, mode, tp, optimizer, layers=(
         hidden = next((getattr(cfg, a) for a in ("hidden_size", "n_embd", "d_model")
                        if isinstance(getattr(cfg, a, None), int)), 0)
         tokens = (workload.batch_size or 0) * (workload.seq_len or 0) if workload else 0
-        kept = len(per_layer) * tokens * hidden * run_dtype(dkey).itemsize
+        kept = len(per_layer) * tokens * hidden * run_dtype(dkey).itemsize \
+            // (tp if sequence_parallel else 1)
         freed = sum(per_layer.values()) - kept - max(per_layer.values(), default=0)
         if freed > 0:
             extra -= freed
@@ -795,14 +990,15 @@ def _check_topology(topology, spec, tp):
 
 
 def _step(records, model, spec, dkey, mode, tp, execution, optimizer, workload, notes, *,
-          dp=1, topology=None, sequence_parallel=False):
+          dp=1, topology=None, sequence_parallel=False, rows=()):
     """The step (``fxshape.analysis.step.step_of``) with the optimizer's and the
     collectives' records added; returns (step, records)."""
     from .step import comm_records, optimizer_records, run_dtype, step_of
 
     notes = list(notes)
     records = list(records)
-    numels = [n for n, _, trainable in _shards(model, tp) if trainable]
+    numels = [n for n, _, trainable in _shards(model, tp, rows, _head_counts(model))
+              if trainable]
     if mode == "train":
         mixed = dkey not in ("fp32", "tf32", "fp64")
         records += optimizer_records(optimizer, numels, spec=spec, mixed=mixed)
@@ -824,9 +1020,6 @@ def _step(records, model, spec, dkey, mode, tp, execution, optimizer, workload, 
                                            item=item, grad_bytes=grads,
                                            sequence_parallel=sequence_parallel)
         notes.extend(comm_notes)
-    elif dp > 1:
-        notes.append(f"dp {dp}: inference replicas do not communicate; the step is one "
-                     "replica's")
     tokens = None
     if workload.batch_size is not None and workload.seq_len is not None:
         tokens = workload.batch_size * workload.seq_len
@@ -835,6 +1028,8 @@ def _step(records, model, spec, dkey, mode, tp, execution, optimizer, workload, 
         tokens = ints[0][0] * ints[0][1] if ints else None
     step = step_of(records, execution=execution, mode=mode, optimizer=optimizer, spec=spec,
                    dkey=dkey, tokens=tokens, notes=notes)
+    if mode == "train" and dp > 1:
+        step = dataclasses.replace(step, replicas=dp)
     return step, records
 
 

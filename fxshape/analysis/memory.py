@@ -108,12 +108,14 @@ def _writes_in_place(n) -> bool:
                               for r in rets)
 
 
-def liveness(gm, sizes: Sizes, *, owner=None, grad_itemsize=None):
+def liveness(gm, sizes: Sizes, *, owner=None, grad_itemsize=None, share=None):
     """Walk ``gm`` in program order: ``(peak live bytes, live bytes when the backward
     starts or None without a backward, [SavedBytes ...])``. Parameters, buffers and user
     inputs (placeholders and attributes) are not counted. ``grad_itemsize``: the bytes per
     element of the values the graph returns after its first (the gradients), when they are
-    kept in another dtype than the activations (fp32 under autocast)."""
+    kept in another dtype than the activations (fp32 under autocast). ``share``: node ->
+    the ways its outputs are split across GPUs (tensor parallelism); each GPU holds that
+    fraction."""
     nodes = list(gm.graph.nodes)
     out = next((n for n in nodes if n.op == "output"), None)
     persistent = set()
@@ -163,8 +165,9 @@ def liveness(gm, sizes: Sizes, *, owner=None, grad_itemsize=None):
             elems = t.untyped_storage().nbytes() // max(t.element_size(), 1) \
                 if hasattr(t, "untyped_storage") else t.numel()
             item = grad_itemsize if (k in grads and grad_itemsize) else sizes.itemsize(t)
-            live[k] = (elems * item, n.name)
-            size_of += elems * item
+            nbytes = elems * item // (share or {}).get(n.name, 1)
+            live[k] = (nbytes, n.name)
+            size_of += nbytes
         peak = max(peak, size_of)
         for k in frees.get(i, ()):
             if k in live and k not in returned:

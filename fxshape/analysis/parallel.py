@@ -16,7 +16,8 @@ import dataclasses
 from ..cost.notes import join_notes
 from .ops import Gemm
 
-__all__ = ["layer_kind", "shard_gemm", "check_tp", "kv_shard", "kv_heads_per_gpu"]
+__all__ = ["layer_kind", "shard_gemm", "check_tp", "kv_shard", "kv_heads_per_gpu",
+           "sharded_modules", "tp_blocks", "in_blocks"]
 
 _COLUMN = {"q_proj", "k_proj", "v_proj", "qkv_proj", "query", "key", "value", "c_attn",
            "query_key_value", "gate_proj", "up_proj", "gate_up_proj", "c_fc", "fc1", "w1", "w3",
@@ -49,6 +50,30 @@ def layer_kind(module: str, op: str, n: int = 0, k: int = 0) -> str:
         if parent == "output":
             return "row"
     return "replicated"
+
+
+def sharded_modules(rows) -> dict:
+    """module -> ``"column"`` or ``"row"`` for every module whose GEMMs tensor parallelism
+    splits (``rows``: GEMM rows or records with ``module`` and ``op``); attention calls and
+    replicated layers are not in it."""
+    out = {}
+    for r in rows:
+        kind = layer_kind(r.module, r.op, getattr(r, "n", 0), getattr(r, "k", 0))
+        if kind in ("column", "row"):
+            out.setdefault(r.module, kind)
+    return out
+
+
+def tp_blocks(modules) -> set:
+    """The blocks whose projections are tensor-parallel (the parent modules of the column- and
+    row-parallel layers in ``modules``: ``...self_attn``, ``...mlp``): what runs inside them
+    works on one GPU's heads or MLP columns."""
+    return {m.rsplit(".", 1)[0] for m in modules if "." in m}
+
+
+def in_blocks(module: str, blocks) -> bool:
+    """Is ``module`` one of ``blocks`` or inside one?"""
+    return module in blocks or any(module.startswith(b + ".") for b in blocks)
 
 
 def check_tp(tp, heads, kv_heads=None) -> int:

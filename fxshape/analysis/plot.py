@@ -61,20 +61,49 @@ def plot_sweep(points, param: str, path: str, *, title: str = "") -> bool:
     plt = _pyplot()
     if plt is None:
         return False
-    xs = [p.value for p in points if p.tflops is not None]
-    ys = [p.tflops for p in points if p.tflops is not None]
     fig, ax = plt.subplots(figsize=(8, 4), dpi=100)
-    ax.plot(xs, ys, marker=".", linewidth=1)
+    for xs, ys in _segments(points):  # a failed value breaks the line
+        ax.plot(xs, ys, marker=".", linewidth=1, color="#1f78b4")
+    failed = [p.value for p in points if p.tflops is None]
+    if failed:
+        ax.plot(failed, [0.0] * len(failed), "x", color="#999999",
+                label=f"no model ({len(failed)} values)")
+        ax.legend(fontsize=8, loc="lower right")
     ax.set_xlabel(param)
     ax.set_ylabel("predicted GEMM TFLOP/s")
     if title:
-        ax.set_title(title, fontsize=10)
+        ax.set_title(_wrap(title, 90), fontsize=10)
     ax.grid(True, alpha=0.3)
     fig.tight_layout()
     meta = {"Date": None} if path.lower().endswith(".svg") else {"Software": None}
     fig.savefig(path, metadata=meta)
     plt.close(fig)
     return True
+
+
+def _segments(points) -> list:
+    """``(xs, ys)`` runs of consecutive points that have a prediction: a failed point (no
+    TFLOP/s) ends one run, so no line is drawn across it."""
+    runs, xs, ys = [], [], []
+    for p in points:
+        if p.tflops is None:
+            if xs:
+                runs.append((xs, ys))
+            xs, ys = [], []
+        else:
+            xs.append(p.value)
+            ys.append(p.tflops)
+    if xs:
+        runs.append((xs, ys))
+    return runs
+
+
+def _wrap(text: str, width: int) -> str:
+    """A title in lines of at most ``width`` characters (a long one is otherwise cut at the
+    figure's right edge)."""
+    import textwrap
+
+    return "\n".join(textwrap.fill(line, width) for line in text.split("\n"))
 
 
 def loss_cause(row) -> str:
@@ -109,9 +138,13 @@ def bar_labels(groups) -> list:
             for g, lab in zip(groups, out)]
 
 
-#: a colour per class of the step (``fxshape.analysis.step.CLASSES``)
-STEP_COLOURS = {"gemm": "#1b9e77", "attention": "#66a61e", "memory": "#7570b3",
-                "optimizer": "#e6ab02", "communication": "#d95f02", "host_idle": "#999999"}
+#: a colour per class of the step (``fxshape.analysis.step.CLASSES``), none of them a colour
+#: of the GEMM panel above it (:data:`CAUSES`, "at dense peak"), so that a colour means one
+#: thing in the figure
+STEP_COLOURS = {"gemm": "#1f78b4", "attention": "#a6cee3", "memory": "#fb9a99",
+                "optimizer": "#cab2d6", "communication": "#b15928", "host_idle": "#dddddd"}
+#: the GEMM panel's colour for the time a GEMM's FLOPs take at the dense peak
+AT_PEAK = "#1b9e77"
 
 
 def _plot_step(ax, step) -> None:
@@ -126,7 +159,7 @@ def _plot_step(ax, step) -> None:
         left += t
     ax.set_xlabel("predicted step time (ms)")
     ax.legend(fontsize=8, ncol=3, loc="upper center", bbox_to_anchor=(0.5, -0.75))
-    ax.set_title(step.describe().split(";")[0], fontsize=9)
+    ax.set_title(_wrap(step.describe().split(";")[0], 110), fontsize=9)
 
 
 def plot_report(report, path: str, *, top: int = 15) -> bool:
@@ -162,12 +195,12 @@ def plot_report(report, path: str, *, top: int = 15) -> bool:
         _plot_step(ax_step, step)
     else:
         fig, ax = plt.subplots(figsize=(10, 0.35 * len(groups) + 1.6), dpi=100)
-    ax.barh(labels, ideal, color="#1b9e77", label="at dense peak")
+    ax.barh(labels, ideal, color=AT_PEAK, label="at dense peak")
     ax.barh(labels, lost, left=ideal, color=colours)
     ax.set_xlabel("predicted GEMM and attention time per step (ms)")
     ax.tick_params(axis="y", labelsize=8)
     used = [c for c in CAUSES if CAUSES[c] in colours]
-    ax.legend(handles=[Patch(color="#1b9e77", label="at dense peak")]
+    ax.legend(handles=[Patch(color=AT_PEAK, label="at dense peak")]
               + [Patch(color=CAUSES[c], label=f"lost: {c}") for c in used],
               fontsize=8, loc="lower right")
     title = (f"{report.model_name} on {report.gpu} ({report.dtype}): "
@@ -178,7 +211,7 @@ def plot_report(report, path: str, *, top: int = 15) -> bool:
         size = (f"batch {w.batch_size}" + (f" x seq_len {w.seq_len}" if w.seq_len else "")
                 if w.batch_size is not None else "inputs given")
         title += f"\n{w.mode}, {size}, tp {w.tp}, attention {w.attention}"
-    ax.set_title(title, fontsize=10)
+    ax.set_title(_wrap(title, 100), fontsize=10)
     ax.grid(True, axis="x", alpha=0.3)
     fig.tight_layout()
     meta = {"Date": None} if path.lower().endswith(".svg") else {"Software": None}

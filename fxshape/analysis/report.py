@@ -64,6 +64,9 @@ class Report:
     memory: object = None
     #: decode: what fits a GPU (``fxshape.analysis.serving.Capacity``); None otherwise
     capacity: object = None
+    #: every option given with a value other than its default, and what it did
+    #: (``fxshape.analysis.options.OptionEffect``)
+    options: tuple = ()
 
     # -- totals ---------------------------------------------------------------------------
     @property
@@ -123,7 +126,8 @@ class Report:
         """The collapsed per-GEMM table plus a summary, as text (tabulate format ``fmt``)."""
         if not self.rows:
             msg = f"{self.model_name or 'model'}: no matmuls found"
-            return msg + self._unsupported_text()
+            opts = f"\noptions: {self._options_text()}" if self.options else ""
+            return msg + self._unsupported_text() + opts
         groups = self.groups()
         head, body = self._body(groups)
         text = tabulate(body, headers=head, tablefmt=fmt, disable_numparse=True)
@@ -177,6 +181,8 @@ class Report:
         if self.capacity is not None:
             lines.append(self.capacity.describe())
         lines.extend(f"note: {n}" for n in self.notes)
+        if self.options:
+            lines.append(f"options: {self._options_text()}")
         offenders = [g for g in (groups or self.groups()) if misaligned(g["row"])][:3]
         if offenders:
             lines.append("top offenders (misaligned): " + "; ".join(
@@ -273,6 +279,7 @@ class Report:
             "unsupported_ops": [u.__dict__ for u in self.unsupported_ops],
             "memory": None if self.memory is None else self.memory.as_dict(),
             "capacity": None if self.capacity is None else dataclasses.asdict(self.capacity),
+            "options": [o.as_dict() for o in self.options],
         }
 
     def ops_csv(self) -> str:
@@ -280,12 +287,21 @@ class Report:
         buf = io.StringIO()
         cols = ("node", "op", "module", "phase", "cls", "family", "kernels", "bytes", "flops",
                 "time_s", "host_s", "note")
+        # the workload and the options on every line, as in to_csv
+        wl = self.workload.as_dict() if self.workload is not None else {}
+        extra = ("mode", "batch_size", "seq_len", "tp", "attention")
         w = csv.writer(buf, lineterminator="\n")
-        w.writerow(cols)
+        w.writerow(cols + extra + ("options",))
+        tail = ["" if wl.get(c) is None else wl[c] for c in extra] + [self._options_text()]
         for o in self.ops:
             d = o.as_dict()
-            w.writerow([d[c] for c in cols])
+            w.writerow([d[c] for c in cols] + tail)
         return buf.getvalue()
+
+    def _options_text(self) -> str:
+        """The options line's text (``fxshape.analysis.options``): every option given, and
+        what it did."""
+        return "; ".join(o.describe() for o in self.options)
 
     def to_json(self, indent: int = 2) -> str:
         return json.dumps(self.to_dict(), indent=indent, sort_keys=True)
@@ -300,11 +316,12 @@ class Report:
         wl = self.workload.as_dict() if self.workload is not None else {}
         extra = ("mode", "batch_size", "seq_len", "tp", "attention")
         w = csv.writer(buf, lineterminator="\n")
-        w.writerow(cols + extra)
+        w.writerow(cols + extra + ("options",))
+        opts = self._options_text()
         for r in self.rows:
             d = _row_dict(r)
             w.writerow([d[c] for c in cols] + ["" if wl.get(c) is None else wl[c]
-                                               for c in extra])
+                                               for c in extra] + [opts])
         return buf.getvalue()
 
     def to_networkx(self):

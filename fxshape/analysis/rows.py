@@ -94,11 +94,13 @@ class Workload:
     #: decode: the KV cache's dtype when it is not the analysis dtype, its page size
     kv_dtype: str | None = None
     page_size: int | None = None
+    #: the mode was not given: analyze's default (inference; advise's is train)
+    mode_default: bool = False
 
     def describe(self) -> str:
         """``inference, batch 1 x seq_len 64, tp 1, attention flash (runs fa2); inputs:
         input_ids 1x64 int64``."""
-        parts = [self.mode]
+        parts = [self.mode + (" (the default mode)" if self.mode_default else "")]
         if self.context_len is not None:
             parts.append(f"batch {self.batch_size}, one new token each, KV cache of "
                          f"{self.context_len} tokens")
@@ -122,7 +124,7 @@ class Workload:
         return text
 
     def as_dict(self) -> dict:
-        return {"mode": self.mode, "batch_size": self.batch_size, "seq_len": self.seq_len,
+        return {"mode": self.mode, "mode_default": self.mode_default, "batch_size": self.batch_size, "seq_len": self.seq_len,
                 "context_len": self.context_len, "kv_dtype": self.kv_dtype,
                 "page_size": self.page_size,
                 "seq_len_default": self.seq_len_default, "tp": self.tp,

@@ -38,6 +38,11 @@ CLASSES = ("gemm", "attention", "memory", "optimizer", "communication", "host_id
 EXECUTIONS = ("eager", "compiled", "cudagraphs")
 
 
+#: GEMMs a kernel runs again rather than keep (FlashAttention's backward recomputes S = QKᵀ):
+#: time, not useful work; the model FLOPs leave them out, as MFU conventions do
+RECOMPUTED_OPS = frozenset({"sdpa.bwd.qk"})
+
+
 def check_execution(execution) -> None:
     if execution not in EXECUTIONS:
         raise ValueError(f"unknown execution {execution!r}; accepted: "
@@ -81,9 +86,13 @@ class Step:
     ``time_s`` is the eager timeline's wall time; ``by_class`` splits it (seconds per class
     of :data:`CLASSES`, summing to ``time_s``; ``host_idle`` is the time the GPU waits for
     the host). ``model_flops``: the useful GEMM and attention FLOPs of the step (forward, and
-    backward in training; causal attention counts its half); ``mfu`` = ``model_flops`` over
-    the dtype's dense peak times ``time_s``. ``tokens``: tokens the step processes (None when
-    the inputs do not say).
+    backward in training; causal attention counts its half; what is computed twice, the
+    QKᵀ that FlashAttention's backward recomputes and activation checkpointing's repeated
+    forward, is not counted: the convention of PaLM's MFU, Chowdhery et al. 2022, app. B,
+    and Megatron-LM's model FLOPs); ``mfu`` = ``model_flops`` over the dtype's dense peak
+    times ``time_s``. ``tokens``: tokens the step processes, on one data-parallel replica
+    (None when the inputs do not say); ``replicas``: the data-parallel replicas of a
+    training step, each processing ``tokens``.
     """
 
     execution: str
@@ -102,6 +111,7 @@ class Step:
     #: input embedding's, which is gathered a row a token, plus the KV cache) over the GPU's
     #: peak DRAM bandwidth; None for other modes
     floor_s: float | None = None
+    replicas: int = 1
 
     @property
     def mfu(self) -> float:
@@ -135,7 +145,8 @@ class Step:
                 "mfu": self.mfu, "tokens": self.tokens, "tokens_per_s": self.tokens_per_s,
                 "inter_token_latency_s": self.inter_token_latency_s,
                 "time_to_first_token_s": self.time_to_first_token_s,
-                "floor_s": self.floor_s, "notes": list(self.notes)}
+                "floor_s": self.floor_s, "replicas": self.replicas,
+                "notes": list(self.notes)}
 
     def describe(self) -> str:
         """``step (eager, train, adamw): 12.3 ms, 41.6k tokens/s, MFU 38.2%; gemm 70.1% ...``"""
@@ -145,7 +156,9 @@ class Step:
         elif self.time_to_first_token_s is not None:
             parts[0] += " (time to first token)"
         if self.tokens_per_s is not None:
-            parts.append(f"{self.tokens_per_s:,.0f} tokens/s")
+            parts.append(f"{self.tokens_per_s:,.0f} tokens/s" + (
+                f" per replica ({self.tokens_per_s * self.replicas:,.0f} over {self.replicas} "
+                "data-parallel replicas)" if self.replicas > 1 else ""))
         if self.floor_s:
             parts.append(f"bandwidth floor {self.floor_s * 1e3:.3f} ms "
                          f"(x{self.time_s / self.floor_s:.2f})")
@@ -690,16 +703,13 @@ def shard_memory_records(records, tp, spec, sequence_parallel=False):
     or MLP columns, so it moves ``1 / tp`` of its bytes; everything else (norms, residual
     adds, embeddings, the loss) is replicated, unless ``sequence_parallel``: then the ops
     between the blocks run on ``1 / tp`` of the tokens too."""
-    from .parallel import layer_kind
+    from .parallel import in_blocks, sharded_modules, tp_blocks
 
-    blocks = {r.module.rsplit(".", 1)[0] for r in records
-              if r.cls == "gemm" and "." in r.module
-              and layer_kind(r.module, r.op) in ("column", "row")}
+    blocks = tp_blocks(sharded_modules([r for r in records if r.cls == "gemm"]))
     launch = _launch(spec)
     out = []
     for r in records:
-        inside = sequence_parallel or r.module in blocks or any(
-            r.module.startswith(b + ".") for b in blocks)
+        inside = sequence_parallel or in_blocks(r.module, blocks)
         if r.cls == "memory" and inside and r.bytes:
             fixed = launch * r.kernels
             t = fixed + max(0.0, r.time_s - fixed) / tp
@@ -754,7 +764,8 @@ def step_of(records, *, execution, mode, optimizer, spec, dkey, tokens, notes=()
         if r.cls in by:
             by[r.cls] += r.time_s
     by["host_idle"] = tl.idle_s
-    flops = sum(r.flops for r in records if r.cls in ("gemm", "attention"))
+    flops = sum(r.flops for r in records if r.cls in ("gemm", "attention")
+                and r.op not in RECOMPUTED_OPS)
     return Step(execution=execution, mode=mode, optimizer=optimizer if mode == "train" else None,
                 time_s=tl.wall_s, by_class=by, gpu_s=tl.gpu_s, host_s=tl.host_s,
                 kernels=sum(r.kernels for r in records), model_flops=flops,

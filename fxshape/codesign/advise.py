@@ -28,10 +28,12 @@ import torch
 from tabulate import tabulate
 
 from ..analysis.provenance import hyperparameters
+from ..hardware.dtypes import canonical_dtype
 from ..hardware.gpus import get_gpu
 from ..tracing.configs import check_config
 
-__all__ = ["Advice", "Recommendation", "advise", "evaluate_config", "sweep", "SweepPoint"]
+__all__ = ["Advice", "Recommendation", "advise", "evaluate_config", "sweep", "SweepPoint",
+           "Sweep"]
 
 #: head dimensions flash-attention kernels run at full tile efficiency
 _FLASH_HEAD_DIMS = (64, 128)
@@ -67,6 +69,7 @@ class Evaluation:
     kernel: str = ""  # the attention kernel(s) they were predicted as
     step_s: float = 0.0  # the whole step (report.step.time_s)
     kv_bytes_per_token: int = 0  # decode: report.capacity.kv_bytes_per_token
+    tokens_per_s: float | None = None  # report.step.tokens_per_s
 
 
 @dataclass(frozen=True)
@@ -88,6 +91,8 @@ class Advice:
     #: decode: the model's KV cache bytes per token; the batch the step decodes
     kv_bytes_per_token: int = 0
     batch_size: int | None = None
+    #: the mode was not given: advise's default (a training step)
+    mode_default: bool = False
 
     @property
     def decode(self) -> bool:
@@ -108,7 +113,8 @@ class Advice:
             step = (f"decode step {self.step_s * 1e3:.3f} ms per token, "
                     f"{(self.batch_size or 1) / self.step_s:,.0f} tokens/s at batch "
                     f"{self.batch_size}, KV cache {self.kv_bytes_per_token:,} bytes per token")
-        lines = [f"{self.model_name} on {self.gpu} ({self.dtype}, {self.mode}, tp={self.tp}, "
+        mode = self.mode + (" (advise's default mode)" if self.mode_default else "")
+        lines = [f"{self.model_name} on {self.gpu} ({self.dtype}, {mode}, tp={self.tp}, "
                  f"attention={self.attention}, {self.execution}): "
                  f"{self.params:,} parameters, {step} "
                  f"(GEMMs {self.time_s * 1e3:.3f} ms at {self.tflops:.0f} TFLOP/s)", ""]
@@ -175,7 +181,7 @@ class _Evaluator:
     """Analyze configs at full depth through ``fxshape.analyze`` (which traces one layer per
     group of identical layers, exactly); cached by changes."""
 
-    def __init__(self, model_or_config, analyze_kwargs):
+    def __init__(self, model_or_config, analyze_kwargs, baseline_provenance="traced"):
         self.config, self.cls = _model_class(model_or_config)
         check_config(self.config)
         self.model_name = type(model_or_config).__name__ \
@@ -184,6 +190,7 @@ class _Evaluator:
         self.kw = analyze_kwargs
         self.cache: dict = {}
         self.report = None  # the baseline's report
+        self.baseline_provenance = baseline_provenance
 
     def config_with(self, changes):
         cfg = copy.deepcopy(self.config)
@@ -199,7 +206,8 @@ class _Evaluator:
             model = _build(self.cls, self.config_with(key))  # on meta: ~20 ms
             # what sets each dimension is read off the baseline (its notes); candidates are
             # only timed
-            report = analyze(model, **self.kw, provenance="traced" if not key else None)
+            report = analyze(model, **self.kw,
+                             provenance=self.baseline_provenance if not key else None)
             if not key:
                 self.report = report
             attn = [r for r in report.rows if r.kernel]
@@ -212,7 +220,7 @@ class _Evaluator:
             kv = report.capacity.kv_bytes_per_token if report.capacity is not None else 0
             self.cache[key] = Evaluation(report.total_time_s, report.total_flops, params,
                                          sum(r.time_s for r in attn), kernels,
-                                         report.step.time_s, kv)
+                                         report.step.time_s, kv, report.step.tokens_per_s)
         return self.cache[key]
 
 
@@ -303,9 +311,13 @@ def _candidates(config, tp: int, gated: bool, mode: str = "train"):
                 if hd_new != hd and h % hd_new == 0 and (h // hd_new) % tp == 0:
                     ch = _head_changes(config, hp, h, h // hd_new)
                     if ch:
-                        why = ("a flash-attention tile size (64 or 128): no padded columns"
-                               if hd not in _FLASH_HEAD_DIMS else
-                               "larger attention GEMMs (K = head_dim) run closer to peak")
+                        if mode == "decode":  # the gain is the cache the step reads
+                            why = ("the decode step reads the KV cache, KV heads x head_dim "
+                                   "per token and layer")
+                        elif hd not in _FLASH_HEAD_DIMS:
+                            why = "a flash-attention tile size (64 or 128): no padded columns"
+                        else:
+                            why = "larger attention GEMMs (K = head_dim) run closer to peak"
                         out.append(("num_attention_heads", ch,
                                     f"head_dim {hd} -> {hd_new}: {why}"))
             # hidden size (and heads with it) with more factors of two
@@ -418,7 +430,7 @@ def _analyze_kwargs(*, mode, context_len, kv_dtype, page_size, **kw) -> dict:
 
 
 def advise(model_or_config, *, gpu="h100", dtype=torch.bfloat16, batch_size=None,
-           seq_len=None, tp: int = 1, mode: str = "train", attention: str = "flash",
+           seq_len=None, tp: int = 1, mode: str | None = None, attention: str = "flash",
            param_tolerance: float = DEFAULT_TOLERANCE,
            min_speedup: float = DEFAULT_MIN_SPEEDUP, execution: str | None = None,
            optimizer="adamw", context_len=None, kv_dtype=None, page_size=None) -> Advice:
@@ -427,7 +439,9 @@ def advise(model_or_config, *, gpu="h100", dtype=torch.bfloat16, batch_size=None
     Args:
         model_or_config: a Hugging Face model (weights are not used) or config.
         gpu, dtype, batch_size, seq_len, tp, mode, attention, execution, optimizer: as for
-            :func:`fxshape.analyze` (default: a training step, eager, with AdamW; attention
+            :func:`fxshape.analyze`, but ``mode`` defaults to ``"train"`` (a training step,
+            eager, with AdamW; said in the header: ``analyze`` and ``sweep`` default to
+            inference; attention
             as PyTorch's SDPA runs it on ``gpu``). Candidates are ranked by the predicted
             step time (``report.step``); each also says its GEMM-only speedup. A change of
             head count or head dimension says in its reason how much of its gain is the
@@ -444,9 +458,13 @@ def advise(model_or_config, *, gpu="h100", dtype=torch.bfloat16, batch_size=None
     Returns:
         An :class:`Advice`; ``advice.recommendations`` best first.
     """
-    if not 0 <= param_tolerance < 1:
+    mode_default = mode is None
+    mode = "train" if mode is None else mode
+    if isinstance(param_tolerance, bool) or not isinstance(param_tolerance, (int, float)) \
+            or not 0 <= param_tolerance < 1:
         raise ValueError(f"param_tolerance must be in [0, 1), got {param_tolerance!r}")
-    if not 0 <= min_speedup < 1:
+    if isinstance(min_speedup, bool) or not isinstance(min_speedup, (int, float)) or \
+            not 0 <= min_speedup < 1:
         raise ValueError(f"min_speedup must be in [0, 1), got {min_speedup!r}")
     kw = _analyze_kwargs(gpu=gpu, dtype=dtype, batch_size=batch_size, seq_len=seq_len, tp=tp,
                          mode=mode, attention=attention, execution=execution,
@@ -459,6 +477,7 @@ def advise(model_or_config, *, gpu="h100", dtype=torch.bfloat16, batch_size=None
     gated = any("gate" in r.module.rsplit(".", 1)[-1] for r in report.rows)
     best: dict = {}
     candidates = _candidates(config, tp, gated, mode)
+    too_big = too_slow = 0
     for group, changes, reason in _progress(candidates, "advise"):
         try:
             e = ev(changes)
@@ -468,9 +487,11 @@ def advise(model_or_config, *, gpu="h100", dtype=torch.bfloat16, batch_size=None
             raise
         rec = _recommendation(group, changes, reason, base, e)
         if abs(rec.param_delta) > param_tolerance * base.params:
+            too_big += 1
             continue
         score = min(rec.predicted_speedup, rec.throughput_gain)
         if score < min_speedup:
+            too_slow += 1
             continue
         if group not in best or score > min(best[group].predicted_speedup,
                                             best[group].throughput_gain) + 1e-12:
@@ -490,6 +511,16 @@ def advise(model_or_config, *, gpu="h100", dtype=torch.bfloat16, batch_size=None
     notes = _rule_notes(config, report, tp, _batch(report))
     if mode == "decode":
         notes += _tp_notes(model_or_config, kw, base, report)
+    # what the options did: the analysis's (each candidate is analyzed with them), and the
+    # filters' counts when they are not the defaults
+    notes += tuple(f"option {o.describe()}" for o in report.options)
+    if param_tolerance != DEFAULT_TOLERANCE:
+        notes += (f"option param_tolerance={param_tolerance:g}: {too_big} of "
+                  f"{len(candidates)} candidates left out for changing the parameter count "
+                  f"by more than {100 * param_tolerance:g}%",)
+    if min_speedup != DEFAULT_MIN_SPEEDUP:
+        notes += (f"option min_speedup={min_speedup:g}: {too_slow} of {len(candidates)} "
+                  f"candidates left out for gaining less than {100 * min_speedup:g}%",)
     return Advice(model_name=ev.model_name, gpu=report.gpu, dtype=report.dtype,
                   mode=mode, tp=tp, params=base.params, time_s=base.time_s,
                   tflops=base.flops / base.time_s / 1e12 if base.time_s else 0.0,
@@ -497,7 +528,7 @@ def advise(model_or_config, *, gpu="h100", dtype=torch.bfloat16, batch_size=None
                   notes=notes, attention=attention,
                   step_s=base.step_s, execution=report.step.execution,
                   kv_bytes_per_token=base.kv_bytes_per_token,
-                  batch_size=report.workload.batch_size)
+                  batch_size=report.workload.batch_size, mode_default=mode_default)
 
 
 def _tp_notes(model_or_config, kw, base: Evaluation, report) -> tuple:
@@ -512,7 +543,8 @@ def _tp_notes(model_or_config, kw, base: Evaluation, report) -> tuple:
     for t in (1, 2, 4, 8):
         if t == tp or t > node:
             continue
-        ev = _Evaluator(model_or_config, dict(kw, tp=t))
+        ev = _Evaluator(model_or_config, dict(kw, tp=t),  # timed only: no "set by"
+                        baseline_provenance=None)
         try:
             e = ev(())
         except ValueError:  # the heads do not split t ways
@@ -570,17 +602,51 @@ class SweepPoint:
     params: int | None
     note: str
     step_s: float | None = None  # the whole predicted step
+    #: tokens the step makes per second (decode: one per sequence; else the batch's tokens)
+    tokens_per_s: float | None = None
+
+
+class Sweep(tuple):
+    """The points of a sweep (a tuple of :class:`SweepPoint`), with what they were predicted
+    for: ``model_name``, ``param``, ``gpu``, ``dtype``, ``mode`` (``mode_default``: not
+    given, the sweep's default, inference), ``execution``, and ``notes`` (what each option
+    did, as the analysis of the unchanged model states it)."""
+
+    def __new__(cls, points, **info):
+        self = super().__new__(cls, points)
+        self.model_name = info.get("model_name", "")
+        self.param = info.get("param", "")
+        self.gpu = info.get("gpu", "")
+        self.dtype = info.get("dtype", "")
+        self.mode = info.get("mode", "inference")
+        self.mode_default = info.get("mode_default", False)
+        self.execution = info.get("execution", "")
+        self.notes = tuple(info.get("notes", ()))
+        return self
+
+    @property
+    def failed(self) -> bool:
+        """Every point failed (no value gave a model to predict)."""
+        return all(p.time_s is None for p in self)
+
+    def header(self) -> str:
+        mode = self.mode + (" (sweep's default mode)" if self.mode_default else "")
+        return (f"sweep of {self.param} for {self.model_name} on {self.gpu} ({self.dtype}, "
+                f"{mode}, {self.execution})")
 
 def sweep(model_or_config, param: str, values, *, gpu="h100", dtype=torch.bfloat16,
-          batch_size=None, seq_len=None, tp: int = 1, mode: str = "inference",
+          batch_size=None, seq_len=None, tp: int = 1, mode: str | None = None,
           attention: str = "flash", execution: str | None = None, optimizer="adamw",
           context_len=None, kv_dtype=None, page_size=None) -> list:
     """Predicted GEMM throughput across values of one config attribute (the sawtooth plots).
 
     Changing the hidden size or head count keeps a head_dim that was derived from them
     derived; values the model rejects (not divisible by the heads, ...) give a point with
-    ``time_s=None`` and the reason.
+    ``time_s=None`` and the reason. ``mode`` defaults to ``"inference"``; the other options
+    are :func:`fxshape.analyze`'s. Returns a :class:`Sweep` (a tuple of points).
     """
+    mode_default = mode is None
+    mode = "inference" if mode is None else mode
     config, _ = _model_class(model_or_config)
     if not hasattr(config, param) and param not in getattr(config, "attribute_map", {}):
         known = sorted(k for k, v in config.to_dict().items() if isinstance(v, int)
@@ -597,9 +663,19 @@ def sweep(model_or_config, param: str, values, *, gpu="h100", dtype=torch.bfloat
                          mode=mode, attention=attention, execution=execution,
                          optimizer=optimizer, context_len=context_len, kv_dtype=kv_dtype,
                          page_size=page_size)
-    ev = _Evaluator(model_or_config, kw)
+    ev = _Evaluator(model_or_config, kw, baseline_provenance=None)
     hp = hyperparameters(config)
     out = []
+    info = dict(model_name=ev.model_name, param=param, mode=mode, mode_default=mode_default,
+                gpu=get_gpu(gpu).name, dtype=canonical_dtype(dtype),
+                execution=execution or ("cudagraphs" if mode == "decode" else "eager"))
+    try:  # the unchanged model states what each option did
+        ev(())
+        # (provenance is the sweep's own choice, not an option of sweep)
+        info["notes"] = tuple(f"option {o.describe()}" for o in ev.report.options
+                              if o.name != "provenance")
+    except (ValueError, RuntimeError):
+        pass  # an option the model refuses: every point below says why
     for v in _progress(values, f"sweep {param}"):
         old = getattr(config, param)
         changes = [(param, old, v)]
@@ -621,8 +697,8 @@ def sweep(model_or_config, param: str, values, *, gpu="h100", dtype=torch.bfloat
             out.append(SweepPoint(v, None, None, None, str(exc).splitlines()[0][:120]))
             continue
         out.append(SweepPoint(v, e.time_s, e.flops / e.time_s / 1e12 if e.time_s else 0.0,
-                              e.params, "", e.step_s))
-    return out
+                              e.params, "", e.step_s, e.tokens_per_s))
+    return Sweep(out, **info)
 
 
 def parse_range(text: str) -> range:

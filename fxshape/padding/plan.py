@@ -91,6 +91,9 @@ class PaddingPlan:
     gpu: str
     dtype: str
     min_gain: float
+    #: the analysis options the plan's report was made with, and what each did
+    #: (``Report.options``, as text)
+    options: str = ""
 
     @property
     def padded(self):
@@ -175,10 +178,10 @@ class PaddingPlan:
 
         buf = io.StringIO()
         w = csv.writer(buf, lineterminator="\n")
-        w.writerow(self._CSV_COLUMNS)
+        w.writerow(self._CSV_COLUMNS + ("options",))
         for d in self.decisions:
             row = self._decision_dict(d)
-            w.writerow([row[c] for c in self._CSV_COLUMNS])
+            w.writerow([row[c] for c in self._CSV_COLUMNS] + [self.options])
         return buf.getvalue()
 
     def _repr_html_(self) -> str:
@@ -317,4 +320,5 @@ def _plan_padding(model_or_report, example_inputs, example_kwargs, *, gpu, dtype
         decisions.append(PadDecision(**base, pad_m=pm, pad_n=pn, pad_k=pk, padded_time_s=t,
                                      copy_time_s=copy_t, weight_extra_bytes=extra, safe=safe,
                                      reason=reason))
-    return PaddingPlan(tuple(decisions), spec.name, dkey, min_gain)
+    return PaddingPlan(tuple(decisions), spec.name, dkey, min_gain,
+                       options="; ".join(o.describe() for o in report.options))

@@ -28,14 +28,44 @@ __all__ = ["decode_target", "kv_cache_bytes", "check_decoder", "decode_capture",
 
 
 def check_decoder(model) -> None:
-    """A one-line ``ValueError`` unless ``model`` is a Hugging Face causal LM (a decoder with a
-    KV cache)."""
+    """A one-line ``ValueError`` unless ``model`` can run one decode step here: a Hugging Face
+    causal LM (a decoder) whose forward takes a KV cache and whose class transformers lets
+    run with a static one (``_can_compile_fullgraph``), the cache this capture uses."""
+    import inspect
+
     name = type(model).__name__
     cfg = getattr(model, "config", None)
+    if cfg is None or not hasattr(cfg, "to_dict"):
+        raise ValueError(f"mode='decode' needs a Hugging Face causal LM (its config sizes the "
+                         f"KV cache); {name} has no config: build the model with transformers "
+                         "(a ...ForCausalLM from its config), or analyze its forward with "
+                         "mode='inference' and example inputs")
     causal = name.endswith(("ForCausalLM", "LMHeadModel"))
-    if cfg is None or not causal or getattr(cfg, "is_encoder_decoder", False):
+    if not causal or getattr(cfg, "is_encoder_decoder", False):
         raise ValueError(f"mode='decode' needs a Hugging Face causal LM (a decoder with a KV "
                          f"cache: ...ForCausalLM, ...LMHeadModel); {name} is not one")
+    try:
+        params = inspect.signature(inspect.unwrap(type(model).forward)).parameters
+    except (TypeError, ValueError):
+        params = {}
+    if params and not any(p in params for p in ("cache", "past_key_values")):
+        raise ValueError(f"mode='decode' needs a KV cache, and {name} has none in transformers "
+                         "(its forward takes no cache: every step recomputes the whole "
+                         "sequence); analyze it with mode='inference' instead")
+    # attention modules say whether they mask the future (BERT's follow config.is_decoder)
+    bidirectional = sorted({type(m).__name__ for m in model.modules()
+                            if getattr(m, "is_causal", None) is False})
+    if bidirectional:
+        hint = " (set is_decoder=True in its config)" if "is_decoder" in cfg.to_dict() else ""
+        raise ValueError(f"mode='decode' needs causal attention; {name}'s "
+                         f"{bidirectional[0]} attends both ways{hint}, so a token's keys "
+                         "and values change with every new token: no KV cache to reuse. Use "
+                         "mode='inference'")
+    if getattr(type(model), "_can_compile_fullgraph", True) is False:
+        raise ValueError(f"mode='decode' captures the step through transformers' static KV "
+                         f"cache, which transformers does not offer for {name} "
+                         "(_can_compile_fullgraph is False); analyze it with "
+                         "mode='inference' instead")
 
 
 def decode_target(model, batch_size=None, context_len=None):

@@ -1,0 +1,187 @@
+"""What each option of ``analyze`` did (issue 28): every option given with a value other than
+its default is stated in the report (``report.options``), either with its effect or with
+the reason it changed nothing; contradictions are refused before anything is captured.
+
+An option is *given* when its value differs from the default the analysis would otherwise
+use (``gpu="h100-sxm"`` is the default's own GPU; ``execution="cudagraphs"`` is decode's
+default): a default changes nothing and is not listed. For a given option,
+:func:`option_effects` reads the finished report and says what the option did
+(``applied=True``) or why the report is the one without it (``applied=False``). The rules are
+small pure functions, one per option, in :data:`RULES`; tests check both directions (an
+applied option changes the report, one said to do nothing leaves its numbers unchanged).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+__all__ = ["OptionEffect", "check_options", "option_effects", "RULES"]
+
+
+@dataclass(frozen=True)
+class OptionEffect:
+    """One option given to ``analyze``: its name (the keyword), the value as given, what it
+    did, and whether it changed the report (False: the report is what it would be without
+    it, and ``effect`` says why)."""
+
+    name: str
+    value: str
+    effect: str
+    applied: bool
+
+    def describe(self) -> str:
+        head = f"{self.name}={self.value}"
+        return f"{head}: {self.effect}" if self.applied else f"{head} has no effect: {self.effect}"
+
+    def as_dict(self) -> dict:
+        return {"name": self.name, "value": self.value, "effect": self.effect,
+                "applied": self.applied}
+
+
+def check_options(*, mode: str, tp: int, sequence_parallel: bool) -> None:
+    """Refuse the contradictions no report can honour, in one line each."""
+    if sequence_parallel and tp == 1:
+        raise ValueError("sequence_parallel splits the norms and residuals over the tensor-"
+                         "parallel GPUs: it needs tp > 1, got tp=1")
+    if sequence_parallel and mode == "decode":
+        raise ValueError("sequence_parallel splits the sequence of a training or prefill "
+                         "step; a decode step has one token per sequence: drop it, or use "
+                         "mode='prefill'")
+
+
+def _communication(report) -> list:
+    return [o for o in report.ops if o.cls == "communication"]
+
+
+def _gpu(v, report, ctx):
+    return True, f"predicted on {report.gpu}"
+
+
+def _dtype(v, report, ctx):
+    return True, f"GEMMs in {report.dtype}"
+
+
+def _batch_size(v, report, ctx):
+    return True, f"{report.workload.batch_size} sequences a step"
+
+
+def _seq_len(v, report, ctx):
+    return True, f"{report.workload.seq_len} tokens a sequence"
+
+
+def _context_len(v, report, ctx):
+    return True, f"a KV cache of {report.workload.context_len} tokens a sequence"
+
+
+def _tp(v, report, ctx):
+    sharded = sum(1 for r in report.rows if "TP " in r.note)
+    comm = _communication(report)
+    return True, (f"{sharded} of {len(report.rows)} GEMMs split over {v} GPUs, "
+                  f"{len(comm)} collectives")
+
+
+def _sequence_parallel(v, report, ctx):
+    return True, "each tensor-parallel all-reduce a reduce-scatter and an all-gather; norms " \
+                 "and residuals split over the GPUs"
+
+
+def _dp(v, report, ctx):
+    if report.workload.mode == "train":
+        return True, (f"the gradient all-reduce over {v} replicas; tokens/s is one "
+                      "replica's")
+    return False, ("inference replicas do not communicate: the step, its tokens/s and the "
+                   "memory are one replica's")
+
+
+def _topology(v, report, ctx):
+    comm = _communication(report)
+    if comm:
+        return True, f"{len(comm)} collectives placed on {v}"
+    return False, "no collective to place (tp 1, and no data-parallel gradient all-reduce)"
+
+
+def _optimizer(v, report, ctx):
+    if report.workload.mode != "train":
+        return False, f"mode {report.workload.mode!r} has no optimizer step"
+    return True, "no optimizer step" if v == "None" else f"the {v} optimizer step"
+
+
+def _execution(v, report, ctx):
+    return True, f"the step runs {report.step.execution}"
+
+
+def _attention(v, report, ctx):
+    kernels = report.workload.kernels
+    if not kernels:
+        return False, ("the graph has no fused attention call (scaled_dot_product_attention) "
+                       "to predict as a kernel")
+    if ctx.get("flash_kernel") == ctx.get("attention_kernel"):
+        return False, f"{v} is the kernel 'flash' (the default) runs on {report.gpu}"
+    return True, f"attention predicted as {', '.join(kernels)}"
+
+
+def _moe_routing(v, report, ctx):
+    return True, "expert GEMMs routed by the given fractions"
+
+
+def _dedup(v, report, ctx):
+    if ctx.get("stacks"):
+        return True, "every layer traced (the rows equal the one-layer-per-group trace's)"
+    return False, "the model has no group of identical layers to trace once"
+
+
+def _params(v, report, ctx):
+    if ctx.get("params_cover_gpu"):
+        return True, "GEMM model constants from the file"
+    return False, f"the file has no GEMM constants for {report.gpu}: the packaged ones are used"
+
+
+def _provenance(v, report, ctx):
+    if report.workload.mode == "decode":
+        return False, "a decode step's dimensions are not traced to what sets them (the " \
+                      "step is captured through the static-cache wrapper, which no re-trace " \
+                      "varies)"
+    return True, ("dimensions matched to hyperparameters by value" if v == "matched"
+                  else "no dimension traced to what sets it")
+
+
+def _kv_dtype(v, report, ctx):
+    return True, f"KV cache in {report.workload.kv_dtype}"
+
+
+def _page_size(v, report, ctx):
+    w = report.workload
+    pages = -(-w.context_len // w.page_size)
+    return True, (f"a paged KV cache: {pages} page(s) of {w.page_size} tokens a sequence "
+                  "(memory holds whole pages)")
+
+
+#: one rule per option of ``analyze``: (value shown, report, context) -> (applied, effect)
+RULES = {"gpu": _gpu, "dtype": _dtype, "batch_size": _batch_size, "seq_len": _seq_len,
+         "context_len": _context_len, "tp": _tp, "sequence_parallel": _sequence_parallel,
+         "dp": _dp, "topology": _topology, "optimizer": _optimizer, "execution": _execution,
+         "attention": _attention, "moe_routing": _moe_routing, "dedup": _dedup,
+         "params": _params, "provenance": _provenance, "kv_dtype": _kv_dtype,
+         "page_size": _page_size}
+
+
+def option_effects(report, given: dict, ctx: dict) -> tuple:
+    """An :class:`OptionEffect` for each option in ``given`` (name -> value, only those that
+    differ from their defaults), in :data:`RULES` order. ``ctx``: what the analysis knew
+    beyond the report (``stacks``, ``flash_kernel``, ``attention_kernel``,
+    ``params_cover_gpu``)."""
+    out = []
+    for name, rule in RULES.items():
+        if name in given:
+            shown = _shown(given[name])
+            applied, effect = rule(shown, report, ctx)
+            out.append(OptionEffect(name, shown, effect, applied))
+    return tuple(out)
+
+
+def _shown(v) -> str:
+    if isinstance(v, str):
+        return v
+    if isinstance(v, (list, tuple)):
+        return "[" + ", ".join(f"{x:g}" if isinstance(x, float) else str(x) for x in v) + "]"
+    return str(v)
