@@ -592,32 +592,23 @@ def tiny_config(tmp_path_factory):
     return str(path)
 
 
+#: the workload options analyze, advise and sweep share (cli._workload_args, _step_args,
+#: _kv_args, --params): one value other than the default each
+_SHARED = {"gpu": ["a100"], "dtype": ["fp16"], "batch_size": ["2"], "seq_len": ["32"],
+           "tp": ["2"], "verbose": [True], "attention": ["math"], "execution": ["compiled"],
+           "optimizer": ["sgd"], "context_len": ["64"], "kv_dtype": ["fp8"],
+           "page_size": ["16"], "params": ["PARAMS"]}
 #: one value other than the default for every option of every command (argparse dests);
 #: "@out" is a file in the case's folder
 CLI_VALUES = {
-    "analyze": {"gpu": ["a100"], "dtype": ["fp16"], "batch_size": ["2"], "seq_len": ["32"],
-                "tp": ["2"], "verbose": [True], "attention": ["math"],
-                "input": ["1x16:long"], "pad": [True], "train": [True],
+    "analyze": {**_SHARED, "input": ["1x16:long"], "pad": [True], "train": [True],
                 "format": ["json", "table", "csv", "ops-csv", "markdown"],
-                "execution": ["compiled"], "optimizer": ["sgd"],
-                "mode": ["inference", "prefill", "train", "decode"], "context_len": ["64"],
-                "kv_dtype": ["fp8"], "page_size": ["16"], "dp": ["2"],
+                "mode": ["inference", "prefill", "train", "decode"], "dp": ["2"],
                 "topology": ["pcie4"], "sequence_parallel": [True],
-                "provenance": ["matched", "none"], "plot": ["@out.png"],
-                "params": ["PARAMS"]},
-    "advise": {"gpu": ["a100"], "dtype": ["fp16"], "batch_size": ["2"], "seq_len": ["32"],
-               "tp": ["2"], "verbose": [True], "attention": ["math"],
-               "execution": ["compiled"], "optimizer": ["sgd"],
-               "mode": ["inference", "train", "decode"], "context_len": ["64"],
-               "kv_dtype": ["fp8"], "page_size": ["16"], "tolerance": ["0.05"],
-               "min_speedup": ["0.02"], "format": ["json", "table", "markdown"],
-               "params": ["PARAMS"]},
-    "sweep": {"gpu": ["a100"], "dtype": ["fp16"], "batch_size": ["2"], "seq_len": ["32"],
-              "tp": ["2"], "verbose": [True], "attention": ["math"],
-              "execution": ["compiled"], "optimizer": ["sgd"],
-              "mode": ["inference", "train", "decode"], "context_len": ["64"],
-              "kv_dtype": ["fp8"], "page_size": ["16"], "out": ["@out.svg"],
-              "params": ["PARAMS"]},
+                "provenance": ["matched", "none"], "plot": ["@out.png"]},
+    "advise": {**_SHARED, "mode": ["inference", "train", "decode"], "tolerance": ["0.05"],
+               "min_speedup": ["0.02"], "format": ["json", "table", "markdown"]},
+    "sweep": {**_SHARED, "mode": ["inference", "train", "decode"], "out": ["@out.svg"]},
     "predict": {"batch": ["2"], "gpu": ["a100"], "dtype": ["fp16"], "layout": ["nt"],
                 "json": [True], "params": ["PARAMS"]},
     "calibrate": {"quick": [True], "out": ["@params.json"], "gpu": ["h100"],

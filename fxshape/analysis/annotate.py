@@ -503,8 +503,7 @@ def analyze(model, example_inputs=None, example_kwargs=None, *, gpu="h100",
                               sequence_parallel=sequence_parallel, ctx=ctx)
     given = _given_options(report, ctx, gpu=gpu, dtype=dtype, batch_size=batch_size,
                            seq_len=seq_len, tp=tp, moe_routing=moe_routing,
-                           attention=attention, dedup=dedup, params=params,
-                           provenance=provenance, execution=execution, optimizer=optimizer,
+                           attention=attention, dedup=dedup, provenance=provenance, execution=execution, optimizer=optimizer,
                            dp=dp, topology=topology, sequence_parallel=sequence_parallel,
                            context_len=context_len, kv_dtype=kv_dtype, page_size=page_size)
     if mode_default:
@@ -514,7 +513,7 @@ def analyze(model, example_inputs=None, example_kwargs=None, *, gpu="h100",
 
 
 def _given_options(report, ctx, *, gpu, dtype, batch_size, seq_len, tp, moe_routing,
-                   attention, dedup, params, provenance, execution, optimizer, dp, topology,
+                   attention, dedup, provenance, execution, optimizer, dp, topology,
                    sequence_parallel, context_len, kv_dtype, page_size) -> dict:
     """The options whose values differ from the defaults the analysis would have used
     (``fxshape.analysis.options``): name -> value as given."""
@@ -611,8 +610,6 @@ def _analyze(model, example_inputs, example_kwargs, *, gpu, dtype, batch_size, s
     check_optimizer(optimizer)
     if isinstance(dp, bool) or not isinstance(dp, int) or dp < 1:
         raise ValueError(f"dp must be a positive integer, got {dp!r}")
-    if not isinstance(sequence_parallel, bool):
-        raise ValueError(f"sequence_parallel must be True or False, got {sequence_parallel!r}")
 
     if provenance not in PROVENANCE_CHOICES:
         raise ValueError(f"unknown provenance {provenance!r}; accepted: "
@@ -715,12 +712,13 @@ def _analyze(model, example_inputs, example_kwargs, *, gpu, dtype, batch_size, s
         step_notes = tuple(step_notes) + (
             f"activation checkpointing: each of {len(layers)} layers recomputes its forward "
             "in the backward (not counted in the model FLOPs)",)
+    shards = _shards(model, tp, rows, _head_counts(model))  # the step's and the memory's
     step, records = _step(records, model, spec, dkey, mode, tp, execution, optimizer,
                           workload, step_notes, dp=dp, topology=topo,
-                          sequence_parallel=sequence_parallel, rows=rows)
+                          sequence_parallel=sequence_parallel, shards=shards)
     step = dataclasses.replace(step, mode=shown)
     memory = _memory(model, walk, saved_traced, spec, dkey, mode, tp, optimizer, layers,
-                     workload, rows=rows, sequence_parallel=sequence_parallel)
+                     workload, shards=shards, sequence_parallel=sequence_parallel)
     return Report(rows=tuple(rows), unsupported=tuple(unsupported), gpu=spec.name,
                   dtype=dkey, model_name=type(model).__name__, graph_module=gm,
                   notes=tuple(notes), workload=workload, ops=tuple(records), step=step,
@@ -918,16 +916,15 @@ def _checkpointed_layers(model) -> tuple:
 
 
 def _memory(model, walk, saved_traced, spec, dkey, mode, tp, optimizer, layers=(),
-            workload=None, rows=(), sequence_parallel=False):
-    """``report.memory``: the parameters per GPU (Megatron: matrices split by ``tp``,
-    vectors replicated) and the liveness walk, its saved activations scaled from the traced
+            workload=None, *, shards, sequence_parallel=False):
+    """``report.memory``: the parameters per GPU (``shards``: :func:`_shards`, what tensor
+    parallelism splits) and the liveness walk, its saved activations scaled from the traced
     layers to all of them. With activation checkpointing, a layer keeps only its input
     (tokens x hidden) until its backward, and one layer at a time holds its full
     activations again (its recomputation)."""
     from .memory import memory_of
     from .step import run_dtype
 
-    shards = _shards(model, tp, rows, _head_counts(model))
     numels = [n for n, _, trainable in shards if mode != "train" or trainable]
     matrices = sum(n for n, matrix, _ in shards if matrix)
     peak_walk, at_backward, saved = walk
@@ -990,15 +987,14 @@ def _check_topology(topology, spec, tp):
 
 
 def _step(records, model, spec, dkey, mode, tp, execution, optimizer, workload, notes, *,
-          dp=1, topology=None, sequence_parallel=False, rows=()):
+          dp=1, topology=None, sequence_parallel=False, shards):
     """The step (``fxshape.analysis.step.step_of``) with the optimizer's and the
     collectives' records added; returns (step, records)."""
     from .step import comm_records, optimizer_records, run_dtype, step_of
 
     notes = list(notes)
     records = list(records)
-    numels = [n for n, _, trainable in _shards(model, tp, rows, _head_counts(model))
-              if trainable]
+    numels = [n for n, _, trainable in shards if trainable]
     if mode == "train":
         mixed = dkey not in ("fp32", "tf32", "fp64")
         records += optimizer_records(optimizer, numels, spec=spec, mixed=mixed)

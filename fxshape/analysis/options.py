@@ -74,7 +74,10 @@ def _context_len(v, report, ctx):
 
 
 def _tp(v, report, ctx):
-    sharded = sum(1 for r in report.rows if "TP " in r.note)
+    from .parallel import layer_kind
+
+    sharded = sum(1 for r in report.rows
+                  if layer_kind(r.module, r.op, r.n, r.k) != "replicated")
     comm = _communication(report)
     return True, (f"{sharded} of {len(report.rows)} GEMMs split over {v} GPUs, "
                   f"{len(comm)} collectives")

@@ -126,7 +126,7 @@ class Report:
         """The collapsed per-GEMM table plus a summary, as text (tabulate format ``fmt``)."""
         if not self.rows:
             msg = f"{self.model_name or 'model'}: no matmuls found"
-            opts = f"\noptions: {self._options_text()}" if self.options else ""
+            opts = f"\noptions: {self.options_text()}" if self.options else ""
             return msg + self._unsupported_text() + opts
         groups = self.groups()
         head, body = self._body(groups)
@@ -182,7 +182,7 @@ class Report:
             lines.append(self.capacity.describe())
         lines.extend(f"note: {n}" for n in self.notes)
         if self.options:
-            lines.append(f"options: {self._options_text()}")
+            lines.append(f"options: {self.options_text()}")
         offenders = [g for g in (groups or self.groups()) if misaligned(g["row"])][:3]
         if offenders:
             lines.append("top offenders (misaligned): " + "; ".join(
@@ -287,18 +287,24 @@ class Report:
         buf = io.StringIO()
         cols = ("node", "op", "module", "phase", "cls", "family", "kernels", "bytes", "flops",
                 "time_s", "host_s", "note")
-        # the workload and the options on every line, as in to_csv
-        wl = self.workload.as_dict() if self.workload is not None else {}
-        extra = ("mode", "batch_size", "seq_len", "tp", "attention")
+        extra, tail = self._csv_tail()
         w = csv.writer(buf, lineterminator="\n")
-        w.writerow(cols + extra + ("options",))
-        tail = ["" if wl.get(c) is None else wl[c] for c in extra] + [self._options_text()]
+        w.writerow(cols + extra)
         for o in self.ops:
             d = o.as_dict()
             w.writerow([d[c] for c in cols] + tail)
         return buf.getvalue()
 
-    def _options_text(self) -> str:
+    _WORKLOAD_COLUMNS = ("mode", "batch_size", "seq_len", "tp", "attention")
+
+    def _csv_tail(self) -> tuple:
+        """(column names, cells) that end every line of both CSVs: the workload and the
+        options, so that any slice of a file still says what it describes."""
+        wl = self.workload.as_dict() if self.workload is not None else {}
+        cells = ["" if wl.get(c) is None else wl[c] for c in self._WORKLOAD_COLUMNS]
+        return self._WORKLOAD_COLUMNS + ("options",), cells + [self.options_text()]
+
+    def options_text(self) -> str:
         """The options line's text (``fxshape.analysis.options``): every option given, and
         what it did."""
         return "; ".join(o.describe() for o in self.options)
@@ -312,16 +318,12 @@ class Report:
                 "dtype", "layout", "work", "flops", "time_s", "tflops", "efficiency", "tile",
                 "tile_efficiency", "waves", "wave_efficiency", "bound", "misaligned", "note",
                 "set_by_m", "set_by_n", "set_by_k")
-        # the workload on every row, so that any slice of the file still says what it is
-        wl = self.workload.as_dict() if self.workload is not None else {}
-        extra = ("mode", "batch_size", "seq_len", "tp", "attention")
+        extra, tail = self._csv_tail()
         w = csv.writer(buf, lineterminator="\n")
-        w.writerow(cols + extra + ("options",))
-        opts = self._options_text()
+        w.writerow(cols + extra)
         for r in self.rows:
             d = _row_dict(r)
-            w.writerow([d[c] for c in cols] + ["" if wl.get(c) is None else wl[c]
-                                               for c in extra] + [opts])
+            w.writerow([d[c] for c in cols] + tail)
         return buf.getvalue()
 
     def to_networkx(self):

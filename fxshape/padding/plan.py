@@ -321,4 +321,4 @@ def _plan_padding(model_or_report, example_inputs, example_kwargs, *, gpu, dtype
                                      copy_time_s=copy_t, weight_extra_bytes=extra, safe=safe,
                                      reason=reason))
     return PaddingPlan(tuple(decisions), spec.name, dkey, min_gain,
-                       options="; ".join(o.describe() for o in report.options))
+                       options=report.options_text())
