@@ -86,6 +86,15 @@ def main(argv=None):
               f"{f:.2f} s; {len(report.rows)} GEMMs, rows equal: {same}")
         print(f"  provenance, structure checked: traced by cause {t:.2f} s, matched by value "
               f"{m:.2f} s (tracing costs {t - m:.2f} s)")
+    # issue 29: a 70B model under a pp x tp x dp plan (structure already checked above for
+    # inference; the training capture is new here, so its first call is the one timed)
+    plan = fxshape.Parallel(tp=8, pp=4, dp=8, zero=1, microbatches=16)
+    model70 = build_preset("llama-2-70b")
+    t, rep = _best(lambda: fxshape.analyze(model70, gpu="h100", mode="train", batch_size=1,
+                                           seq_len=args.seq_len, parallel=plan,
+                                           provenance=None), args.repeats)
+    print(f"analyze llama-2-70b train under {plan.describe()}: {t:.2f} s (target <= 2 s), "
+          f"step {rep.step.time_s * 1e3:.0f} ms, {rep.step.critical}")
     from fxshape.codesign.advise import advise, sweep
 
     t, adv = _best(lambda: advise(build_preset("llama-2-7b"), gpu="h100"), 1)

@@ -40,9 +40,9 @@ import numpy as np  # noqa: E402
 from scipy.optimize import least_squares  # noqa: E402
 from tabulate import tabulate  # noqa: E402
 
-from fxshape.cost.comm import bus_bytes, param_key  # noqa: E402
+from fxshape.cost.comm import bus_bytes, collective_time, param_key  # noqa: E402
 from fxshape.fit.calibration import calibration_dir  # noqa: E402
-from fxshape.hardware.topology import LINKS, get_topology  # noqa: E402
+from fxshape.hardware.topology import get_topology  # noqa: E402
 
 DATA_NAME = os.path.join("comm", "vidur_collectives.csv")
 OUT = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "fxshape",
@@ -61,24 +61,37 @@ def load(path):
             key = f"{r['topology']}|{r['collective']}|{n}|{d}|{b}"
             rows.append(dict(topology=r["topology"], gpu=r["gpu"], collective=r["collective"],
                              n=n, d=d, bytes=b, time=float(r["time_s"]),
-                             link=topo.link_for(n, d),
                              cls=param_key(topo.link_class(n, d), r["collective"]),
                              half=int(hashlib.sha256(key.encode()).hexdigest(), 16) % 2))
     return rows
 
 
-def predict(p, rows):
+def predict(p, rows, fixed=None):
+    """Each row's time through the shipped model (``collective_time``): the row's own class
+    takes ``p`` (efficiency, alpha, alpha per rank), the classes a cross-node row composes
+    with (its node's NVLink phase) take ``fixed``."""
     eff, a0, a1 = p
-    return np.array([a0 + a1 * (r["n"] - 1) + bus_bytes(r["collective"], r["bytes"], r["n"])
-                     / (eff * LINKS[r["link"]] * 1e9) for r in rows])
+    out = []
+    for r in rows:
+        def constants(key, r=r):
+            if key == r["cls"]:
+                return dict(efficiency=eff, alpha_s=a0, alpha_rank_s=a1)
+            return fixed[key]
+        out.append(collective_time(constants, r["collective"], r["bytes"], r["n"], r["d"],
+                                   get_topology(TOPOLOGY[r["topology"]]))[0])
+    return np.array(out)
 
 
-def fit(rows):
+def fit(rows, fixed=None, held=None):
+    """(efficiency, alpha, alpha per rank) minimising the squared log error over ``rows``;
+    ``held`` (constants) given: its efficiency and alpha per rank kept, alpha fitted."""
     t = np.array([r["time"] for r in rows])
 
     def res(x):
         eff, a0, a1 = math.exp(x[0]), math.exp(x[1]), math.exp(x[2])
-        return np.log(predict((eff, a0, a1), rows) / t)
+        if held is not None:
+            eff, a1 = held["efficiency"], held["alpha_rank_s"]
+        return np.log(predict((eff, a0, a1), rows, fixed) / t)
 
     best = None
     for start in ((0.7, 1e-5, 1e-6), (0.3, 3e-5, 1e-7), (1.2, 5e-6, 5e-6)):
@@ -86,7 +99,28 @@ def fit(rows):
         if best is None or sol.cost < best.cost:
             best = sol
     eff, a0, a1 = (float(math.exp(v)) for v in best.x)
+    if held is not None:
+        eff, a1 = held["efficiency"], held["alpha_rank_s"]
     return dict(efficiency=round(eff, 5), alpha_s=round(a0, 9), alpha_rank_s=round(a1, 10))
+
+
+def fit_classes(rows, shared=None):
+    """Constants per class: the classes inside a node first, then the network's, whose
+    cross-node rows compose with the node's NVLink phase just fitted (``shared``: the
+    classes a machine without rows of its own in a class falls back to)."""
+    by = _by(rows, "cls")
+    out = {c: fit(rs) for c, rs in sorted(by.items()) if not c.startswith("network/")}
+    fixed = {**(shared or {}), **out}
+    if "network/p2p" in by:
+        out["network/p2p"] = fit(by["network/p2p"], fixed)
+    if "network/ring" in by:
+        # a machine's own ring constants are fitted on its rows; the shared ones are the
+        # adapter's, as one GPU's point-to-point copy reaches it (the hardware): the one
+        # measured cross-node machine reaches a fifth of its rails' bandwidth in all-reduce
+        # (see the module docstring), which no rail-optimized cluster should inherit
+        p2p = out.get("network/p2p") if shared is None else None
+        out["network/ring"] = dict(p2p) if p2p else fit(by["network/ring"], fixed)
+    return out
 
 
 def errors(params, rows, machines=None):
@@ -96,7 +130,8 @@ def errors(params, rows, machines=None):
     for r in rows:
         own = (machines or {}).get(TOPOLOGY[r["topology"]], {}).get(r["cls"])
         p = own or params[r["cls"]]
-        t = predict((p["efficiency"], p["alpha_s"], p["alpha_rank_s"]), [r])[0]
+        fixed = {**params, **(machines or {}).get(TOPOLOGY[r["topology"]], {})}
+        t = predict((p["efficiency"], p["alpha_s"], p["alpha_rank_s"]), [r], fixed)[0]
         out[id(r)] = abs(t / r["time"] - 1)
     return out
 
@@ -123,10 +158,13 @@ def main(argv=None) -> int:
     rows = load(args.data or os.path.join(calibration_dir(), DATA_NAME))
     train = [r for r in rows if r["half"] == 0]
     held = [r for r in rows if r["half"] == 1]
-    params = {cls: fit(rs) for cls, rs in sorted(_by(train, "cls").items())}
-    machines = {}
-    for topo, rs in sorted(_by(train, "topology").items()):
-        machines[TOPOLOGY[topo]] = {cls: fit(r2) for cls, r2 in sorted(_by(rs, "cls").items())}
+    params = fit_classes(train)
+    machines = {TOPOLOGY[topo]: fit_classes(rs, params)
+                for topo, rs in sorted(_by(train, "topology").items())}
+    # what ships: a machine's own constants inside its nodes; its cross-node ones are its
+    # cluster's network (printed, validated below), not every cluster of those nodes'
+    shipped = {m: {c: p for c, p in cs.items() if not c.startswith("network/")}
+               for m, cs in machines.items()}
     print("Fitted per link class (fit half):")
     print(tabulate([(c, len(_by(train, "cls")[c]), p["efficiency"], f"{p['alpha_s'] * 1e6:.1f}",
                      f"{p['alpha_rank_s'] * 1e6:.2f}") for c, p in params.items()],
@@ -164,8 +202,8 @@ def main(argv=None) -> int:
             test = [r for r in held if r["cls"] == cls and r["gpu"] == gpu]
             if not fit_rows or not test:
                 continue
-            p = fit(fit_rows)
-            pred = predict((p["efficiency"], p["alpha_s"], p["alpha_rank_s"]), test)
+            p = fit(fit_rows, params)
+            pred = predict((p["efficiency"], p["alpha_s"], p["alpha_rank_s"]), test, params)
             e = sorted(abs(t / r["time"] - 1) for r, t in zip(test, pred))
             big = [abs(t / r["time"] - 1) for r, t in zip(test, pred) if r["bytes"] >= 1 << 24]
             big.sort()
@@ -174,11 +212,28 @@ def main(argv=None) -> int:
     print("\nLeave one GPU out (each GPU's held-out rows predicted with the other GPU's fit)")
     print(tabulate(lo, headers=("class", "GPU predicted", "rows", "median %", "median % >= 16M"),
                    tablefmt=args.format, disable_numparse=True))
+    print("\nPublished cross-node bus bandwidths (bench/comm_published.csv; held out, never "
+          "fitted), predicted with the shared constants")
+    pub = []
+    with open(os.path.join(os.path.dirname(os.path.abspath(__file__)),
+                           "comm_published.csv")) as f:
+        for r in csv.DictReader(f):
+            n, d, b = int(r["gpus"]), int(r["per_node"]), int(r["bytes"])
+            topo = get_topology(r["topology"])
+            t = collective_time(lambda k: params[k], r["collective"], b, n, d, topo)[0]
+            bw = bus_bytes(r["collective"], b, n) / t / 1e9
+            lo, hi = float(r["busbw_gbs_low"]), float(r["busbw_gbs_high"])
+            err = 0.0 if lo <= bw <= hi else (bw / (lo if bw < lo else hi) - 1)
+            pub.append((r["topology"], n, d, r["collective"], f"{b / 2**30:.0f} GiB",
+                        f"{lo:.0f}-{hi:.0f}", f"{bw:.0f}", f"{100 * err:+.1f}", r["source"]))
+    print(tabulate(pub, headers=("topology", "GPUs", "per node", "collective", "bytes",
+                                 "published GB/s", "predicted GB/s", "outside range %",
+                                 "source"), tablefmt=args.format, disable_numparse=True))
     if not args.validate_only:
         with open(args.out, "w") as f:
             json.dump({"comment": "Written by bench/fit_comm.py from comm/vidur_collectives.csv"
                                   "; do not edit.", "classes": params,
-                       "topologies": machines}, f, indent=1,
+                       "topologies": shipped}, f, indent=1,
                       sort_keys=True)
             f.write("\n")
     return 0

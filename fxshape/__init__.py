@@ -22,11 +22,13 @@ from .cost.gemm import (DimAlignment, MatmulPrediction, ModelParams, model_param
 from .cost.memops import MemOpPrediction, predict_memop
 from .hardware.dtypes import canonical_dtype
 from .hardware.gpus import GPUSpec, Peaks, get_gpu, list_gpus
+from .parallelism.plan import Parallel
 from .padding.plan import PadDecision, PaddingPlan, can_pad, plan_padding
 from .padding.rewrite import PaddedConv1D, PaddedLinear, pad
 from .tracing.export import CaptureError, capture
 
 __all__ = [
+    "Parallel",
     "GPUSpec",
     "Peaks",
     "get_gpu",

@@ -18,6 +18,16 @@ from .tracing.export import MAX_SIZE
 __all__ = ["main", "format_prediction"]
 
 
+def _topology_arg(text: str) -> str:
+    from .hardware.topology import get_topology
+
+    try:
+        get_topology(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    return text
+
+
 def _positive_int(text: str) -> int:
     try:
         v = int(text)
@@ -154,18 +164,29 @@ def _cmd_analyze(args) -> int:
     if args.train and args.mode not in (None, "train"):
         raise ValueError(f"--train means --mode train, but --mode {args.mode} was given: "
                          "give one of them")
+    plan_args = dict(pp=args.pp, zero=args.zero, microbatches=args.microbatches,
+                     virtual_stages=args.virtual_stages, schedule=args.schedule,
+                     dp_shard=args.dp_shard)
+    parallel = None
+    tp, dp, sp = args.tp, args.dp, args.sequence_parallel
+    if plan_args != dict(pp=1, zero=0, microbatches=1, virtual_stages=1, schedule="1f1b",
+                         dp_shard=None):
+        from .parallelism.plan import Parallel
+
+        parallel = Parallel(tp=tp, dp=dp, sequence_parallel=sp, **plan_args)
+        tp, dp, sp = 1, 1, False
     try:
         report = analyze(model, inputs, kwargs, gpu=args.gpu, dtype=args.dtype,
                          batch_size=args.batch_size, seq_len=args.seq_len,
-                         mode="train" if args.train else args.mode, tp=args.tp,
+                         mode="train" if args.train else args.mode, tp=tp,
                          attention=args.attention,
                          provenance=None if args.provenance == "none" else args.provenance,
                          execution=args.execution,
                          optimizer=None if args.optimizer == "none" else args.optimizer,
-                         dp=args.dp, topology=args.topology,
-                         sequence_parallel=args.sequence_parallel,
+                         dp=dp, topology=args.topology, sequence_parallel=sp,
                          context_len=args.context_len, kv_dtype=args.kv_dtype,
-                         page_size=args.page_size)
+                         page_size=args.page_size, parallel=parallel,
+                         recompute=args.recompute)
     except CaptureError as exc:
         raise ValueError(_capture_failure(exc, args.verbose)) from None
     if args.plot:
@@ -374,10 +395,30 @@ def build_parser() -> argparse.ArgumentParser:
     _kv_args(pa)
     pa.add_argument("--dp", type=_positive_int, default=1,
                     help="data-parallel degree: the gradient all-reduce of a --train step")
-    pa.add_argument("--topology", choices=tuple(TOPOLOGIES), default=None,
-                    help="the machine the GPUs are in (default: the GPU's usual one)")
+    pa.add_argument("--topology", type=_topology_arg, default=None,
+                    help="the machine the GPUs are in: " + ", ".join(TOPOLOGIES)
+                         + ", each optionally ':NODES' (dgx-h100:4; default: the GPU's "
+                           "usual node, as many as the plan needs)")
     pa.add_argument("--sequence-parallel", action="store_true",
                     help="with --tp: Megatron sequence parallelism")
+    pa.add_argument("--pp", type=_positive_int, default=1,
+                    help="pipeline-parallel stages (with --train)")
+    pa.add_argument("--zero", type=int, choices=(0, 1, 2, 3), default=0,
+                    help="ZeRO stage over the data-parallel ranks: 1 optimizer state, 2 and "
+                         "gradients, 3 and parameters (FSDP)")
+    pa.add_argument("--dp-shard", type=_positive_int, default=None,
+                    help="with --zero: shard over this many data-parallel ranks, replicate "
+                         "across the rest (hybrid sharding)")
+    pa.add_argument("--microbatches", type=_positive_int, default=1,
+                    help="micro-batches per optimizer step (gradient accumulation; the "
+                         "pipeline's micro-batches)")
+    pa.add_argument("--virtual-stages", type=_positive_int, default=1,
+                    help="model chunks per pipeline rank (interleaved 1F1B)")
+    pa.add_argument("--schedule", choices=("1f1b", "interleaved", "gpipe"), default="1f1b",
+                    help="the pipeline schedule (default 1f1b)")
+    pa.add_argument("--recompute", choices=("full", "selective"), default=None,
+                    help="activation recomputation in --train: every layer's forward "
+                         "(full) or the attention core (selective)")
     pa.add_argument("--provenance", choices=("traced", "matched", "none"), default="traced",
                     help="how the 'set by' column is decided: traced (default: by cause, "
                          "re-tracing with one hyperparameter or input size changed at a "

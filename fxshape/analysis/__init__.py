@@ -6,7 +6,8 @@ puts a :class:`~fxshape.analysis.rows.GemmRow` per GEMM on ``node.meta["fxshape"
 per-GPU shapes, ``rows`` holds the records, ``provenance`` and ``perturb`` decide what sets
 each dimension (by value, or by cause through re-traces that ``fasttrace`` records cheaply),
 ``report`` renders tables and exports and ``plot`` draws them. The step (every op, the loss,
-the optimizer, communication, memory) grows here.
+the optimizer, communication, memory) grows here; ``pipeline`` plays a step under a
+parallel plan (stages, micro-batches, FSDP) with ``fxshape.parallelism``'s schedules.
 
-May import: hardware, cost, tracing.
+May import: hardware, cost, tracing, parallelism.
 """

@@ -408,7 +408,8 @@ def analyze(model, example_inputs=None, example_kwargs=None, *, gpu="h100",
             dtype=torch.bfloat16, batch_size=None, seq_len=None, mode=None, tp=1,
             moe_routing=None, attention="flash", dedup=True, params=None,
             provenance="traced", execution=None, optimizer="adamw", dp=1, topology=None,
-            sequence_parallel=False, context_len=None, kv_dtype=None, page_size=None):
+            sequence_parallel=False, context_len=None, kv_dtype=None, page_size=None,
+            parallel=None, recompute=None):
     """Capture ``model`` and predict every GEMM in it on ``gpu``.
 
     Args:
@@ -467,6 +468,14 @@ def analyze(model, example_inputs=None, example_kwargs=None, *, gpu="h100",
             the one ``gpu`` usually comes in. ``tp`` must fit in one of its nodes.
         sequence_parallel: with ``tp`` > 1, Megatron's sequence parallelism (each all-reduce
             a reduce-scatter and an all-gather).
+        parallel: the whole parallel plan (:class:`fxshape.Parallel`: tp, pp, dp, ZeRO/FSDP,
+            micro-batches, the pipeline schedule; ``fxshape.parallelism``); ``tp``, ``dp``
+            and ``sequence_parallel`` are its shorthands (not both). ``batch_size`` is then
+            the micro-batch of one data-parallel rank.
+        recompute: in ``mode="train"``, activation recomputation: ``None`` (what the model
+            says: Hugging Face's ``gradient_checkpointing_enable()`` is ``"full"``),
+            ``"full"`` (every layer's forward again in its backward) or ``"selective"`` (the
+            attention core only, Megatron's selective recomputation).
 
     Returns:
         A :class:`fxshape.analysis.report.Report`.
@@ -478,6 +487,13 @@ def analyze(model, example_inputs=None, example_kwargs=None, *, gpu="h100",
     if not isinstance(sequence_parallel, bool):
         raise ValueError(f"sequence_parallel must be True or False, got {sequence_parallel!r}")
     check_options(mode=mode, tp=tp, sequence_parallel=sequence_parallel)
+    from ..parallelism.plan import check_mode, check_recompute, parallel_of
+
+    plan = parallel_of(parallel, tp=tp, dp=dp, sequence_parallel=sequence_parallel)
+    tp, dp, sequence_parallel = plan.tp, plan.dp, plan.sequence_parallel
+    check_options(mode=mode, tp=tp, sequence_parallel=sequence_parallel)
+    check_mode(plan, mode)
+    check_recompute(recompute, mode)
     ctx: dict = {}
     if mode == "decode":
         report = _analyze_decode(model, example_inputs, example_kwargs, gpu=gpu, dtype=dtype,
@@ -500,12 +516,14 @@ def analyze(model, example_inputs=None, example_kwargs=None, *, gpu="h100",
                               dedup=dedup, provenance=provenance,
                               execution="eager" if execution is None else execution,
                               optimizer=optimizer, dp=dp, topology=topology,
-                              sequence_parallel=sequence_parallel, ctx=ctx)
+                              sequence_parallel=sequence_parallel, ctx=ctx, plan=plan,
+                              recompute=recompute)
     given = _given_options(report, ctx, gpu=gpu, dtype=dtype, batch_size=batch_size,
                            seq_len=seq_len, tp=tp, moe_routing=moe_routing,
                            attention=attention, dedup=dedup, provenance=provenance, execution=execution, optimizer=optimizer,
                            dp=dp, topology=topology, sequence_parallel=sequence_parallel,
-                           context_len=context_len, kv_dtype=kv_dtype, page_size=page_size)
+                           context_len=context_len, kv_dtype=kv_dtype, page_size=page_size,
+                           plan=plan, recompute=recompute)
     if mode_default:
         report = dataclasses.replace(report, workload=dataclasses.replace(
             report.workload, mode_default=True))
@@ -514,7 +532,8 @@ def analyze(model, example_inputs=None, example_kwargs=None, *, gpu="h100",
 
 def _given_options(report, ctx, *, gpu, dtype, batch_size, seq_len, tp, moe_routing,
                    attention, dedup, provenance, execution, optimizer, dp, topology,
-                   sequence_parallel, context_len, kv_dtype, page_size) -> dict:
+                   sequence_parallel, context_len, kv_dtype, page_size, plan=None,
+                   recompute=None) -> dict:
     """The options whose values differ from the defaults the analysis would have used
     (``fxshape.analysis.options``): name -> value as given."""
     import os
@@ -561,6 +580,17 @@ def _given_options(report, ctx, *, gpu, dtype, batch_size, seq_len, tp, moe_rout
         given["kv_dtype"] = report.workload.kv_dtype
     if page_size is not None:
         given["page_size"] = page_size
+    if plan is not None:
+        for name, default in (("pp", 1), ("zero", 0), ("virtual_stages", 1),
+                              ("microbatches", 1), ("dp_shard", None)):
+            if getattr(plan, name) != default:
+                given[name] = getattr(plan, name)
+        if plan.schedule != "1f1b":
+            given["schedule"] = plan.schedule
+        if not plan.reshard_after_forward:
+            given["reshard_after_forward"] = False
+    if recompute is not None:
+        given["recompute"] = recompute
     return given
 
 
@@ -601,8 +631,9 @@ def _params_cover(path, gpu) -> bool:
 
 def _analyze(model, example_inputs, example_kwargs, *, gpu, dtype, batch_size, seq_len, mode,
              tp, moe_routing, attention, dedup, provenance, execution, optimizer, dp, topology,
-             sequence_parallel, kv=(None, None), ctx=None):
+             sequence_parallel, kv=(None, None), ctx=None, plan=None, recompute=None):
     from ..cost.optimizer import check_optimizer
+    from ..parallelism.plan import Parallel, check_plan
     from .report import Report
     from .step import check_execution
 
@@ -637,6 +668,10 @@ def _analyze(model, example_inputs, example_kwargs, *, gpu, dtype, batch_size, s
     spec.peak_tflops(dkey)  # fail before capturing
     _check_attention(attention, spec, dkey)
     topo = _check_topology(topology, spec, tp)
+    plan = plan or Parallel(tp=tp, dp=dp, sequence_parallel=sequence_parallel)
+    all_stacks = find_stacks(model)
+    main_stack = max(all_stacks, key=lambda s: s.length, default=None)
+    check_plan(plan, layers=main_stack.length if main_stack else None, topology=topo)
     kw = dict(batch_size=batch_size, seq_len=seq_len, train=mode == "train")
     stacks = [s for s in find_stacks(model) if len(s.groups) < s.length] if dedup else []
     notes = []
@@ -704,7 +739,17 @@ def _analyze(model, example_inputs, example_kwargs, *, gpu, dtype, batch_size, s
         walk = walk[:2] + (expand_rows(walk[2], stacks),)
     workload = _workload(model, example_inputs, example_kwargs, batch_size=batch_size,
                          seq_len=seq_len, mode=shown, tp=tp, attention=attention, rows=rows)
+    if mode == "train":
+        simple = plan.pp == 1 and not plan.zero and plan.microbatches == 1
+        workload = dataclasses.replace(workload, parallel="" if simple else plan.describe(),
+                                       microbatches=plan.microbatches, dp=plan.dp)
     layers = _checkpointed_layers(model) if mode == "train" else ()
+    if recompute == "full":
+        layers = tuple(f"{s.name}.{i}" for s in all_stacks for i in range(s.length))
+        if not layers:
+            raise ValueError("recompute='full' re-runs each layer's forward in its backward, "
+                             f"but {type(model).__name__} has no stack of repeated layers")
+    selective = ()
     if layers:
         from .step import recompute_records
 
@@ -712,13 +757,27 @@ def _analyze(model, example_inputs, example_kwargs, *, gpu, dtype, batch_size, s
         step_notes = tuple(step_notes) + (
             f"activation checkpointing: each of {len(layers)} layers recomputes its forward "
             "in the backward (not counted in the model FLOPs)",)
+    elif recompute == "selective":
+        from .step import recompute_records, selective_nodes
+
+        selective = selective_nodes(records, gm)
+        stack_layers = tuple(f"{s.name}.{i}" for s in all_stacks for i in range(s.length))
+        records = recompute_records(records, stack_layers,
+                                    select=lambda r: r.node in selective["all"])
+        step_notes = tuple(step_notes) + (
+            "selective recomputation (Megatron): each layer's attention core (QKᵀ, softmax, "
+            "dropout, the product with V) runs again in its backward; its saved "
+            "intermediates are not kept",)
     shards = _shards(model, tp, rows, _head_counts(model))  # the step's and the memory's
     step, records = _step(records, model, spec, dkey, mode, tp, execution, optimizer,
                           workload, step_notes, dp=dp, topology=topo,
-                          sequence_parallel=sequence_parallel, shards=shards)
+                          sequence_parallel=sequence_parallel, shards=shards, plan=plan,
+                          stacks=all_stacks)
     step = dataclasses.replace(step, mode=shown)
     memory = _memory(model, walk, saved_traced, spec, dkey, mode, tp, optimizer, layers,
-                     workload, shards=shards, sequence_parallel=sequence_parallel)
+                     workload, shards=shards, sequence_parallel=sequence_parallel, plan=plan,
+                     stacks=all_stacks, step=step,
+                     dropped=selective["dropped"] if selective else ())
     return Report(rows=tuple(rows), unsupported=tuple(unsupported), gpu=spec.name,
                   dtype=dkey, model_name=type(model).__name__, graph_module=gm,
                   notes=tuple(notes), workload=workload, ops=tuple(records), step=step,
@@ -916,7 +975,8 @@ def _checkpointed_layers(model) -> tuple:
 
 
 def _memory(model, walk, saved_traced, spec, dkey, mode, tp, optimizer, layers=(),
-            workload=None, *, shards, sequence_parallel=False):
+            workload=None, *, shards, sequence_parallel=False, plan=None, stacks=(),
+            step=None, dropped=()):
     """``report.memory``: the parameters per GPU (``shards``: :func:`_shards`, what tensor
     parallelism splits) and the liveness walk, its saved activations scaled from the traced
     layers to all of them. With activation checkpointing, a layer keeps only its input
@@ -939,6 +999,11 @@ def _memory(model, walk, saved_traced, spec, dkey, mode, tp, optimizer, layers=(
                         else ", norms and residuals whole"))
     item = run_dtype(dkey).itemsize
     train = mode == "train" and at_backward is not None
+    scaled = plan is not None and (plan.pp > 1 or plan.zero or plan.microbatches > 1)
+    if train and (scaled or dropped):
+        return _plan_memory(model, walk, spec, dkey, optimizer, layers, workload,
+                            shards=shards, plan=plan, stacks=stacks, dropped=dropped,
+                            notes=notes)
     if train and layers:
         per_layer: dict = {}
         for b in saved:
@@ -964,6 +1029,102 @@ def _memory(model, walk, saved_traced, spec, dkey, mode, tp, optimizer, layers=(
                      gemm_weight_numel=matrices, notes=tuple(notes))
 
 
+def _plan_memory(model, walk, spec, dkey, optimizer, layers, workload, *, shards, plan,
+                 stacks, dropped, notes):
+    """``report.memory`` of the most loaded GPU under ``plan``: each pipeline rank's
+    parameters (its stages'), ZeRO's shards of the fp32 master weights, gradients and
+    optimizer state, FSDP's gathered blocks, and the activations of the micro-batches its
+    schedule holds in flight."""
+    from ..cost.optimizer import state_bytes_per_param
+    from ..parallelism.schedule import in_flight, orders
+    from .memory import Memory
+    from .pipeline import layer_of
+    from .step import run_dtype
+
+    item = run_dtype(dkey).itemsize
+    peak_walk, at_backward, saved = walk
+    stack_info = [(s.name, s.length) for s in stacks]
+    n_layers = max((s.length for s in stacks), default=0)
+    stages = plan.stages
+    per = max(1, n_layers // stages) if n_layers else 1
+    stage_params, unit_params = _param_groups(model, shards, stacks, plan)
+    total_params = sum(stage_params) or 1
+    matrices = sum(n for n, matrix, trainable in shards if matrix and trainable)
+    # the activations one micro-batch leaves for its backward, by virtual stage
+    act = [0] * stages
+    per_layer: dict = {}
+    seen = False
+    dropped_bytes = 0
+    for b in saved:
+        if b.node.split("@", 1)[0] in dropped:
+            dropped_bytes += b.bytes
+            continue
+        i = layer_of(b.module + ".", stack_info)
+        if i is not None:
+            seen = True
+            st = min(i // per, stages - 1)
+            per_layer[i] = per_layer.get(i, 0) + b.bytes
+        else:
+            st = 0 if not seen else stages - 1
+        act[st] += b.bytes
+    if dropped_bytes:
+        notes.append(f"selective recomputation: {dropped_bytes / 2**20:.1f} MiB of attention "
+                     "intermediates per micro-batch not kept")
+    if layers and per_layer:  # full recomputation: a layer keeps its input only
+        tokens = (workload.batch_size or 0) * (workload.seq_len or 0)
+        kept = tokens * _hidden(model) * item // (plan.tp if plan.sequence_parallel else 1)
+        for i, b in per_layer.items():
+            act[min(i // per, stages - 1)] -= max(0, b - kept)
+        notes.append("activation checkpointing: each layer keeps its input; one layer at a "
+                     "time holds its activations again")
+    rerun = max(per_layer.values(), default=0) if layers else 0
+    transient = max(0, peak_walk - (at_backward or 0))  # the backward's own temporaries
+    p, v = plan.pp, plan.virtual_stages
+    flight = in_flight(orders(plan.schedule, p, plan.microbatches, v)) if p > 1 else [1]
+    state_b = state_bytes_per_param(optimizer)
+    z, sh = plan.zero, plan.shard
+    best = None
+    for d in range(p):
+        mine = [d + c * p for c in range(v)]
+        P = sum(stage_params[s] for s in mine)
+        params = 4 * P // (sh if z >= 3 else 1)
+        grads = 4 * P // (sh if z >= 2 else 1)
+        state = state_b * P // (sh if z >= 1 else 1)
+        opt_temp = (4 * P // (sh if z >= 1 else 1)) if optimizer == "adamw" else 0
+        if z == 3:  # the gathered blocks: the one computing, the one prefetched, the root
+            units = sorted((u for s in mine for u in unit_params[s][:-1]), reverse=True)
+            roots = sum(unit_params[s][-1] for s in mine)
+            held = (sum(units) if not plan.reshard_after_forward else sum(units[:2]))
+            copies = item * (held + roots)
+        else:
+            copies = item * matrices * P // total_params if item < 4 else 0
+        chunk = sum(act[s] for s in mine) / v
+        activations = int(chunk * flight[d]) + rerun
+        peak = max(params + copies + activations + transient,
+                   params + grads + state + opt_temp)
+        rec = (peak, d, params, grads, state, activations)
+        if best is None or peak > best[0]:
+            best = rec
+    peak, d, params, grads, state, activations = best
+    if p > 1:
+        notes.append(f"the most loaded GPU: pipeline stage {d} of {p}, holding "
+                     f"{flight[d]} micro-batch chunk(s) of activations in flight "
+                     f"({plan.schedule_name})")
+    if z:
+        notes.append(f"ZeRO-{z}: " + ", ".join(
+            w for w, on in (("fp32 master weights", z >= 3), ("gradients", z >= 2),
+                            ("optimizer state", True)) if on)
+            + f" sharded over {sh} GPUs" + ("; the gathered blocks in the compute dtype"
+                                             if z == 3 else ""))
+    notes.append("mixed precision: fp32 master weights (4 bytes per parameter), fp32 "
+                 "gradients (4), the optimizer's fp32 state; compute copies in "
+                 f"{dkey} ({item} bytes)" if item < 4 else
+                 "fp32 weights, gradients and optimizer state")
+    return Memory(parameters=params, gradients=grads, optimizer_state=state,
+                  activations=activations, peak=peak,
+                  capacity=int(spec.memory_gb * 1024 ** 3), notes=tuple(notes))
+
+
 def _op_records(gm, rows, model, spec, dkey, execution):
     """The step's op records of a captured graph (``fxshape.analysis.step.op_records``)."""
     from .step import op_records
@@ -987,20 +1148,26 @@ def _check_topology(topology, spec, tp):
 
 
 def _step(records, model, spec, dkey, mode, tp, execution, optimizer, workload, notes, *,
-          dp=1, topology=None, sequence_parallel=False, shards):
+          dp=1, topology=None, sequence_parallel=False, shards, plan=None, stacks=()):
     """The step (``fxshape.analysis.step.step_of``) with the optimizer's and the
-    collectives' records added; returns (step, records)."""
+    collectives' records added; returns (step, records). A plan with a pipeline, ZeRO or
+    micro-batches is played out by ``fxshape.analysis.pipeline.plan_step``."""
+    from .pipeline import communication_of
     from .step import comm_records, optimizer_records, run_dtype, step_of
 
     notes = list(notes)
     records = list(records)
     numels = [n for n, _, trainable in shards if trainable]
+    opt_records = []
     if mode == "train":
         mixed = dkey not in ("fp32", "tf32", "fp64")
-        records += optimizer_records(optimizer, numels, spec=spec, mixed=mixed)
+        opt_records = optimizer_records(optimizer, numels, spec=spec, mixed=mixed)
         if mixed:
             notes.append(f"training in {dkey} with fp32 master weights (autocast): the "
                          "weight casts and the optimizer run in fp32")
+    scaled = plan is not None and (plan.pp > 1 or plan.zero or plan.microbatches > 1)
+    if not scaled:
+        records += opt_records
     if tp > 1:
         from .step import shard_memory_records
 
@@ -1009,10 +1176,11 @@ def _step(records, model, spec, dkey, mode, tp, execution, optimizer, workload, 
                      "the attention and MLP blocks (between their column- and row-parallel "
                      "layers); " + ("with sequence parallelism, the norms and residuals too"
                                     if sequence_parallel else "norms and residuals stay whole"))
-    if tp > 1 or (dp > 1 and mode == "train"):
+    dp_records = dp if not scaled else 1
+    if tp > 1 or (dp_records > 1 and mode == "train"):
         item = run_dtype(dkey).itemsize
         grads = 4 * sum(numels) if mode == "train" else 0  # fp32 gradients
-        records, comm_notes = comm_records(records, tp=tp, dp=dp, topology=topology,
+        records, comm_notes = comm_records(records, tp=tp, dp=dp_records, topology=topology,
                                            item=item, grad_bytes=grads,
                                            sequence_parallel=sequence_parallel)
         notes.extend(comm_notes)
@@ -1022,11 +1190,140 @@ def _step(records, model, spec, dkey, mode, tp, execution, optimizer, workload, 
     else:
         ints = [s for _, s, d in workload.inputs if d.startswith("int") and len(s) == 2]
         tokens = ints[0][0] * ints[0][1] if ints else None
+    if scaled:
+        return _plan_step(records, opt_records, model, spec, dkey, execution, optimizer,
+                          tokens, notes, plan=plan, topology=topology, shards=shards,
+                          stacks=stacks, workload=workload), records + opt_records
     step = step_of(records, execution=execution, mode=mode, optimizer=optimizer, spec=spec,
                    dkey=dkey, tokens=tokens, notes=notes)
+    colls = communication_of(records, tp)
+    dp_rec = next((r for r in records if r.node == "dp.all_reduce"), None)
+    if dp_rec is not None:
+        from .pipeline import Collective
+
+        total = float(dp_rec.note.split(": ")[1].split(" ms")[0]) / 1e3
+        colls.append(Collective("dp", "all_reduce", dp, dp_rec.bytes, dp_rec.kernels, total,
+                                dp_rec.time_s))
+    step = dataclasses.replace(step, communication=tuple(colls))
     if mode == "train" and dp > 1:
         step = dataclasses.replace(step, replicas=dp)
     return step, records
+
+
+def _param_groups(model, shards, stacks, plan):
+    """Trained parameter elements per GPU by virtual stage, and per FSDP unit of each stage
+    (its layers in order, then the rest of the stage: ``fxshape.analysis.pipeline``)."""
+    from .pipeline import layer_of
+
+    stack_info = [(s.name, s.length) for s in stacks]
+    layers = max((s.length for s in stacks), default=0)
+    stages = plan.stages
+    per = max(1, layers // stages) if layers else 1
+    owner: dict = {}
+    for name, mod in model.named_modules():
+        for p in mod.parameters(recurse=False):
+            owner.setdefault(id(p), name)
+    units = [dict() for _ in range(stages)]
+    root = [0] * stages
+    seen_layer = False
+    for p, (n, _, trainable) in zip(model.parameters(), shards):
+        if not trainable:
+            continue
+        i = layer_of(owner.get(id(p), "") + ".", stack_info)
+        if i is not None:
+            seen_layer = True
+            s = min(i // per, stages - 1)
+            units[s][i] = units[s].get(i, 0) + n
+        else:
+            root[0 if not seen_layer else stages - 1] += n
+    tied = _tied_embedding(model)
+    if tied and stages > 1:  # Megatron keeps a copy of a tied embedding on the last stage
+        root[-1] += tied // plan.tp
+    unit_params = [[u[k] for k in sorted(u)] + [root[s]] for s, u in enumerate(units)]
+    return [sum(u) for u in unit_params], unit_params
+
+
+def _tied_embedding(model) -> int:
+    """Elements of an input embedding the output layer shares (0 when not tied)."""
+    get_in = getattr(model, "get_input_embeddings", None)
+    get_out = getattr(model, "get_output_embeddings", None)
+    emb = get_in() if callable(get_in) else None
+    out = get_out() if callable(get_out) else None
+    w = getattr(emb, "weight", None)
+    if out is not None and w is not None and getattr(out, "weight", None) is w:
+        return w.numel()
+    return 0
+
+
+def _hidden(model) -> int:
+    cfg = getattr(model, "config", None)
+    return next((getattr(cfg, a) for a in ("hidden_size", "n_embd", "d_model")
+                 if isinstance(getattr(cfg, a, None), int)), 0)
+
+
+def _plan_step(records, opt_records, model, spec, dkey, execution, optimizer, tokens, notes,
+               *, plan, topology, shards, stacks, workload):
+    """The Step of a plan with a pipeline, ZeRO or micro-batches
+    (``fxshape.analysis.pipeline.plan_step``)."""
+    from .pipeline import plan_step
+    from .step import RECOMPUTED_OPS, Step, run_dtype
+
+    item = run_dtype(dkey).itemsize
+    stage_params, unit_params = _param_groups(model, shards, stacks, plan)
+    b = workload.batch_size or 1
+    seq = workload.seq_len or 1
+    hidden_bytes = b * seq * _hidden(model) * item // (plan.tp if plan.sequence_parallel else 1)
+    layers = max((s.length for s in stacks), default=0)
+    time_s, critical, stages, colls = plan_step(
+        records, opt_records, plan=plan, topo=topology,
+        stacks=[(s.name, s.length) for s in stacks], layers=layers,
+        stage_params=stage_params, unit_params=unit_params, item=item,
+        hidden_tokens_bytes=hidden_bytes)
+    m = plan.microbatches
+    crit = stages[critical]
+    flops = sum(r.flops for r in records if r.cls in ("gemm", "attention")
+                and r.op not in RECOMPUTED_OPS) * m // plan.pp
+    notes = list(notes) + [f"plan: {plan.describe()}"]
+    slowest = max(range(len(stages)), key=lambda d: (stages[d].busy_s, -d))
+    if plan.pp > 1:
+        bubble = crit.by_class["pipeline_bubble"]
+        notes.append(f"pipeline: {plan.schedule_name} over {m} micro-batches, "
+                     f"{plan.stages} chunks of {layers // plan.stages} layers; the slowest "
+                     f"stage is {slowest} of {plan.pp} ({stages[slowest].holds}: "
+                     f"{stages[slowest].busy_s * 1e3:.3f} ms of compute); the step ends with "
+                     f"stage {critical}'s last pass and tail; its bubble {bubble * 1e3:.3f} ms "
+                     f"({100 * bubble / time_s:.1f}% of the step)")
+    if plan.zero == 3:
+        notes.append("FSDP: each layer's parameters all-gathered in the compute dtype one "
+                     "block ahead of its compute"
+                     + (", again for its backward" if plan.reshard_after_forward else "")
+                     + "; gradients reduce-scattered in fp32 per block, overlapped with the "
+                       "backward; the optimizer on 1/" + f"{plan.shard} of the parameters")
+    elif plan.zero:
+        notes.append(f"ZeRO-{plan.zero}: optimizer state"
+                     + (" and gradients" if plan.zero == 2 else "")
+                     + f" sharded over {plan.shard}; the updated parameters all-gathered "
+                       "after the optimizer")
+    if m > 1:
+        notes.append(f"{m} micro-batches: one optimizer step and one gradient reduction per "
+                     "step" + (" (ZeRO-2 and FSDP reduce every micro-batch)"
+                               if plan.zero >= 2 else ""))
+    kernels = sum(r.kernels for r in records) * m // plan.pp + \
+        sum(r.kernels for r in opt_records)
+    by = {c: crit.by_class.get(c, 0.0) for c in
+          ("gemm", "attention", "memory", "optimizer", "communication", "host_idle",
+           "pipeline_bubble")}
+    gpu_s = sum(v for k, v in by.items() if k not in ("host_idle", "pipeline_bubble"))
+    host_s = sum(r.host_s for r in records) * m / plan.pp
+    return Step(execution=execution, mode="train", optimizer=optimizer, time_s=time_s,
+                by_class=by, gpu_s=gpu_s, host_s=host_s, kernels=int(kernels),
+                model_flops=int(flops), peak_tflops=get_gpu(spec).peak_tflops(dkey),
+                tokens=None if tokens is None else tokens * m, notes=tuple(notes),
+                replicas=plan.dp, communication=tuple(colls),
+                stages=tuple(stages) if plan.pp > 1 else (),
+                critical=f"stage {slowest} of {plan.pp}, {stages[slowest].holds}"
+                if plan.pp > 1 else "",
+                microbatches=m)
 
 
 def _workload(model, example_inputs, example_kwargs, *, batch_size, seq_len, mode, tp,

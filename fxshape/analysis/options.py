@@ -50,7 +50,8 @@ def check_options(*, mode: str, tp: int, sequence_parallel: bool) -> None:
 
 
 def _communication(report) -> list:
-    return [o for o in report.ops if o.cls == "communication"]
+    return [o for o in report.ops if o.cls == "communication"] or \
+        list(getattr(report.step, "communication", ()) or ())
 
 
 def _gpu(v, report, ctx):
@@ -159,13 +160,52 @@ def _page_size(v, report, ctx):
                   "(memory holds whole pages)")
 
 
+def _pp(v, report, ctx):
+    return True, f"{v} pipeline stages, the slowest {report.step.critical}"
+
+
+def _zero(v, report, ctx):
+    return True, {"1": "optimizer state", "2": "optimizer state and gradients",
+                  "3": "parameters, gradients and optimizer state (FSDP)"}[v] + \
+        " sharded over the data-parallel ranks"
+
+
+def _virtual_stages(v, report, ctx):
+    return True, f"interleaved 1F1B: {v} model chunks per pipeline rank"
+
+
+def _microbatches(v, report, ctx):
+    return True, (f"{v} micro-batches per optimizer step (global batch "
+                  f"{report.workload.global_batch})")
+
+
+def _schedule(v, report, ctx):
+    return True, f"the pipeline runs {v}"
+
+
+def _dp_shard(v, report, ctx):
+    return True, f"hybrid sharding: sharded over {v}, replicated across the rest"
+
+
+def _reshard(v, report, ctx):
+    return True, "FSDP keeps each block's parameters gathered from its forward to its backward"
+
+
+def _recompute(v, report, ctx):
+    return True, ("every layer's forward re-run in its backward" if v == "full" else
+                  "the attention core re-run in each layer's backward")
+
+
 #: one rule per option of ``analyze``: (value shown, report, context) -> (applied, effect)
 RULES = {"gpu": _gpu, "dtype": _dtype, "batch_size": _batch_size, "seq_len": _seq_len,
          "context_len": _context_len, "tp": _tp, "sequence_parallel": _sequence_parallel,
          "dp": _dp, "topology": _topology, "optimizer": _optimizer, "execution": _execution,
          "attention": _attention, "moe_routing": _moe_routing, "dedup": _dedup,
          "params": _params, "provenance": _provenance, "kv_dtype": _kv_dtype,
-         "page_size": _page_size}
+         "page_size": _page_size, "pp": _pp, "zero": _zero,
+         "virtual_stages": _virtual_stages, "microbatches": _microbatches,
+         "schedule": _schedule, "dp_shard": _dp_shard, "reshard_after_forward": _reshard,
+         "recompute": _recompute}
 
 
 def option_effects(report, given: dict, ctx: dict) -> tuple:

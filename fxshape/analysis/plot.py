@@ -142,21 +142,30 @@ def bar_labels(groups) -> list:
 #: of the GEMM panel above it (:data:`CAUSES`, "at dense peak"), so that a colour means one
 #: thing in the figure
 STEP_COLOURS = {"gemm": "#1f78b4", "attention": "#a6cee3", "memory": "#fb9a99",
-                "optimizer": "#cab2d6", "communication": "#b15928", "host_idle": "#dddddd"}
+                "optimizer": "#cab2d6", "communication": "#b15928", "host_idle": "#dddddd",
+                "pipeline_bubble": "#ffff99"}
 #: the GEMM panel's colour for the time a GEMM's FLOPs take at the dense peak
 AT_PEAK = "#1b9e77"
 
 
 def _plot_step(ax, step) -> None:
-    """The step as one stacked bar, a segment per class (its share in the label)."""
-    left = 0.0
-    for cls, colour in STEP_COLOURS.items():
-        t = step.by_class.get(cls, 0.0) * 1e3
-        if t <= 0:
-            continue
-        ax.barh(["step"], [t], left=left, color=colour,
-                label=f"{cls.replace('_', ' ')} {100 * t / (step.time_s * 1e3):.0f}%")
-        left += t
+    """The step as one stacked bar, a segment per class (its share in the label); under a
+    pipeline, a bar per pipeline rank."""
+    bars = [("step", step.by_class)] if len(step.stages) < 2 else \
+        [(f"stage {s.rank}", s.by_class) for s in reversed(step.stages)]
+    labelled = set()
+    for name, by in bars:
+        left = 0.0
+        for cls, colour in STEP_COLOURS.items():
+            t = by.get(cls, 0.0) * 1e3
+            if t <= 0:
+                continue
+            label = None
+            if cls not in labelled:
+                labelled.add(cls)
+                label = f"{cls.replace('_', ' ')} {100 * t / (step.time_s * 1e3):.0f}%"
+            ax.barh([name], [t], left=left, color=colour, label=label)
+            left += t
     ax.set_xlabel("predicted step time (ms)")
     ax.legend(fontsize=8, ncol=3, loc="upper center", bbox_to_anchor=(0.5, -0.75))
     ax.set_title(_wrap(step.describe().split(";")[0], 110), fontsize=9)

@@ -96,6 +96,19 @@ class Workload:
     page_size: int | None = None
     #: the mode was not given: analyze's default (inference; advise's is train)
     mode_default: bool = False
+    #: the parallel plan (``fxshape.Parallel.describe()``) when it is more than tp/dp/SP
+    parallel: str = ""
+    #: micro-batches per step and data-parallel ranks: the global batch is
+    #: ``batch_size × microbatches × dp``
+    microbatches: int = 1
+    dp: int = 1
+
+    @property
+    def global_batch(self) -> int | None:
+        """Sequences per optimizer step over all data-parallel ranks (training)."""
+        if self.batch_size is None or self.mode != "train":
+            return None
+        return self.batch_size * self.microbatches * self.dp
 
     def describe(self) -> str:
         """``inference, batch 1 x seq_len 64, tp 1, attention flash (runs fa2); inputs:
@@ -114,6 +127,11 @@ class Workload:
         else:
             parts.append("inputs given")
         parts.append(f"tp {self.tp}")
+        if self.parallel:
+            parts.append(f"plan {self.parallel}")
+        if self.global_batch is not None and (self.microbatches > 1 or self.dp > 1):
+            parts.append(f"global batch {self.global_batch} (batch {self.batch_size} x "
+                         f"{self.microbatches} micro-batches x dp {self.dp})")
         ran = f" (runs {', '.join(self.kernels)})" if self.kernels else ""
         parts.append(f"attention {self.attention}{ran}")
         text = ", ".join(parts)
@@ -128,6 +146,8 @@ class Workload:
                 "context_len": self.context_len, "kv_dtype": self.kv_dtype,
                 "page_size": self.page_size,
                 "seq_len_default": self.seq_len_default, "tp": self.tp,
+                "parallel": self.parallel, "microbatches": self.microbatches, "dp": self.dp,
+                "global_batch": self.global_batch,
                 "attention": self.attention, "attention_kernels": list(self.kernels),
                 "inputs": [{"name": n, "shape": list(s), "dtype": d} for n, s, d in self.inputs]}
 

@@ -30,7 +30,8 @@ __all__ = ["OpRecord", "Step", "CLASSES", "EXECUTIONS", "op_records", "step_of",
            "check_execution", "model_float_dtype", "run_dtype", "attribute_modules", "phase_of"]
 
 #: the classes a step's time is split into (``Step.by_class``)
-CLASSES = ("gemm", "attention", "memory", "optimizer", "communication", "host_idle")
+CLASSES = ("gemm", "attention", "memory", "optimizer", "communication", "host_idle",
+           "pipeline_bubble")
 #: how the model runs: ``"eager"`` (one kernel per aten op, the host dispatching each),
 #: ``"compiled"`` (``torch.compile``: Inductor's fused kernels, launched by its wrapper),
 #: ``"cudagraphs"`` (``torch.compile(mode="reduce-overhead")``: the same kernels replayed
@@ -112,6 +113,15 @@ class Step:
     #: peak DRAM bandwidth; None for other modes
     floor_s: float | None = None
     replicas: int = 1
+    #: the collectives of the step, one per kind and op
+    #: (``fxshape.analysis.pipeline.Collective``)
+    communication: tuple = ()
+    #: under a pipeline: each rank's times (``fxshape.analysis.pipeline.StageTime``)
+    stages: tuple = ()
+    #: under a pipeline, the slowest stage (the most compute) and what it holds ("" without)
+    critical: str = ""
+    #: micro-batches per step (gradient accumulation)
+    microbatches: int = 1
 
     @property
     def mfu(self) -> float:
@@ -146,6 +156,9 @@ class Step:
                 "inter_token_latency_s": self.inter_token_latency_s,
                 "time_to_first_token_s": self.time_to_first_token_s,
                 "floor_s": self.floor_s, "replicas": self.replicas,
+                "microbatches": self.microbatches,
+                "communication": [c.as_dict() for c in self.communication],
+                "stages": [s.as_dict() for s in self.stages], "critical": self.critical,
                 "notes": list(self.notes)}
 
     def describe(self) -> str:
@@ -163,6 +176,10 @@ class Step:
             parts.append(f"bandwidth floor {self.floor_s * 1e3:.3f} ms "
                          f"(x{self.time_s / self.floor_s:.2f})")
         parts.append(f"MFU {100 * self.mfu:.1f}%")
+        if self.microbatches > 1:
+            parts.append(f"{self.microbatches} micro-batches")
+        if self.critical:
+            parts.append(f"slowest {self.critical}")
         parts.append(f"{self.kernels} kernels")
         split = ", ".join(f"{c.replace('_', ' ')} {100 * t / self.time_s:.1f}%"
                           for c, t in self.by_class.items() if t > 0) if self.time_s else ""
@@ -669,11 +686,12 @@ def comm_records(records, *, tp, dp, topology, item, grad_bytes, sequence_parall
     return out, notes
 
 
-def recompute_records(records, layers):
+def recompute_records(records, layers, select=None):
     """``records`` with activation checkpointing (``gradient_checkpointing_enable()``): each
     layer of ``layers`` (module prefixes, ``model.layers.3``) runs its forward again in the
-    backward, right before its own backward. The copies keep their time and host cost, but
-    not their FLOPs: the recomputation is not useful work (MFU leaves it out)."""
+    backward, right before its own backward; ``select`` (record -> bool): only the forward
+    records it picks (selective recomputation). The copies keep their time and host cost,
+    but not their FLOPs: the recomputation is not useful work (MFU leaves it out)."""
     def layer_of(module):
         return next((lay for lay in layers if module == lay or module.startswith(lay + ".")),
                     None)
@@ -681,8 +699,9 @@ def recompute_records(records, layers):
     forward: dict = {}
     for r in records:
         lay = layer_of(r.module)
-        if lay is not None and r.phase == "forward":
+        if lay is not None and r.phase == "forward" and (select is None or select(r)):
             forward.setdefault(lay, []).append(r)
+    what = "activation checkpointing" if select is None else "selective recomputation"
     out, done = [], set()
     for r in records:
         lay = layer_of(r.module) if r.phase == "backward" else None
@@ -690,10 +709,52 @@ def recompute_records(records, layers):
             done.add(lay)
             out.extend(dataclasses.replace(
                 f, node=f"{f.node}@recompute", phase="backward", flops=0,
-                note=(f.note + "; " if f.note else "") + "recomputed (activation checkpointing)")
+                note=(f.note + "; " if f.note else "") + f"recomputed ({what})")
                 for f in forward[lay])
         out.append(r)
     return out
+
+
+def selective_nodes(records, gm) -> dict:
+    """The attention core Megatron's selective recomputation re-runs: ``{"all": nodes,
+    "dropped": nodes whose saved outputs it frees}``. The core is the attention calls (a
+    fused kernel, or the unfused path's QKᵀ and PV GEMMs) and the softmax and dropout
+    between them; what it frees is what of it only the core reads (the scores, the
+    probabilities), not the output the projection after it saves; by graph node name (a
+    deduplicated layer's copies, ``x@7``, share their representative's). A fused
+    attention kernel is its own core: it saves only its output and log-sum-exp, and
+    nothing is freed."""
+    from .parallel import layer_kind
+
+    core = set()
+    attn_modules = set()
+    for r in records:
+        if r.phase != "forward":
+            continue
+        if r.cls == "attention" or (r.cls == "gemm" and r.shape and
+                                    layer_kind(r.module, r.op) == "attention"):
+            core.add(r.node)
+            attn_modules.add(r.module)
+    for r in records:
+        if r.phase == "forward" and r.cls == "memory" and r.module in attn_modules and \
+                any(w in r.op for w in ("softmax", "dropout", "native_dropout")):
+            core.add(r.node)
+    # what the core saves: every node from its first GEMM (QKᵀ) up to, not including, its
+    # last (the product with V, whose output the projection after it keeps): the scores,
+    # their scaling and mask, the probabilities and their dropout
+    index = {n.name: k for k, n in enumerate(gm.graph.nodes)}
+    names = [n.name for n in gm.graph.nodes]
+    by_module: dict = {}
+    for r in records:
+        if r.node in core:
+            base = r.node.split("@", 1)[0]  # a deduplicated layer's copies: x@7
+            if base in index:
+                by_module.setdefault(r.module.split("@", 1)[0], set()).add(index[base])
+    dropped = set()
+    for found in by_module.values():
+        first, last = min(found), max(found)
+        dropped.update(names[first:last])
+    return {"all": frozenset(core), "dropped": frozenset(dropped)}
 
 
 def shard_memory_records(records, tp, spec, sequence_parallel=False):

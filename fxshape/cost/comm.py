@@ -2,18 +2,31 @@
 
 A ring collective over ``n`` GPUs moves its *bus bytes* through each GPU's link (NCCL's
 ``busBw`` convention): ``2 (n - 1) / n`` of the buffer for an all-reduce, ``(n - 1) / n``
-for a reduce-scatter or an all-gather, the buffer for a send/recv. The time is a latency
-plus those bytes over the bottleneck link (``fxshape.hardware.topology``) at the bandwidth
+for a reduce-scatter or an all-gather, the buffer for a send/recv. Inside a node the time is
+a latency plus those bytes over the link (``fxshape.hardware.topology``) at the bandwidth
 NCCL reaches on that kind of link:
 
-    time = alpha + alpha_rank * (n - 1) + bus_bytes / (efficiency * nominal link bandwidth)
+    flat(n, S, B) = alpha + alpha_rank * (n - 1) + bus_bytes(S, n) / (efficiency * B)
 
+A group that spans nodes (``n`` GPUs, ``d`` to a node, ``n / d`` nodes) is priced
+hierarchically, as NCCL's rings and trees over rail-optimized nodes move it: the node's
+GPUs first reduce-scatter the buffer among themselves over NVLink, each GPU then runs the
+collective on its ``S / d`` shard with the GPUs of the same rank in the other nodes, through
+its own network adapter (``min(1, rails / d)`` of one, ``Topology.rails``), and the node
+all-gathers the result:
+
+    all_reduce(n, d, S) = max(flat_intra(all_reduce, d, S), flat_network(all_reduce, n / d, S / d))
+
+(a reduce-scatter or an all-gather: its own intra and network halves; the maximum, since
+NCCL pipelines the buffer's chunks through both levels at once). So a 16-GPU all-reduce
+over two DGX nodes moves 1/8 of the buffer through each adapter, not all of it.
 ``efficiency``, ``alpha`` and ``alpha_rank`` are fitted per link class (NVSwitch, NVSwitch
 with in-switch reduction on Hopper, NVLink pairs, PCIe, the network between nodes) and kind
 (ring collectives; point-to-point copies), shared by every machine, and per measured machine
-(its own NCCL version, adapters and switches), by ``bench/fit_comm.py``. A machine without
-measurements takes the shared constants on measured NCCL
-all-reduces and send/recvs (``../shared/calibration/comm/vidur_collectives.csv``; written to
+(its own NCCL version, adapters and switches), by ``bench/fit_comm.py``, through the same
+:func:`collective_time` that predicts. A machine without measurements takes the shared
+constants on measured NCCL all-reduces and send/recvs
+(``../shared/calibration/comm/vidur_collectives.csv``; written to
 ``fxshape/data/comm_params.json``). A class shared by the A100 and H100 machines is checked
 leave-one-GPU-out. Reduce-scatter and all-gather take the all-reduce's constants (a ring
 all-reduce is one of each): unvalidated. Pure functions; nothing here imports torch.
@@ -30,7 +43,7 @@ from ..hardware.topology import LINKS, Topology, get_topology
 from .paramfile import read_json
 
 __all__ = ["COLLECTIVES", "CommPrediction", "bus_bytes", "predict_collective", "comm_params",
-           "param_key"]
+           "param_key", "collective_time", "flat_time"]
 
 COLLECTIVES = ("all_reduce", "reduce_scatter", "all_gather", "send_recv")
 _DEFAULT_PATH = os.path.join(os.path.dirname(os.path.dirname(__file__)), "data",
@@ -93,6 +106,39 @@ def comm_params(params_path: str | None = None) -> dict:
     return _load(os.fspath(params_path or _DEFAULT_PATH))["classes"]
 
 
+def flat_time(p: dict, collective: str, nbytes: float, n: int, nominal_gbs: float) -> float:
+    """One ring (or point-to-point) collective inside one link class: ``p``'s latency plus
+    the bus bytes over ``efficiency`` of ``nominal_gbs``."""
+    if n <= 1:
+        return 0.0
+    return (float(p["alpha_s"]) + float(p["alpha_rank_s"]) * (n - 1)
+            + bus_bytes(collective, nbytes, n) / (float(p["efficiency"]) * nominal_gbs * 1e9))
+
+
+def collective_time(constants, collective: str, nbytes: float, n: int, d: int,
+                    topo: Topology) -> tuple:
+    """``(time_s, link, link class)`` of ``collective`` over ``n`` GPUs, ``d`` to a node, with
+    the fitted constants ``constants(key)`` (a function: ``param_key`` -> dict; the fit
+    passes the ones it is trying). Flat inside a node, hierarchical across nodes (module
+    docstring). Raises KeyError for a class without constants."""
+    if n == 1:
+        return 0.0, "none", "none"
+    if n <= d or collective == "send_recv":
+        link, cls = topo.link_for(n, d), topo.link_class(n, d)
+        return flat_time(constants(param_key(cls, collective)), collective, nbytes, n,
+                         LINKS[link]), link, cls
+    nodes = n // d
+    intra = 0.0
+    if d > 1:  # the node's reduce-scatter and all-gather (an all-reduce), or one of them
+        p = constants(param_key(topo.link_class(d, d), collective))
+        intra = flat_time(p, collective, nbytes, d, LINKS[topo.link_for(d, d)])
+    net = constants(param_key("network", collective))
+    inter = flat_time(net, collective, nbytes / d, nodes,
+                      LINKS[topo.inter] * topo.inter_share(d))
+    # NCCL pipelines the buffer's chunks through both levels at once: the slower one rules
+    return max(intra, inter), topo.inter, "network"
+
+
 def predict_collective(collective: str, nbytes: int, gpus: int, *, topology="dgx-h100",
                        per_node: int | None = None,
                        params_path: str | None = None) -> CommPrediction:
@@ -105,9 +151,14 @@ def predict_collective(collective: str, nbytes: int, gpus: int, *, topology="dgx
             integers, a send/recv not between two GPUs, or more GPUs per node than the
             topology's nodes hold.
     """
+    if collective not in COLLECTIVES:
+        raise ValueError(f"unknown collective {collective!r}; accepted: "
+                         + ", ".join(COLLECTIVES))
     n = _count("gpus", gpus, 1)
     nbytes = _count("bytes", nbytes, 0)
     topo: Topology = get_topology(topology)
+    if topo.gpus is not None and n > topo.gpus:
+        raise ValueError(f"{n} GPUs exceed the {topo.gpus} of {topo.nodes} {topo.name} nodes")
     d = min(n, topo.gpus_per_node) if per_node is None else _count("per_node", per_node, 1)
     if d > topo.gpus_per_node:
         raise ValueError(f"{topo.name} nodes hold {topo.gpus_per_node} GPUs, asked for {d} "
@@ -116,18 +167,20 @@ def predict_collective(collective: str, nbytes: int, gpus: int, *, topology="dgx
         raise ValueError(f"per_node {d} must divide gpus {n}")
     if collective == "send_recv" and n != 2:
         raise ValueError(f"send_recv is between 2 GPUs, got {n}")
-    moved = bus_bytes(collective, nbytes, n)
-    link, cls = topo.link_for(n, d), topo.link_class(n, d)
     if n == 1:
         return CommPrediction(collective, 1, 1, nbytes, "none", "none", 0.0, 0.0, 0.0)
-    key = param_key(cls, collective)
     data = _load(os.fspath(params_path or _DEFAULT_PATH))
-    p = data.get("topologies", {}).get(topo.name, {}).get(key) or data["classes"].get(key)
-    if p is None:
-        raise ValueError(f"no fitted constants for {collective} over {cls} "
-                         f"({topo.name}, {n} GPUs, {d} per node)")
-    t = (float(p["alpha_s"]) + float(p["alpha_rank_s"]) * (n - 1)
-         + moved / (float(p["efficiency"]) * LINKS[link] * 1e9))
+    own = data.get("topologies", {}).get(topo.name, {})
+
+    def constants(key):
+        p = own.get(key) or data["classes"].get(key)
+        if p is None:
+            raise ValueError(f"no fitted constants for {key} ({collective} on {topo.name}, "
+                             f"{n} GPUs, {d} per node)")
+        return p
+
+    t, link, cls = collective_time(constants, collective, nbytes, n, d, topo)
+    moved = bus_bytes(collective, nbytes, n)
     return CommPrediction(collective=collective, gpus=n, per_node=d, bytes=nbytes, link=link,
                           link_class=cls, time_s=t, algbw_gbs=nbytes / t / 1e9,
                           busbw_gbs=moved / t / 1e9)

@@ -9,6 +9,7 @@ collective over ``n`` GPUs placed ``per_node`` to a node.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 __all__ = ["LINKS", "Topology", "TOPOLOGIES", "get_topology", "default_topology"]
@@ -46,6 +47,34 @@ class Topology:
     pair: str | None = None
     switch: bool = False  # an NVSwitch fabric (NVLink SHARP on Hopper)
     source: str = ""
+    #: network adapters per node that NCCL spreads a node's traffic over (None: one per GPU,
+    #: the rail-optimized DGX layout); a GPU of a node using ``d`` GPUs gets
+    #: ``min(1, rails / d)`` of an adapter
+    rails: int | None = None
+    #: nodes in the cluster (None: as many as a plan needs)
+    nodes: int | None = None
+
+    def __post_init__(self):
+        for name in ("gpus_per_node", "rails", "nodes"):
+            v = getattr(self, name)
+            if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 1):
+                raise ValueError(f"Topology.{name} must be a positive integer, got {v!r}")
+        for name in ("intra", "inter", "pair"):
+            v = getattr(self, name)
+            if v is not None and v not in LINKS:
+                raise ValueError(f"Topology.{name}: unknown link {v!r}; accepted: "
+                                 + ", ".join(LINKS))
+
+    @property
+    def gpus(self) -> int | None:
+        """GPUs in the cluster (None when ``nodes`` is not set)."""
+        return None if self.nodes is None else self.nodes * self.gpus_per_node
+
+    def inter_share(self, per_node: int) -> float:
+        """The fraction of one network adapter each GPU's inter-node traffic gets when
+        ``per_node`` GPUs of a node take part."""
+        rails = self.gpus_per_node if self.rails is None else self.rails
+        return min(1.0, rails / per_node)
 
     def link_for(self, n: int, per_node: int) -> str:
         """The link kind a collective over ``n`` GPUs, ``per_node`` to a node, is bound by."""
@@ -94,11 +123,15 @@ _DEFAULT = {"a100-sxm4-40gb": "dgx-a100", "a100-sxm4-80gb": "dgx-a100",
 
 
 def get_topology(name) -> Topology:
+    """A :class:`Topology` by name; ``"dgx-h100:4"`` is four such nodes."""
     if isinstance(name, Topology):
         return name
-    if name not in TOPOLOGIES:
-        raise ValueError(f"unknown topology {name!r}; accepted: {', '.join(TOPOLOGIES)}")
-    return TOPOLOGIES[name]
+    base, _, count = name.partition(":") if isinstance(name, str) else (name, "", "")
+    if base not in TOPOLOGIES or (count and not (count.isdigit() and int(count) > 0)):
+        raise ValueError(f"unknown topology {name!r}; accepted: {', '.join(TOPOLOGIES)}, "
+                         "each optionally with ':NODES' (dgx-h100:4)")
+    topo = TOPOLOGIES[base]
+    return dataclasses.replace(topo, nodes=int(count)) if count else topo
 
 
 def default_topology(gpu_name: str) -> Topology:

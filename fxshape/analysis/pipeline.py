@@ -1,0 +1,318 @@
+"""The training step under a parallel plan (``fxshape.parallelism.plan.Parallel``): the
+records of one micro-batch split into pipeline stages, each stage's forward and backward
+timed (with FSDP's gathers and reduce-scatters beside its blocks), the schedule played over
+the micro-batches, then each rank's tail (the gradient reduction the backward did not hide,
+the optimizer on its shard, ZeRO-1/2's parameter all-gather) — the slowest rank is the step.
+
+Stages follow Megatron: the layer stack split into ``pp × virtual_stages`` equal chunks;
+what comes before the stack in the forward (the embedding) on the first stage, what comes
+after it (the final norm, the head, the loss) on the last. The FSDP units are torchtitan's:
+one per layer, the rest of the stage's parameters one more (the root, gathered before the
+forward, not resharded).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+
+from ..cost.comm import predict_collective
+from ..cost.host import eager_timeline
+from ..parallelism.overlap import bucketed, prefetched
+from ..parallelism.placement import per_node, stage_crosses_nodes
+from ..parallelism.schedule import orders, play
+
+__all__ = ["Collective", "StageTime", "layer_of", "stage_of_records", "plan_step",
+           "communication_of"]
+
+_BUCKET = 25 * 2 ** 20  # DDP's bucket_cap_mb
+
+
+@dataclass(frozen=True)
+class Collective:
+    """One kind of collective in the step (``report.step.communication``): ``kind`` is the
+    parallelism it serves (``tp``, ``sp``, ``dp``, ``zero``, ``pp``), ``op`` the NCCL call,
+    ``bytes`` and ``count`` per step on one GPU, ``total_s`` its time, ``exposed_s`` what of
+    it the step waits for."""
+
+    kind: str
+    op: str
+    group: int
+    bytes: int
+    count: int
+    total_s: float
+    exposed_s: float
+
+    def as_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+
+@dataclass(frozen=True)
+class StageTime:
+    """One pipeline rank: its virtual stages' layers, forward and backward time of one
+    micro-batch (exposed FSDP traffic included), compute over the step, when its last
+    pass ends, its tail after it, its idle time in the pipeline, its classes."""
+
+    rank: int
+    layers: tuple
+    forward_s: float
+    backward_s: float
+    busy_s: float
+    end_s: float
+    tail_s: float
+    bubble_s: float
+    by_class: dict = field(hash=False, default_factory=dict)
+    holds: str = ""
+
+    def as_dict(self) -> dict:
+        d = dataclasses.asdict(self)
+        d["layers"] = list(self.layers)
+        return d
+
+
+def layer_of(module: str, stacks) -> int | None:
+    """The index of the layer ``module`` is in (``stacks``: ``[(name, length)]``), or None."""
+    for name, _ in stacks:
+        if module.startswith(name + "."):
+            head = module[len(name) + 1:].split(".", 1)[0]
+            if head.isdigit():
+                return int(head)
+    return None
+
+
+def stage_of_records(records, stacks, layers: int, stages: int) -> list:
+    """The virtual stage of each record: its layer's chunk; before the stack in the forward
+    (after it in the backward): the first; the rest: the last."""
+    per = max(1, layers // stages)
+    out = []
+    seen = {"forward": False, "backward": False}
+    for r in records:
+        i = layer_of(r.module, stacks)
+        phase = "backward" if r.phase == "backward" else "forward"
+        if i is not None:
+            seen[phase] = True
+            out.append(min(i // per, stages - 1))
+        elif phase == "forward":
+            out.append(0 if not seen["forward"] else stages - 1)
+        else:
+            out.append(stages - 1 if not seen["backward"] else 0)
+    return out
+
+
+def _wall(records):
+    return eager_timeline((r.host_s, r.time_s) for r in records)
+
+
+def _coll(op, nbytes, group, stride, topo, per_node_=None):
+    if group <= 1 or nbytes <= 0:
+        return 0.0
+    d = per_node_ or per_node(group, stride, topo.gpus_per_node)
+    return predict_collective(op, int(nbytes), group, topology=topo, per_node=d).time_s
+
+
+def communication_of(records, group: int = 0) -> list:
+    """The tensor-parallel collectives among ``records`` (class ``communication``, on the
+    critical path: total = exposed), one :class:`Collective` per kind and op; ``group``:
+    the tensor-parallel degree."""
+    agg: dict = {}
+    for r in records:
+        if r.cls != "communication" or not r.op.startswith("tp "):
+            continue
+        op = r.op.split(" ", 1)[1]
+        kind = "sp" if op in ("reduce_scatter", "all_gather") else "tp"
+        a = agg.setdefault((kind, op), [0, 0, 0.0])
+        a[0] += r.bytes
+        a[1] += r.kernels
+        a[2] += r.time_s
+    return [Collective(kind, op, group, b, c, t, t) for (kind, op), (b, c, t) in agg.items()]
+
+
+def plan_step(records, optimizer_records, *, plan, topo, stacks, layers, stage_params,
+              unit_params, item, hidden_tokens_bytes):
+    """The step of ``records`` (one micro-batch's forward and backward, per GPU: tensor
+    parallelism applied) under ``plan``; ``optimizer_records``: the optimizer (and autocast's
+    weight casts) over all the parameters one GPU of a pipeline-less replica holds, scaled
+    here to each rank's share; ``stage_params``: trained parameter elements per virtual
+    stage; ``unit_params``: per virtual stage, the elements of each FSDP unit in forward
+    order (its layers, then the rest); ``item``: the compute dtype's bytes;
+    ``hidden_tokens_bytes``: one micro-batch's activation between stages.
+
+    Returns ``(time_s, critical rank, ranks [StageTime], collectives [Collective])``."""
+    p, v, m = plan.pp, plan.virtual_stages, plan.microbatches
+    stages = plan.stages
+    where = stage_of_records(records, stacks, layers, stages) if stages > 1 else \
+        [0] * len(records)
+    fwd_recs = [[] for _ in range(stages)]
+    bwd_recs = [[] for _ in range(stages)]
+    for r, s in zip(records, where):
+        (bwd_recs if r.phase == "backward" else fwd_recs)[s].append(r)
+    shard, rep, tp = plan.shard, plan.replicate, plan.tp
+    all_params = sum(stage_params) or 1
+    casts = [r for r in optimizer_records if r.cls != "optimizer"]
+    opt = [r for r in optimizer_records if r.cls == "optimizer"]
+    if plan.zero == 3:
+        casts = []  # FSDP2 gathers the parameters in the compute dtype: no autocast casts
+
+    fwd_t, bwd_t, exposed, per_stage = [], [], [], []
+    for s in range(stages):
+        share = stage_params[s] / all_params
+        cast_f = sum(r.time_s for r in casts if r.phase == "forward") * share
+        cast_b = sum(r.time_s for r in casts if r.phase == "backward") * share
+        units = unit_params[s]
+        # unit order (the stage's layers, then the root); the backward runs it reversed
+        f_walls = [_wall(u).wall_s for u in _split_units(fwd_recs[s], stacks, len(units))]
+        b_walls = [_wall(u).wall_s for u in _split_units(bwd_recs[s], stacks, len(units))]
+        comm: dict = {}
+        if plan.zero == 3:
+            gat = [_coll("all_gather", n * item, shard, tp, topo) for n in units]
+            rs = [_coll("reduce_scatter", n * 4, shard, tp, topo) for n in units]
+            if rep > 1:  # hybrid sharding: the shard's gradient all-reduced across replicas
+                rs = [x + _coll("all_reduce", n * 4 / shard, rep, tp * shard, topo)
+                      for x, n in zip(rs, units)]
+            # the root (last unit) stays gathered; the layers regather for their backward
+            again = [x if plan.reshard_after_forward and i < len(units) - 1 else 0.0
+                     for i, x in enumerate(gat)]
+            fo = prefetched(f_walls, gat)
+            bo = prefetched(b_walls[::-1], again[::-1], rs[::-1])
+            fwd_t.append(fo.end + cast_f)
+            bwd_t.append(bo.end + cast_b)
+            exposed.append(fo.exposed + bo.exposed)
+            n = sum(units)
+            regathered = sum(u for u, a in zip(units, again) if a)
+            comm[("zero", "all_gather")] = [shard, (n + regathered) * item,
+                                            len(units) + sum(1 for a in again if a),
+                                            sum(gat) + sum(again)]
+            comm[("zero", "reduce_scatter")] = [shard, n * 4, len(units), sum(rs)]
+        else:
+            fwd_t.append(sum(f_walls) + cast_f)
+            bwd_t.append(sum(b_walls) + cast_b)
+            exposed.append(0.0)
+        per_stage.append(comm)
+
+    if p > 1:
+        # the activation (forward) and its gradient (backward) between virtual stages s and
+        # s + 1, which always sit on different ranks
+        sends = [predict_collective("send_recv", int(hidden_tokens_bytes), 2, topology=topo,
+                                    per_node=1 if stage_crosses_nodes(
+                                        b % p, tp * plan.dp, topo.gpus_per_node) else 2).time_s
+                 for b in range(stages - 1)]
+        out = play(orders(plan.schedule, p, m, v), fwd_t, bwd_t, sends)
+        ends, busy = list(out.ends), list(out.busy)
+    else:
+        sends = []
+        ends = busy = [m * (fwd_t[0] + bwd_t[0])]
+
+    ranks, rank_comm = [], []
+    for d in range(p):
+        mine = [d + c * p for c in range(v)]
+        params = sum(stage_params[s] for s in mine)
+        fraction = params / all_params / shard
+        coll: dict = {}
+        for s in mine:
+            for key, (group, nbytes, count, total) in per_stage[s].items():
+                c = coll.setdefault(key, [group, 0, 0, 0.0, 0.0])
+                c[1] += m * nbytes
+                c[2] += m * count
+                c[3] += m * total
+        fs_exposed = m * sum(exposed[s] for s in mine)
+        zkeys = [k for k in coll if k[0] == "zero"]
+        ztotal = sum(coll[k][3] for k in zkeys) or 1.0
+        for k in zkeys:  # gathers and reduce-scatters share the stream: split by their time
+            coll[k][4] = fs_exposed * coll[k][3] / ztotal
+        tail = 0.0
+        if plan.dp > 1 and plan.zero < 3:
+            grad = params * 4  # fp32 gradients
+            group = shard if plan.zero else plan.dp
+            op = "all_reduce" if plan.zero == 0 else "reduce_scatter"
+            sizes = [_BUCKET] * (grad // _BUCKET) + ([grad % _BUCKET] if grad % _BUCKET else [])
+            times = [_coll(op, b, group, tp, topo) for b in sizes]
+            if plan.zero and rep > 1:
+                times = [t + _coll("all_reduce", b / shard, rep, tp * shard, topo)
+                         for t, b in zip(times, sizes)]
+            ov = bucketed(bwd_t[mine[0]], sizes, times)
+            times_run = m if plan.zero == 2 else 1  # ZeRO-2 reduces every micro-batch
+            tail += ov.exposed * times_run
+            coll[("dp" if plan.zero == 0 else "zero", op)] = [
+                group, grad * times_run, len(sizes) * times_run, ov.comm * times_run,
+                ov.exposed * times_run]
+        opt_wall = eager_timeline((r.host_s, r.time_s * fraction) for r in opt).wall_s
+        if plan.zero in (1, 2):
+            ag = _coll("all_gather", params * item, shard, tp, topo)
+            tail += ag
+            coll[("zero", "all_gather")] = [shard, params * item, 1, ag, ag]
+        if p > 1:
+            n_send = 2 * m * sum(1 for s in mine if s < stages - 1)
+            coll[("pp", "send_recv")] = [2, n_send * int(hidden_tokens_bytes), n_send,
+                                         m * 2 * sum(sends[s] for s in mine if s < stages - 1),
+                                         0.0]
+        ranks.append((d, mine, ends[d], busy[d], tail, opt_wall, fs_exposed))
+        rank_comm.append(coll)
+
+    time_s = max(e + t + o for _, _, e, _, t, o, _ in ranks)
+    critical = max(range(p), key=lambda d: (ranks[d][2] + ranks[d][4] + ranks[d][5], -d))
+    stage_times = []
+    for d, mine, end, b, tail, opt_wall, fs_exposed in ranks:
+        cls = {"gemm": 0.0, "attention": 0.0, "memory": 0.0, "optimizer": opt_wall,
+               "communication": tail + fs_exposed, "host_idle": 0.0, "pipeline_bubble": 0.0}
+        for s in mine:
+            for r in fwd_recs[s] + bwd_recs[s]:
+                if r.cls in cls:
+                    cls[r.cls] += m * r.time_s
+            cls["host_idle"] += m * (_wall(fwd_recs[s]).idle_s + _wall(bwd_recs[s]).idle_s)
+            share = stage_params[s] / all_params
+            cls["memory"] += m * share * sum(r.time_s for r in casts)
+        rest = max(0.0, time_s - sum(cls.values()))
+        # without a pipeline what is left is the host's (the timelines' rounding): no bubble
+        cls["pipeline_bubble" if p > 1 else "host_idle"] += rest
+        stage_times.append(StageTime(
+            rank=d, layers=tuple(_layers_in(mine, layers, stages)),
+            forward_s=sum(fwd_t[s] for s in mine), backward_s=sum(bwd_t[s] for s in mine),
+            busy_s=b, end_s=end, tail_s=tail + opt_wall, bubble_s=max(0.0, end - b),
+            by_class=cls, holds=_holds(d, p)))
+    tp_like = communication_of([r for s in ranks[critical][1]
+                                for r in fwd_recs[s] + bwd_recs[s]], tp)
+    collectives = [dataclasses.replace(c, bytes=c.bytes * m, count=c.count * m,
+                                       total_s=c.total_s * m, exposed_s=c.exposed_s * m)
+                   for c in tp_like]
+    collectives += [Collective(k, op, c[0], int(c[1]), int(c[2]), c[3], c[4])
+                    for (k, op), c in rank_comm[critical].items()]
+    return time_s, critical, stage_times, collectives
+
+
+def _layers_in(mine, layers, stages):
+    per = max(1, layers // stages)
+    out = []
+    for s in mine:
+        out.append((s * per, min(layers, (s + 1) * per) - 1))
+    return out
+
+
+def _holds(d, p):
+    if p == 1:
+        return "the whole model"
+    if d == 0:
+        return "the embedding"
+    if d == p - 1:
+        return "the head and the loss"
+    return "layers only"
+
+
+def _split_units(records, stacks, n_units):
+    """A stage's records grouped into its FSDP units (its layers in order, then the root:
+    everything outside the layers); ``n_units`` of them."""
+    groups: dict = {}
+    root = []
+    for r in records:
+        i = layer_of(r.module, stacks)
+        if i is None:
+            root.append(r)
+        else:
+            groups.setdefault(i, []).append(r)
+    out = [groups[k] for k in sorted(groups)] + [root]
+    while len(out) < n_units:
+        out.insert(0, [])
+    if len(out) > n_units:  # more record groups than units: fold the extra into the root
+        extra = out[:len(out) - n_units]
+        out = out[len(out) - n_units:]
+        out[-1] = [r for grp in extra for r in grp] + out[-1]
+    return out

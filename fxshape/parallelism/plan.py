@@ -1,0 +1,224 @@
+"""The parallel plan: :class:`Parallel`, one frozen record of how a step is spread over GPUs.
+
+``Parallel(tp=2, pp=4, dp=8, zero=3, microbatches=16)`` is 64 GPUs: tensor parallelism over
+2 (Megatron, inside a node), a pipeline of 4 stages, 8 data-parallel ranks with parameters,
+gradients and optimizer state sharded over them (FSDP). Validated once, in
+``__post_init__`` (what needs the model, :func:`check_plan`). ``batch_size`` in ``analyze``
+is the micro-batch of one data-parallel rank: the global batch is ``batch_size ×
+microbatches × dp``.
+"""
+
+from __future__ import annotations
+
+import numbers
+from dataclasses import asdict, dataclass
+
+__all__ = ["Parallel", "SCHEDULES", "ZERO_STAGES", "check_mode", "check_plan", "parallel_of",
+           "RECOMPUTE", "check_recompute"]
+
+#: ``"1f1b"`` (PipeDream-flush / Megatron's default; with ``virtual_stages`` > 1 the
+#: interleaved 1F1B), ``"interleaved"`` (the same, ``virtual_stages`` > 1 required),
+#: ``"gpipe"`` (all forwards, then all backwards)
+SCHEDULES = ("1f1b", "interleaved", "gpipe")
+#: 0: replicated (DDP); 1: optimizer state sharded over ``dp``; 2: and gradients; 3: and
+#: parameters (FSDP / FSDP2 / ZeRO-3)
+ZERO_STAGES = (0, 1, 2, 3)
+
+
+def _count(name, v, minimum=1) -> int:
+    if isinstance(v, bool) or not isinstance(v, numbers.Integral) or v < minimum:
+        raise ValueError(f"Parallel.{name} must be an integer >= {minimum}, got {v!r}")
+    return int(v)
+
+
+@dataclass(frozen=True)
+class Parallel:
+    """How a step is spread over ``tp × pp × dp`` GPUs.
+
+    Args:
+        tp: Megatron tensor-parallel degree (inside a node).
+        pp: pipeline stages; the layers split into ``pp × virtual_stages`` chunks.
+        dp: data-parallel ranks.
+        zero: 0 (DDP), 1, 2 or 3 (FSDP): what is sharded over the data-parallel ranks.
+        virtual_stages: model chunks per pipeline rank (interleaved 1F1B when > 1).
+        microbatches: micro-batches per step (gradient accumulation; the pipeline's
+            micro-batches): one optimizer step and one gradient reduction per step.
+        schedule: the pipeline schedule (:data:`SCHEDULES`).
+        sequence_parallel: Megatron's sequence parallelism (needs ``tp`` > 1).
+        dp_shard: with ``zero`` > 0, the data-parallel ranks one copy is sharded over (hybrid
+            sharding, HSDP: shard inside a node, replicate across); default all of ``dp``.
+        reshard_after_forward: FSDP2's default: parameters freed after each block's
+            forward and all-gathered again for its backward.
+    """
+
+    tp: int = 1
+    pp: int = 1
+    dp: int = 1
+    zero: int = 0
+    virtual_stages: int = 1
+    microbatches: int = 1
+    schedule: str = "1f1b"
+    sequence_parallel: bool = False
+    dp_shard: int | None = None
+    reshard_after_forward: bool = True
+
+    def __post_init__(self):
+        for name in ("tp", "pp", "dp", "virtual_stages", "microbatches"):
+            _count(name, getattr(self, name))
+        if isinstance(self.zero, bool) or self.zero not in ZERO_STAGES:
+            raise ValueError(f"Parallel.zero must be one of 0, 1, 2, 3 (0: DDP, 3: FSDP), got "
+                             f"{self.zero!r}")
+        if self.schedule not in SCHEDULES:
+            raise ValueError(f"unknown pipeline schedule {self.schedule!r}; accepted: "
+                             + ", ".join(repr(s) for s in SCHEDULES))
+        for name in ("sequence_parallel", "reshard_after_forward"):
+            if not isinstance(getattr(self, name), bool):
+                raise ValueError(f"Parallel.{name} must be True or False, got "
+                                 f"{getattr(self, name)!r}")
+        if self.sequence_parallel and self.tp == 1:
+            raise ValueError("sequence_parallel needs tp > 1 (it splits the tensor-parallel "
+                             "group's norms and dropout along the sequence)")
+        if self.zero and self.dp == 1:
+            raise ValueError(f"zero={self.zero} shards over the data-parallel ranks, but dp=1: "
+                             "nothing to shard over; use zero=0 or dp > 1")
+        if self.dp_shard is not None:
+            _count("dp_shard", self.dp_shard)
+            if not self.zero:
+                raise ValueError("dp_shard (hybrid sharding) needs zero > 0")
+            if self.dp % self.dp_shard:
+                raise ValueError(f"dp_shard={self.dp_shard} must divide dp={self.dp}")
+        if self.pp == 1:
+            if self.virtual_stages > 1:
+                raise ValueError("virtual_stages > 1 interleaves pipeline stages: it needs "
+                                 "pp > 1")
+            if self.schedule != "1f1b":
+                raise ValueError(f"schedule={self.schedule!r} is a pipeline schedule: it needs "
+                                 "pp > 1")
+        if self.schedule == "interleaved" and self.virtual_stages == 1:
+            raise ValueError("schedule='interleaved' needs virtual_stages > 1 (the model "
+                             "chunks each pipeline rank holds)")
+        if self.schedule == "gpipe" and self.virtual_stages > 1:
+            raise ValueError("virtual_stages > 1 is the interleaved 1F1B schedule; GPipe has "
+                             "one chunk per rank: use schedule='1f1b' or virtual_stages=1")
+        if self.interleaved and self.microbatches % self.pp:
+            raise ValueError(f"interleaved 1F1B needs the micro-batches ({self.microbatches}) "
+                             f"to be a multiple of pp={self.pp} (Megatron's rule); accepted: "
+                             f"{self.pp}, {2 * self.pp}, {3 * self.pp} ...")
+
+    @property
+    def gpus(self) -> int:
+        return self.tp * self.pp * self.dp
+
+    @property
+    def interleaved(self) -> bool:
+        return self.virtual_stages > 1
+
+    @property
+    def stages(self) -> int:
+        """Model chunks the layers split into: ``pp × virtual_stages``."""
+        return self.pp * self.virtual_stages
+
+    @property
+    def shard(self) -> int:
+        """Data-parallel ranks what ZeRO shards is split over (1 without ZeRO)."""
+        return 1 if not self.zero else (self.dp_shard or self.dp)
+
+    @property
+    def replicate(self) -> int:
+        """Copies of each shard across the data-parallel ranks (hybrid sharding)."""
+        return self.dp // self.shard
+
+    @property
+    def schedule_name(self) -> str:
+        if self.pp == 1:
+            return "none"
+        if self.interleaved:
+            return f"interleaved 1F1B ({self.virtual_stages} chunks per rank)"
+        return "GPipe" if self.schedule == "gpipe" else "1F1B"
+
+    def describe(self) -> str:
+        """``tp 2 × pp 4 × dp 8 = 64 GPUs; ZeRO-3 (FSDP); 16 micro-batches, 1F1B``."""
+        parts = [f"tp {self.tp} × pp {self.pp} × dp {self.dp} = {self.gpus} GPUs"]
+        if self.sequence_parallel:
+            parts.append("sequence parallel")
+        if self.zero:
+            z = {1: "ZeRO-1 (optimizer state sharded)", 2: "ZeRO-2 (and gradients)",
+                 3: "ZeRO-3 (FSDP: and parameters)"}[self.zero]
+            if self.replicate > 1:
+                z += f", hybrid: sharded over {self.shard}, replicated {self.replicate}x"
+            if self.zero == 3 and not self.reshard_after_forward:
+                z += ", kept gathered after the forward"
+            parts.append(z)
+        mb = f"{self.microbatches} micro-batch{'es' if self.microbatches > 1 else ''}"
+        if self.pp > 1:
+            mb += f", {self.schedule_name}"
+        parts.append(mb)
+        return "; ".join(parts)
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+def parallel_of(parallel=None, *, tp=1, dp=1, sequence_parallel=False) -> Parallel:
+    """The plan from ``analyze``'s arguments: ``parallel`` (a :class:`Parallel`), or the
+    shorthands ``tp``, ``dp``, ``sequence_parallel``; both given: an error."""
+    if parallel is None:
+        for name, v in (("tp", tp), ("dp", dp)):
+            if isinstance(v, bool) or not isinstance(v, numbers.Integral) or v < 1:
+                raise ValueError(f"{name} must be a positive integer, got {v!r}")
+        return Parallel(tp=tp, dp=dp, sequence_parallel=sequence_parallel)
+    if not isinstance(parallel, Parallel):
+        raise ValueError(f"parallel must be a fxshape.Parallel plan, got "
+                         f"{type(parallel).__name__}")
+    given = [n for n, v, d in (("tp", tp, 1), ("dp", dp, 1),
+                               ("sequence_parallel", sequence_parallel, False)) if v != d]
+    if given:
+        raise ValueError(f"{', '.join(given)} given beside parallel=: say it in the plan "
+                         f"(Parallel({given[0]}=...)), not both")
+    return parallel
+
+
+def check_mode(plan: Parallel, mode: str) -> None:
+    """Pipelines, ZeRO and micro-batches are training's: refused for another mode."""
+    if mode != "train":
+        for what, bad in (("pp", plan.pp > 1), ("zero", plan.zero > 0),
+                          ("microbatches", plan.microbatches > 1)):
+            if bad:
+                raise ValueError(f"Parallel.{what}={getattr(plan, what)}: pipelines, ZeRO and "
+                                 f"micro-batches are modelled for mode='train', not {mode!r}")
+
+
+def check_plan(plan: Parallel, *, layers: int | None, topology) -> None:
+    """What the plan needs of the model and the machine: the layers split into whole
+    stages, the GPUs the topology holds."""
+    if plan.pp > 1:
+        if not layers:
+            raise ValueError("pp > 1 splits the model's layer stack into stages, but no "
+                             "stack of repeated layers was found in the model")
+        if layers % plan.stages:
+            ok = [d for d in range(1, layers + 1) if layers % d == 0]
+            raise ValueError(f"pp × virtual_stages = {plan.stages} does not divide the "
+                             f"{layers} layers; accepted products: "
+                             + ", ".join(map(str, ok)))
+    if plan.tp > topology.gpus_per_node:
+        raise ValueError(f"tp={plan.tp} exceeds the {topology.gpus_per_node} GPUs of a "
+                         f"{topology.name} node (tensor parallelism stays inside a node); "
+                         f"accepted: tp <= {topology.gpus_per_node}, or another topology=")
+    if topology.gpus is not None and plan.gpus > topology.gpus:
+        raise ValueError(f"the plan needs {plan.gpus} GPUs (tp × pp × dp), but {topology.nodes} "
+                         f"{topology.name} nodes hold {topology.gpus}")
+
+
+#: ``None`` (keep every activation), ``"full"`` (every layer's forward re-run in its
+#: backward: ``gradient_checkpointing_enable()``), ``"selective"`` (Megatron's selective
+#: recomputation: the attention core only)
+RECOMPUTE = (None, "full", "selective")
+
+
+def check_recompute(recompute, mode: str) -> None:
+    if recompute not in RECOMPUTE:
+        raise ValueError(f"unknown recompute {recompute!r}; accepted: None, 'full', "
+                         "'selective'")
+    if recompute is not None and mode != "train":
+        raise ValueError(f"recompute={recompute!r} re-runs forwards in the backward: it needs "
+                         f"mode='train', not {mode!r}")
