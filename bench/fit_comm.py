@@ -59,7 +59,8 @@ def load(path):
             n, d = int(r["num_workers"]), int(r["devices_per_node"])
             b = int(r["bytes"])
             key = f"{r['topology']}|{r['collective']}|{n}|{d}|{b}"
-            rows.append(dict(topology=r["topology"], gpu=r["gpu"], collective=r["collective"],
+            rows.append(dict(topology=r["topology"], topo=topo, gpu=r["gpu"],
+                             collective=r["collective"],
                              n=n, d=d, bytes=b, time=float(r["time_s"]),
                              cls=param_key(topo.link_class(n, d), r["collective"]),
                              half=int(hashlib.sha256(key.encode()).hexdigest(), 16) % 2))
@@ -78,19 +79,17 @@ def predict(p, rows, fixed=None):
                 return dict(efficiency=eff, alpha_s=a0, alpha_rank_s=a1)
             return fixed[key]
         out.append(collective_time(constants, r["collective"], r["bytes"], r["n"], r["d"],
-                                   get_topology(TOPOLOGY[r["topology"]]))[0])
+                                   r["topo"])[0])
     return np.array(out)
 
 
-def fit(rows, fixed=None, held=None):
-    """(efficiency, alpha, alpha per rank) minimising the squared log error over ``rows``;
-    ``held`` (constants) given: its efficiency and alpha per rank kept, alpha fitted."""
+def fit(rows, fixed=None):
+    """(efficiency, alpha, alpha per rank) minimising the squared log error over ``rows``
+    (``fixed``: the constants of the classes their cross-node rows compose with)."""
     t = np.array([r["time"] for r in rows])
 
     def res(x):
         eff, a0, a1 = math.exp(x[0]), math.exp(x[1]), math.exp(x[2])
-        if held is not None:
-            eff, a1 = held["efficiency"], held["alpha_rank_s"]
         return np.log(predict((eff, a0, a1), rows, fixed) / t)
 
     best = None
@@ -99,8 +98,6 @@ def fit(rows, fixed=None, held=None):
         if best is None or sol.cost < best.cost:
             best = sol
     eff, a0, a1 = (float(math.exp(v)) for v in best.x)
-    if held is not None:
-        eff, a1 = held["efficiency"], held["alpha_rank_s"]
     return dict(efficiency=round(eff, 5), alpha_s=round(a0, 9), alpha_rank_s=round(a1, 10))
 
 

@@ -13,6 +13,7 @@ from tabulate import tabulate
 from .cost.attention import ATTENTION_CHOICES
 from .cost.gemm import LAYOUTS, is_default_params, predict_matmul, resolve_params_path, use_params
 from .hardware.gpus import ALIASES, get_gpu, list_gpus
+from .parallelism.plan import SCHEDULES, ZERO_STAGES, Parallel
 from .tracing.export import MAX_SIZE
 
 __all__ = ["main", "format_prediction"]
@@ -169,10 +170,7 @@ def _cmd_analyze(args) -> int:
                      dp_shard=args.dp_shard)
     parallel = None
     tp, dp, sp = args.tp, args.dp, args.sequence_parallel
-    if plan_args != dict(pp=1, zero=0, microbatches=1, virtual_stages=1, schedule="1f1b",
-                         dp_shard=None):
-        from .parallelism.plan import Parallel
-
+    if any(v != getattr(Parallel(), k) for k, v in plan_args.items()):
         parallel = Parallel(tp=tp, dp=dp, sequence_parallel=sp, **plan_args)
         tp, dp, sp = 1, 1, False
     try:
@@ -403,7 +401,7 @@ def build_parser() -> argparse.ArgumentParser:
                     help="with --tp: Megatron sequence parallelism")
     pa.add_argument("--pp", type=_positive_int, default=1,
                     help="pipeline-parallel stages (with --train)")
-    pa.add_argument("--zero", type=int, choices=(0, 1, 2, 3), default=0,
+    pa.add_argument("--zero", type=int, choices=ZERO_STAGES, default=0,
                     help="ZeRO stage over the data-parallel ranks: 1 optimizer state, 2 and "
                          "gradients, 3 and parameters (FSDP)")
     pa.add_argument("--dp-shard", type=_positive_int, default=None,
@@ -414,7 +412,7 @@ def build_parser() -> argparse.ArgumentParser:
                          "pipeline's micro-batches)")
     pa.add_argument("--virtual-stages", type=_positive_int, default=1,
                     help="model chunks per pipeline rank (interleaved 1F1B)")
-    pa.add_argument("--schedule", choices=("1f1b", "interleaved", "gpipe"), default="1f1b",
+    pa.add_argument("--schedule", choices=SCHEDULES, default="1f1b",
                     help="the pipeline schedule (default 1f1b)")
     pa.add_argument("--recompute", choices=("full", "selective"), default=None,
                     help="activation recomputation in --train: every layer's forward "

@@ -95,7 +95,7 @@ def test_cross_node_all_reduce_is_hierarchical():
     (dict(zero=4, dp=2), "zero must be one of 0, 1, 2, 3"),
     (dict(microbatches=0), "microbatches must be an integer >= 1"),
     (dict(pp=2, virtual_stages=2, microbatches=3), "multiple of pp=2"),
-    (dict(sequence_parallel=True), "sequence_parallel needs tp > 1"),
+    (dict(sequence_parallel=True), "sequence_parallel splits .* it needs tp > 1, got tp=1"),
     (dict(zero=3), "nothing to shard over"),
     (dict(dp=8, zero=3, dp_shard=3), "dp_shard=3 must divide dp=8"),
     (dict(schedule="zigzag"), "unknown pipeline schedule 'zigzag'"),

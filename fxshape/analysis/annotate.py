@@ -484,9 +484,6 @@ def analyze(model, example_inputs=None, example_kwargs=None, *, gpu="h100",
 
     mode_default = mode is None
     mode = "inference" if mode is None else mode
-    if not isinstance(sequence_parallel, bool):
-        raise ValueError(f"sequence_parallel must be True or False, got {sequence_parallel!r}")
-    check_options(mode=mode, tp=tp, sequence_parallel=sequence_parallel)
     from ..parallelism.plan import check_mode, check_recompute, parallel_of
 
     plan = parallel_of(parallel, tp=tp, dp=dp, sequence_parallel=sequence_parallel)
@@ -639,8 +636,6 @@ def _analyze(model, example_inputs, example_kwargs, *, gpu, dtype, batch_size, s
 
     check_execution(execution)
     check_optimizer(optimizer)
-    if isinstance(dp, bool) or not isinstance(dp, int) or dp < 1:
-        raise ValueError(f"dp must be a positive integer, got {dp!r}")
 
     if provenance not in PROVENANCE_CHOICES:
         raise ValueError(f"unknown provenance {provenance!r}; accepted: "
@@ -667,13 +662,14 @@ def _analyze(model, example_inputs, example_kwargs, *, gpu, dtype, batch_size, s
     dkey = canonical_dtype(dtype)
     spec.peak_tflops(dkey)  # fail before capturing
     _check_attention(attention, spec, dkey)
-    topo = _check_topology(topology, spec, tp)
+    topo = _topology_of(topology, spec)
     plan = plan or Parallel(tp=tp, dp=dp, sequence_parallel=sequence_parallel)
     all_stacks = find_stacks(model)
-    main_stack = max(all_stacks, key=lambda s: s.length, default=None)
-    check_plan(plan, layers=main_stack.length if main_stack else None, topology=topo)
+    n_layers = max((s.length for s in all_stacks), default=0)
+    check_plan(plan, layers=n_layers or None, topology=topo)
     kw = dict(batch_size=batch_size, seq_len=seq_len, train=mode == "train")
-    stacks = [s for s in find_stacks(model) if len(s.groups) < s.length] if dedup else []
+    reducible = [s for s in all_stacks if len(s.groups) < s.length]
+    stacks = reducible if dedup else []
     notes = []
     if heads and kv_heads and kv_heads < heads and tp > kv_heads:
         notes.append(f"tp {tp} > {kv_heads} KV heads: each GPU holds one whole KV head "
@@ -717,9 +713,7 @@ def _analyze(model, example_inputs, example_kwargs, *, gpu, dtype, batch_size, s
         from ..cost.attention import resolve_kernel
 
         # dedup=False has an effect where dedup=True would have traced fewer layers
-        reducible = stacks if dedup else [s for s in find_stacks(model)
-                                          if len(s.groups) < s.length]
-        ctx.update(stacks=bool(reducible),
+        ctx.update(stacks=bool(stacks if dedup else reducible),
                    flash_kernel=resolve_kernel("flash", spec, dkey, 128)[0],
                    attention_kernel=resolve_kernel(attention, spec, dkey, 128)[0])
     records, op_unsupported, step_notes = _op_records(gm, rows, model, spec, dkey, execution)
@@ -740,12 +734,12 @@ def _analyze(model, example_inputs, example_kwargs, *, gpu, dtype, batch_size, s
     workload = _workload(model, example_inputs, example_kwargs, batch_size=batch_size,
                          seq_len=seq_len, mode=shown, tp=tp, attention=attention, rows=rows)
     if mode == "train":
-        simple = plan.pp == 1 and not plan.zero and plan.microbatches == 1
-        workload = dataclasses.replace(workload, parallel="" if simple else plan.describe(),
+        workload = dataclasses.replace(workload,
+                                       parallel="" if plan.is_plain else plan.describe(),
                                        microbatches=plan.microbatches, dp=plan.dp)
     layers = _checkpointed_layers(model) if mode == "train" else ()
     if recompute == "full":
-        layers = tuple(f"{s.name}.{i}" for s in all_stacks for i in range(s.length))
+        layers = _stack_layers(all_stacks)
         if not layers:
             raise ValueError("recompute='full' re-runs each layer's forward in its backward, "
                              f"but {type(model).__name__} has no stack of repeated layers")
@@ -761,22 +755,25 @@ def _analyze(model, example_inputs, example_kwargs, *, gpu, dtype, batch_size, s
         from .step import recompute_records, selective_nodes
 
         selective = selective_nodes(records, gm)
-        stack_layers = tuple(f"{s.name}.{i}" for s in all_stacks for i in range(s.length))
-        records = recompute_records(records, stack_layers,
+        records = recompute_records(records, _stack_layers(all_stacks),
                                     select=lambda r: r.node in selective["all"])
         step_notes = tuple(step_notes) + (
             "selective recomputation (Megatron): each layer's attention core (QKᵀ, softmax, "
             "dropout, the product with V) runs again in its backward; its saved "
             "intermediates are not kept",)
     shards = _shards(model, tp, rows, _head_counts(model))  # the step's and the memory's
+    # the plan's parameters by stage and FSDP unit, for the step and the memory of a plan
+    # played out (or selective recomputation's memory): computed once
+    groups = _param_groups(model, shards, all_stacks, plan) \
+        if mode == "train" and (not plan.is_plain or selective) else None
     step, records = _step(records, model, spec, dkey, mode, tp, execution, optimizer,
                           workload, step_notes, dp=dp, topology=topo,
                           sequence_parallel=sequence_parallel, shards=shards, plan=plan,
-                          stacks=all_stacks)
+                          stacks=all_stacks, groups=groups)
     step = dataclasses.replace(step, mode=shown)
     memory = _memory(model, walk, saved_traced, spec, dkey, mode, tp, optimizer, layers,
                      workload, shards=shards, sequence_parallel=sequence_parallel, plan=plan,
-                     stacks=all_stacks, step=step,
+                     stacks=all_stacks, groups=groups,
                      dropped=selective["dropped"] if selective else ())
     return Report(rows=tuple(rows), unsupported=tuple(unsupported), gpu=spec.name,
                   dtype=dkey, model_name=type(model).__name__, graph_module=gm,
@@ -873,17 +870,24 @@ def _analyze_decode(model, example_inputs, example_kwargs, *, gpu, dtype, batch_
     return dataclasses.replace(report, capacity=capacity_of(report, max_positions=positions))
 
 
-def _input_embedding_bytes(model, tp, item) -> int:
-    """Bytes per GPU of the input embedding a decode step gathers a row a token of (0 when
-    the output layer shares it: then all of it is read)."""
+def _input_embedding(model):
+    """``(weight, tied)``: the input embedding's weight (None without one) and whether the
+    output layer shares it."""
     get_in = getattr(model, "get_input_embeddings", None)
     get_out = getattr(model, "get_output_embeddings", None)
     emb = get_in() if callable(get_in) else None
     w = getattr(emb, "weight", None)
     if not isinstance(w, torch.Tensor):
-        return 0
+        return None, False
     out = get_out() if callable(get_out) else None
-    if out is not None and getattr(out, "weight", None) is w:
+    return w, out is not None and getattr(out, "weight", None) is w
+
+
+def _input_embedding_bytes(model, tp, item) -> int:
+    """Bytes per GPU of the input embedding a decode step gathers a row a token of (0 when
+    the output layer shares it: then all of it is read)."""
+    w, tied = _input_embedding(model)
+    if w is None or tied:
         return 0
     return w.numel() // (tp if w.dim() >= 2 else 1) * item
 
@@ -961,6 +965,11 @@ def _shards(model, tp, rows=(), heads=(None, None)) -> list:
     return out
 
 
+def _stack_layers(stacks) -> tuple:
+    """Every layer of ``stacks`` as a module prefix (``model.layers.3``)."""
+    return tuple(f"{s.name}.{i}" for s in stacks for i in range(s.length))
+
+
 def _checkpointed_layers(model) -> tuple:
     """The layers a Hugging Face model checkpoints (``gradient_checkpointing_enable()``: each
     layer of its stack), as module prefixes; empty when it does not."""
@@ -968,7 +977,7 @@ def _checkpointed_layers(model) -> tuple:
                if getattr(m, "gradient_checkpointing", False) is True}
     if not flagged:  # (transformers' is_gradient_checkpointing, without its deprecation)
         return ()
-    layers = [f"{s.name}.{i}" for s in find_stacks(model) for i in range(s.length)]
+    layers = _stack_layers(find_stacks(model))
     # transformers flags each checkpointed layer (every_n_layers may skip some); a model
     # that flags only its stack's owner checkpoints every layer
     return tuple(x for x in layers if x in flagged) or tuple(layers)
@@ -976,7 +985,7 @@ def _checkpointed_layers(model) -> tuple:
 
 def _memory(model, walk, saved_traced, spec, dkey, mode, tp, optimizer, layers=(),
             workload=None, *, shards, sequence_parallel=False, plan=None, stacks=(),
-            step=None, dropped=()):
+            groups=None, dropped=()):
     """``report.memory``: the parameters per GPU (``shards``: :func:`_shards`, what tensor
     parallelism splits) and the liveness walk, its saved activations scaled from the traced
     layers to all of them. With activation checkpointing, a layer keeps only its input
@@ -999,11 +1008,10 @@ def _memory(model, walk, saved_traced, spec, dkey, mode, tp, optimizer, layers=(
                         else ", norms and residuals whole"))
     item = run_dtype(dkey).itemsize
     train = mode == "train" and at_backward is not None
-    scaled = plan is not None and (plan.pp > 1 or plan.zero or plan.microbatches > 1)
-    if train and (scaled or dropped):
+    if train and (not plan.is_plain or dropped):
         return _plan_memory(model, walk, spec, dkey, optimizer, layers, workload,
-                            shards=shards, plan=plan, stacks=stacks, dropped=dropped,
-                            notes=notes)
+                            shards=shards, plan=plan, stacks=stacks, groups=groups,
+                            dropped=dropped, notes=notes)
     if train and layers:
         per_layer: dict = {}
         for b in saved:
@@ -1011,11 +1019,7 @@ def _memory(model, walk, saved_traced, spec, dkey, mode, tp, optimizer, layers=(
                        None)
             if lay is not None:
                 per_layer[lay] = per_layer.get(lay, 0) + b.bytes
-        cfg = getattr(model, "config", None)
-        hidden = next((getattr(cfg, a) for a in ("hidden_size", "n_embd", "d_model")
-                       if isinstance(getattr(cfg, a, None), int)), 0)
-        tokens = (workload.batch_size or 0) * (workload.seq_len or 0) if workload else 0
-        kept = len(per_layer) * tokens * hidden * run_dtype(dkey).itemsize \
+        kept = len(per_layer) * _layer_input_bytes(model, workload, run_dtype(dkey).itemsize) \
             // (tp if sequence_parallel else 1)
         freed = sum(per_layer.values()) - kept - max(per_layer.values(), default=0)
         if freed > 0:
@@ -1030,7 +1034,7 @@ def _memory(model, walk, saved_traced, spec, dkey, mode, tp, optimizer, layers=(
 
 
 def _plan_memory(model, walk, spec, dkey, optimizer, layers, workload, *, shards, plan,
-                 stacks, dropped, notes):
+                 stacks, groups, dropped, notes):
     """``report.memory`` of the most loaded GPU under ``plan``: each pipeline rank's
     parameters (its stages'), ZeRO's shards of the fp32 master weights, gradients and
     optimizer state, FSDP's gathered blocks, and the activations of the micro-batches its
@@ -1038,41 +1042,34 @@ def _plan_memory(model, walk, spec, dkey, optimizer, layers, workload, *, shards
     from ..cost.optimizer import state_bytes_per_param
     from ..parallelism.schedule import in_flight, orders
     from .memory import Memory
-    from .pipeline import layer_of
+    from .pipeline import placed
     from .step import run_dtype
 
     item = run_dtype(dkey).itemsize
     peak_walk, at_backward, saved = walk
-    stack_info = [(s.name, s.length) for s in stacks]
     n_layers = max((s.length for s in stacks), default=0)
     stages = plan.stages
     per = max(1, n_layers // stages) if n_layers else 1
-    stage_params, unit_params = _param_groups(model, shards, stacks, plan)
+    stage_params, unit_params = groups
     total_params = sum(stage_params) or 1
     matrices = sum(n for n, matrix, trainable in shards if matrix and trainable)
     # the activations one micro-batch leaves for its backward, by virtual stage
     act = [0] * stages
     per_layer: dict = {}
-    seen = False
-    dropped_bytes = 0
-    for b in saved:
-        if b.node.split("@", 1)[0] in dropped:
-            dropped_bytes += b.bytes
-            continue
-        i = layer_of(b.module + ".", stack_info)
+    kept_saved = [b for b in saved if b.node.split("@", 1)[0] not in dropped]
+    dropped_bytes = sum(b.bytes for b in saved) - sum(b.bytes for b in kept_saved)
+    where = placed(((b.module, "forward") for b in kept_saved), _stack_info(stacks), n_layers,
+                   stages)
+    for b, (i, st) in zip(kept_saved, where):
         if i is not None:
-            seen = True
-            st = min(i // per, stages - 1)
             per_layer[i] = per_layer.get(i, 0) + b.bytes
-        else:
-            st = 0 if not seen else stages - 1
         act[st] += b.bytes
     if dropped_bytes:
         notes.append(f"selective recomputation: {dropped_bytes / 2**20:.1f} MiB of attention "
                      "intermediates per micro-batch not kept")
     if layers and per_layer:  # full recomputation: a layer keeps its input only
-        tokens = (workload.batch_size or 0) * (workload.seq_len or 0)
-        kept = tokens * _hidden(model) * item // (plan.tp if plan.sequence_parallel else 1)
+        kept = _layer_input_bytes(model, workload, item) // (
+            plan.tp if plan.sequence_parallel else 1)
         for i, b in per_layer.items():
             act[min(i // per, stages - 1)] -= max(0, b - kept)
         notes.append("activation checkpointing: each layer keeps its input; one layer at a "
@@ -1092,8 +1089,9 @@ def _plan_memory(model, walk, spec, dkey, optimizer, layers, workload, *, shards
         state = state_b * P // (sh if z >= 1 else 1)
         opt_temp = (4 * P // (sh if z >= 1 else 1)) if optimizer == "adamw" else 0
         if z == 3:  # the gathered blocks: the one computing, the one prefetched, the root
-            units = sorted((u for s in mine for u in unit_params[s][:-1]), reverse=True)
-            roots = sum(unit_params[s][-1] for s in mine)
+            units = sorted((u for s in mine for k, u in unit_params[s].items()
+                            if k is not None), reverse=True)
+            roots = sum(unit_params[s][None] for s in mine)
             held = (sum(units) if not plan.reshard_after_forward else sum(units[:2]))
             copies = item * (held + roots)
         else:
@@ -1135,20 +1133,17 @@ def _op_records(gm, rows, model, spec, dkey, execution):
                       execution=execution)
 
 
-def _check_topology(topology, spec, tp):
-    """The topology (given, or the GPU's usual machine); ``tp`` must fit in a node."""
+def _topology_of(topology, spec):
+    """The topology given, or the GPU's usual machine (what the plan must fit:
+    ``fxshape.parallelism.plan.check_plan``)."""
     from ..hardware.topology import default_topology, get_topology
 
-    topo = default_topology(spec.name) if topology is None else get_topology(topology)
-    if tp > topo.gpus_per_node:
-        raise ValueError(f"tp={tp} exceeds the {topo.gpus_per_node} GPUs of a {topo.name} "
-                         f"node (tensor parallelism stays inside a node); accepted: tp <= "
-                         f"{topo.gpus_per_node}, or another topology=")
-    return topo
+    return default_topology(spec.name) if topology is None else get_topology(topology)
 
 
 def _step(records, model, spec, dkey, mode, tp, execution, optimizer, workload, notes, *,
-          dp=1, topology=None, sequence_parallel=False, shards, plan=None, stacks=()):
+          dp=1, topology=None, sequence_parallel=False, shards, plan=None, stacks=(),
+          groups=None):
     """The step (``fxshape.analysis.step.step_of``) with the optimizer's and the
     collectives' records added; returns (step, records). A plan with a pipeline, ZeRO or
     micro-batches is played out by ``fxshape.analysis.pipeline.plan_step``."""
@@ -1165,7 +1160,7 @@ def _step(records, model, spec, dkey, mode, tp, execution, optimizer, workload, 
         if mixed:
             notes.append(f"training in {dkey} with fp32 master weights (autocast): the "
                          "weight casts and the optimizer run in fp32")
-    scaled = plan is not None and (plan.pp > 1 or plan.zero or plan.microbatches > 1)
+    scaled = not plan.is_plain
     if not scaled:
         records += opt_records
     if tp > 1:
@@ -1177,12 +1172,14 @@ def _step(records, model, spec, dkey, mode, tp, execution, optimizer, workload, 
                      "layers); " + ("with sequence parallelism, the norms and residuals too"
                                     if sequence_parallel else "norms and residuals stay whole"))
     dp_records = dp if not scaled else 1
+    dp_total = 0.0
     if tp > 1 or (dp_records > 1 and mode == "train"):
         item = run_dtype(dkey).itemsize
         grads = 4 * sum(numels) if mode == "train" else 0  # fp32 gradients
-        records, comm_notes = comm_records(records, tp=tp, dp=dp_records, topology=topology,
-                                           item=item, grad_bytes=grads,
-                                           sequence_parallel=sequence_parallel)
+        records, comm_notes, dp_total = comm_records(records, tp=tp, dp=dp_records,
+                                                     topology=topology, item=item,
+                                                     grad_bytes=grads,
+                                                     sequence_parallel=sequence_parallel)
         notes.extend(comm_notes)
     tokens = None
     if workload.batch_size is not None and workload.seq_len is not None:
@@ -1192,7 +1189,7 @@ def _step(records, model, spec, dkey, mode, tp, execution, optimizer, workload, 
         tokens = ints[0][0] * ints[0][1] if ints else None
     if scaled:
         return _plan_step(records, opt_records, model, spec, dkey, execution, optimizer,
-                          tokens, notes, plan=plan, topology=topology, shards=shards,
+                          tokens, notes, plan=plan, topology=topology, groups=groups,
                           stacks=stacks, workload=workload), records + opt_records
     step = step_of(records, execution=execution, mode=mode, optimizer=optimizer, spec=spec,
                    dkey=dkey, tokens=tokens, notes=notes)
@@ -1201,9 +1198,8 @@ def _step(records, model, spec, dkey, mode, tp, execution, optimizer, workload, 
     if dp_rec is not None:
         from .pipeline import Collective
 
-        total = float(dp_rec.note.split(": ")[1].split(" ms")[0]) / 1e3
-        colls.append(Collective("dp", "all_reduce", dp, dp_rec.bytes, dp_rec.kernels, total,
-                                dp_rec.time_s))
+        colls.append(Collective("dp", "all_reduce", dp, dp_rec.bytes, dp_rec.kernels,
+                                dp_total, dp_rec.time_s))
     step = dataclasses.replace(step, communication=tuple(colls))
     if mode == "train" and dp > 1:
         step = dataclasses.replace(step, replicas=dp)
@@ -1211,72 +1207,76 @@ def _step(records, model, spec, dkey, mode, tp, execution, optimizer, workload, 
 
 
 def _param_groups(model, shards, stacks, plan):
-    """Trained parameter elements per GPU by virtual stage, and per FSDP unit of each stage
-    (its layers in order, then the rest of the stage: ``fxshape.analysis.pipeline``)."""
-    from .pipeline import layer_of
+    """``(elements per virtual stage, per stage {layer: elements, None: the rest})``: the
+    trained parameters per GPU (``shards``) by pipeline stage and by FSDP unit (each layer,
+    then the rest of the stage: ``fxshape.analysis.pipeline``), in parameter order (the
+    forward's, for a Hugging Face model)."""
+    from .pipeline import placed
 
-    stack_info = [(s.name, s.length) for s in stacks]
     layers = max((s.length for s in stacks), default=0)
     stages = plan.stages
-    per = max(1, layers // stages) if layers else 1
     owner: dict = {}
     for name, mod in model.named_modules():
         for p in mod.parameters(recurse=False):
             owner.setdefault(id(p), name)
-    units = [dict() for _ in range(stages)]
+    trained = [(p, n) for p, (n, _, trainable) in zip(model.parameters(), shards) if trainable]
+    layer_units = [dict() for _ in range(stages)]
     root = [0] * stages
-    seen_layer = False
-    for p, (n, _, trainable) in zip(model.parameters(), shards):
-        if not trainable:
-            continue
-        i = layer_of(owner.get(id(p), "") + ".", stack_info)
-        if i is not None:
-            seen_layer = True
-            s = min(i // per, stages - 1)
-            units[s][i] = units[s].get(i, 0) + n
+    where = placed(((owner.get(id(p), ""), "forward") for p, _ in trained),
+                   _stack_info(stacks), layers, stages)
+    for (_, n), (i, s) in zip(trained, where):
+        if i is None:
+            root[s] += n
         else:
-            root[0 if not seen_layer else stages - 1] += n
+            layer_units[s][i] = layer_units[s].get(i, 0) + n
     tied = _tied_embedding(model)
     if tied and stages > 1:  # Megatron keeps a copy of a tied embedding on the last stage
         root[-1] += tied // plan.tp
-    unit_params = [[u[k] for k in sorted(u)] + [root[s]] for s, u in enumerate(units)]
-    return [sum(u) for u in unit_params], unit_params
+    units = [{**{k: u[k] for k in sorted(u)}, None: root[s]} for s, u in enumerate(layer_units)]
+    return [sum(u.values()) for u in units], units
 
 
 def _tied_embedding(model) -> int:
     """Elements of an input embedding the output layer shares (0 when not tied)."""
-    get_in = getattr(model, "get_input_embeddings", None)
-    get_out = getattr(model, "get_output_embeddings", None)
-    emb = get_in() if callable(get_in) else None
-    out = get_out() if callable(get_out) else None
-    w = getattr(emb, "weight", None)
-    if out is not None and w is not None and getattr(out, "weight", None) is w:
-        return w.numel()
-    return 0
+    w, tied = _input_embedding(model)
+    return w.numel() if tied else 0
 
 
 def _hidden(model) -> int:
+    """The model's hidden size from its config (0 when it has none)."""
     cfg = getattr(model, "config", None)
     return next((getattr(cfg, a) for a in ("hidden_size", "n_embd", "d_model")
                  if isinstance(getattr(cfg, a, None), int)), 0)
 
 
+def _layer_input_bytes(model, workload, item) -> int:
+    """One micro-batch's tokens x hidden in ``item`` bytes: what a checkpointed layer keeps
+    (0 when the inputs were given, not synthesized)."""
+    tokens = (workload.batch_size or 0) * (workload.seq_len or 0) if workload else 0
+    return tokens * _hidden(model) * item
+
+
+def _stack_info(stacks) -> list:
+    """``[(name, length)]`` of the layer stacks (``fxshape.analysis.pipeline.layer_of``)."""
+    return [(s.name, s.length) for s in stacks]
+
+
 def _plan_step(records, opt_records, model, spec, dkey, execution, optimizer, tokens, notes,
-               *, plan, topology, shards, stacks, workload):
+               *, plan, topology, groups, stacks, workload):
     """The Step of a plan with a pipeline, ZeRO or micro-batches
     (``fxshape.analysis.pipeline.plan_step``)."""
     from .pipeline import plan_step
     from .step import RECOMPUTED_OPS, Step, run_dtype
 
     item = run_dtype(dkey).itemsize
-    stage_params, unit_params = _param_groups(model, shards, stacks, plan)
+    stage_params, unit_params = groups
     b = workload.batch_size or 1
     seq = workload.seq_len or 1
     hidden_bytes = b * seq * _hidden(model) * item // (plan.tp if plan.sequence_parallel else 1)
     layers = max((s.length for s in stacks), default=0)
     time_s, critical, stages, colls = plan_step(
-        records, opt_records, plan=plan, topo=topology,
-        stacks=[(s.name, s.length) for s in stacks], layers=layers,
+        records, opt_records, plan=plan, topo=topology, stacks=_stack_info(stacks),
+        layers=layers,
         stage_params=stage_params, unit_params=unit_params, item=item,
         hidden_tokens_bytes=hidden_bytes)
     m = plan.microbatches

@@ -39,10 +39,8 @@ class OptionEffect:
 
 
 def check_options(*, mode: str, tp: int, sequence_parallel: bool) -> None:
-    """Refuse the contradictions no report can honour, in one line each."""
-    if sequence_parallel and tp == 1:
-        raise ValueError("sequence_parallel splits the norms and residuals over the tensor-"
-                         "parallel GPUs: it needs tp > 1, got tp=1")
+    """Refuse the contradictions no report can honour, in one line each (sequence
+    parallelism without tp is the plan's own: ``fxshape.parallelism.plan.Parallel``)."""
     if sequence_parallel and mode == "decode":
         raise ValueError("sequence_parallel splits the sequence of a training or prefill "
                          "step; a decode step has one token per sequence: drop it, or use "

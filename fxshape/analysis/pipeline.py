@@ -18,14 +18,11 @@ from dataclasses import dataclass, field
 
 from ..cost.comm import predict_collective
 from ..cost.host import eager_timeline
-from ..parallelism.overlap import bucketed, prefetched
+from ..parallelism.overlap import bucketed, buckets, prefetched
 from ..parallelism.placement import per_node, stage_crosses_nodes
 from ..parallelism.schedule import orders, play
 
-__all__ = ["Collective", "StageTime", "layer_of", "stage_of_records", "plan_step",
-           "communication_of"]
-
-_BUCKET = 25 * 2 ** 20  # DDP's bucket_cap_mb
+__all__ = ["Collective", "StageTime", "layer_of", "placed", "plan_step", "communication_of"]
 
 
 @dataclass(frozen=True)
@@ -80,33 +77,33 @@ def layer_of(module: str, stacks) -> int | None:
     return None
 
 
-def stage_of_records(records, stacks, layers: int, stages: int) -> list:
-    """The virtual stage of each record: its layer's chunk; before the stack in the forward
-    (after it in the backward): the first; the rest: the last."""
+def placed(items, stacks, layers: int, stages: int):
+    """``(layer index or None, virtual stage)`` of each ``(module, phase)`` of ``items``, in
+    program order (op records; parameters and saved activations, in the forward): a layer's
+    chunk; outside the layers, before the stack in the forward (after it in the backward)
+    the first stage, the rest the last."""
     per = max(1, layers // stages)
-    out = []
     seen = {"forward": False, "backward": False}
-    for r in records:
-        i = layer_of(r.module, stacks)
-        phase = "backward" if r.phase == "backward" else "forward"
+    for module, phase in items:
+        i = layer_of(module, stacks)
+        phase = "backward" if phase == "backward" else "forward"
         if i is not None:
             seen[phase] = True
-            out.append(min(i // per, stages - 1))
+            yield i, min(i // per, stages - 1)
         elif phase == "forward":
-            out.append(0 if not seen["forward"] else stages - 1)
+            yield None, 0 if not seen["forward"] else stages - 1
         else:
-            out.append(stages - 1 if not seen["backward"] else 0)
-    return out
+            yield None, stages - 1 if not seen["backward"] else 0
 
 
 def _wall(records):
     return eager_timeline((r.host_s, r.time_s) for r in records)
 
 
-def _coll(op, nbytes, group, stride, topo, per_node_=None):
+def _coll(op, nbytes, group, stride, topo):
     if group <= 1 or nbytes <= 0:
         return 0.0
-    d = per_node_ or per_node(group, stride, topo.gpus_per_node)
+    d = per_node(group, stride, topo.gpus_per_node)
     return predict_collective(op, int(nbytes), group, topology=topo, per_node=d).time_s
 
 
@@ -134,17 +131,16 @@ def plan_step(records, optimizer_records, *, plan, topo, stacks, layers, stage_p
     weight casts) over all the parameters one GPU of a pipeline-less replica holds, scaled
     here to each rank's share; ``stage_params``: trained parameter elements per virtual
     stage; ``unit_params``: per virtual stage, the elements of each FSDP unit in forward
-    order (its layers, then the rest); ``item``: the compute dtype's bytes;
+    order (``{layer index: elements}``, the rest of the stage under None, last); ``item``: the compute dtype's bytes;
     ``hidden_tokens_bytes``: one micro-batch's activation between stages.
 
     Returns ``(time_s, critical rank, ranks [StageTime], collectives [Collective])``."""
     p, v, m = plan.pp, plan.virtual_stages, plan.microbatches
     stages = plan.stages
-    where = stage_of_records(records, stacks, layers, stages) if stages > 1 else \
-        [0] * len(records)
     fwd_recs = [[] for _ in range(stages)]
     bwd_recs = [[] for _ in range(stages)]
-    for r, s in zip(records, where):
+    where = placed(((r.module, r.phase) for r in records), stacks, layers, stages)
+    for r, (_, s) in zip(records, where):
         (bwd_recs if r.phase == "backward" else fwd_recs)[s].append(r)
     shard, rep, tp = plan.shard, plan.replicate, plan.tp
     all_params = sum(stage_params) or 1
@@ -153,15 +149,17 @@ def plan_step(records, optimizer_records, *, plan, topo, stacks, layers, stage_p
     if plan.zero == 3:
         casts = []  # FSDP2 gathers the parameters in the compute dtype: no autocast casts
 
-    fwd_t, bwd_t, exposed, per_stage = [], [], [], []
+    fwd_t, bwd_t, exposed, per_stage, cast_s = [], [], [], [], []
     for s in range(stages):
         share = stage_params[s] / all_params
         cast_f = sum(r.time_s for r in casts if r.phase == "forward") * share
         cast_b = sum(r.time_s for r in casts if r.phase == "backward") * share
-        units = unit_params[s]
+        cast_s.append(share * sum(r.time_s for r in casts))
+        ids = list(unit_params[s])
+        units = list(unit_params[s].values())
         # unit order (the stage's layers, then the root); the backward runs it reversed
-        f_walls = [_wall(u).wall_s for u in _split_units(fwd_recs[s], stacks, len(units))]
-        b_walls = [_wall(u).wall_s for u in _split_units(bwd_recs[s], stacks, len(units))]
+        f_walls = [_wall(u).wall_s for u in _split_units(fwd_recs[s], stacks, ids)]
+        b_walls = [_wall(u).wall_s for u in _split_units(bwd_recs[s], stacks, ids)]
         comm: dict = {}
         if plan.zero == 3:
             gat = [_coll("all_gather", n * item, shard, tp, topo) for n in units]
@@ -224,7 +222,7 @@ def plan_step(records, optimizer_records, *, plan, topo, stacks, layers, stage_p
             grad = params * 4  # fp32 gradients
             group = shard if plan.zero else plan.dp
             op = "all_reduce" if plan.zero == 0 else "reduce_scatter"
-            sizes = [_BUCKET] * (grad // _BUCKET) + ([grad % _BUCKET] if grad % _BUCKET else [])
+            sizes = buckets(grad)
             times = [_coll(op, b, group, tp, topo) for b in sizes]
             if plan.zero and rep > 1:
                 times = [t + _coll("all_reduce", b / shard, rep, tp * shard, topo)
@@ -259,8 +257,7 @@ def plan_step(records, optimizer_records, *, plan, topo, stacks, layers, stage_p
                 if r.cls in cls:
                     cls[r.cls] += m * r.time_s
             cls["host_idle"] += m * (_wall(fwd_recs[s]).idle_s + _wall(bwd_recs[s]).idle_s)
-            share = stage_params[s] / all_params
-            cls["memory"] += m * share * sum(r.time_s for r in casts)
+            cls["memory"] += m * cast_s[s]
         rest = max(0.0, time_s - sum(cls.values()))
         # without a pipeline what is left is the host's (the timelines' rounding): no bubble
         cls["pipeline_bubble" if p > 1 else "host_idle"] += rest
@@ -297,22 +294,11 @@ def _holds(d, p):
     return "layers only"
 
 
-def _split_units(records, stacks, n_units):
-    """A stage's records grouped into its FSDP units (its layers in order, then the root:
-    everything outside the layers); ``n_units`` of them."""
-    groups: dict = {}
-    root = []
+def _split_units(records, stacks, ids):
+    """A stage's records by FSDP unit: the records of each layer of ``ids`` (its units' keys,
+    in order), then the rest (the root, None: everything outside those layers)."""
+    groups: dict = {i: [] for i in ids}
     for r in records:
         i = layer_of(r.module, stacks)
-        if i is None:
-            root.append(r)
-        else:
-            groups.setdefault(i, []).append(r)
-    out = [groups[k] for k in sorted(groups)] + [root]
-    while len(out) < n_units:
-        out.insert(0, [])
-    if len(out) > n_units:  # more record groups than units: fold the extra into the root
-        extra = out[:len(out) - n_units]
-        out = out[len(out) - n_units:]
-        out[-1] = [r for grp in extra for r in grp] + out[-1]
-    return out
+        groups[i if i in groups else None].append(r)
+    return list(groups.values())

@@ -626,8 +626,9 @@ def optimizer_records(optimizer, numels, *, spec, mixed: bool):
 
 
 def comm_records(records, *, tp, dp, topology, item, grad_bytes, sequence_parallel=False):
-    """``records`` with the collectives of tensor and data parallelism added
-    (``fxshape.cost.comm``), and notes.
+    """``(records, notes, dp_total_s)``: ``records`` with the collectives of tensor and data
+    parallelism added (``fxshape.cost.comm``), notes, and the data-parallel all-reduce's
+    whole time (its record holds the exposed part; 0 without one).
 
     Tensor parallelism (Megatron): after each row-parallel GEMM of the forward (attention's
     output projection, the MLP's down projection), an all-reduce of its output (tokens x
@@ -680,10 +681,12 @@ def comm_records(records, *, tp, dp, topology, item, grad_bytes, sequence_parall
                         if sequence_parallel else "") + f", on {topology.name}")
     else:
         out = list(records)
+    dp_total = 0.0
     if dp > 1 and grad_bytes > 0:
-        out, note = _dp_allreduce(out, dp=dp, tp=tp, topology=topology, grad_bytes=grad_bytes)
+        out, note, dp_total = _dp_allreduce(out, dp=dp, tp=tp, topology=topology,
+                                            grad_bytes=grad_bytes)
         notes.append(note)
-    return out, notes
+    return out, notes, dp_total
 
 
 def recompute_records(records, layers, select=None):
@@ -742,14 +745,14 @@ def selective_nodes(records, gm) -> dict:
     # what the core saves: every node from its first GEMM (QKᵀ) up to, not including, its
     # last (the product with V, whose output the projection after it keeps): the scores,
     # their scaling and mask, the probabilities and their dropout
-    index = {n.name: k for k, n in enumerate(gm.graph.nodes)}
     names = [n.name for n in gm.graph.nodes]
+    index = {name: k for k, name in enumerate(names)}
     by_module: dict = {}
     for r in records:
         if r.node in core:
             base = r.node.split("@", 1)[0]  # a deduplicated layer's copies: x@7
             if base in index:
-                by_module.setdefault(r.module.split("@", 1)[0], set()).add(index[base])
+                by_module.setdefault(r.module, set()).add(index[base])
     dropped = set()
     for found in by_module.values():
         first, last = min(found), max(found)
@@ -782,24 +785,16 @@ def shard_memory_records(records, tp, spec, sequence_parallel=False):
 
 def _dp_allreduce(records, *, dp, tp, topology, grad_bytes):
     from ..cost.comm import predict_collective
+    from ..parallelism.overlap import bucketed, buckets
+    from ..parallelism.placement import per_node as per_node_of
 
-    per_node = max(1, min(dp, topology.gpus_per_node // tp))
-    while dp % per_node:
-        per_node -= 1
-    bucket = 25 * 2 ** 20
-    sizes = [bucket] * (grad_bytes // bucket) + ([grad_bytes % bucket]
-                                                 if grad_bytes % bucket else [])
+    per_node = per_node_of(dp, tp, topology.gpus_per_node)
+    sizes = buckets(grad_bytes)
     times = [predict_collective("all_reduce", b, dp, topology=topology,
                                 per_node=per_node).time_s for b in sizes]
-    backward = [r.time_s for r in records if r.phase == "backward"]
-    duration = sum(backward)
-    done = end = 0.0
-    for b, t in zip(sizes, times):
-        done += b
-        ready = duration * done / grad_bytes
-        end = max(end, ready) + t
-    exposed = max(0.0, end - duration)
-    total = sum(times)
+    duration = sum(r.time_s for r in records if r.phase == "backward")
+    ov = bucketed(duration, sizes, times)
+    exposed, total = ov.exposed, ov.comm
     rec = OpRecord("dp.all_reduce", "dp gradient all-reduce", "", "backward", "communication",
                    len(sizes), grad_bytes, 0, exposed, 0.0,
                    family=topology.link_class(dp, per_node),
@@ -810,7 +805,7 @@ def _dp_allreduce(records, *, dp, tp, topology, grad_bytes):
     out = list(records[:idx + 1]) + [rec] + list(records[idx + 1:])
     return out, (f"dp {dp}: gradient all-reduce in 25 MiB buckets overlapped with the "
                  f"backward ({total * 1e3:.3f} ms, {exposed * 1e3:.3f} ms exposed), on "
-                 f"{topology.name}")
+                 f"{topology.name}"), total
 
 
 def _launch(spec) -> float:

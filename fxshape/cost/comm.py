@@ -120,7 +120,7 @@ def collective_time(constants, collective: str, nbytes: float, n: int, d: int,
     """``(time_s, link, link class)`` of ``collective`` over ``n`` GPUs, ``d`` to a node, with
     the fitted constants ``constants(key)`` (a function: ``param_key`` -> dict; the fit
     passes the ones it is trying). Flat inside a node, hierarchical across nodes (module
-    docstring). Raises KeyError for a class without constants."""
+    docstring). A class without constants: whatever ``constants`` raises."""
     if n == 1:
         return 0.0, "none", "none"
     if n <= d or collective == "send_recv":

@@ -17,7 +17,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-__all__ = ["Overlap", "prefetched", "bucketed"]
+__all__ = ["Overlap", "prefetched", "bucketed", "buckets", "BUCKET_BYTES"]
+
+#: DDP's ``bucket_cap_mb`` (25 MiB)
+BUCKET_BYTES = 25 * 2 ** 20
 
 
 @dataclass(frozen=True)
@@ -69,3 +72,8 @@ def bucketed(duration: float, sizes, times) -> Overlap:
         ready = duration * done / total if total else duration
         end = max(end, ready) + t
     return Overlap(end=max(end, duration), compute=duration, comm=float(sum(times)))
+
+
+def buckets(nbytes: int, cap: int = BUCKET_BYTES) -> list:
+    """``nbytes`` of gradients cut into DDP's buckets of ``cap`` bytes (the last one short)."""
+    return [cap] * (nbytes // cap) + ([nbytes % cap] if nbytes % cap else [])

@@ -9,7 +9,7 @@ it, and a pipeline boundary crosses nodes when the ranks before it fill whole no
 
 from __future__ import annotations
 
-__all__ = ["per_node", "stage_crosses_nodes", "group_nodes"]
+__all__ = ["per_node", "stage_crosses_nodes"]
 
 
 def per_node(size: int, stride: int, gpus_per_node: int) -> int:
@@ -19,11 +19,6 @@ def per_node(size: int, stride: int, gpus_per_node: int) -> int:
     while size % d:
         d -= 1
     return d
-
-
-def group_nodes(size: int, stride: int, gpus_per_node: int) -> int:
-    """Nodes a group spans."""
-    return size // per_node(size, stride, gpus_per_node)
 
 
 def stage_crosses_nodes(boundary: int, ranks_per_stage: int, gpus_per_node: int) -> bool:

@@ -76,8 +76,8 @@ class Parallel:
                 raise ValueError(f"Parallel.{name} must be True or False, got "
                                  f"{getattr(self, name)!r}")
         if self.sequence_parallel and self.tp == 1:
-            raise ValueError("sequence_parallel needs tp > 1 (it splits the tensor-parallel "
-                             "group's norms and dropout along the sequence)")
+            raise ValueError("sequence_parallel splits the norms and residuals over the "
+                             "tensor-parallel GPUs: it needs tp > 1, got tp=1")
         if self.zero and self.dp == 1:
             raise ValueError(f"zero={self.zero} shards over the data-parallel ranks, but dp=1: "
                              "nothing to shard over; use zero=0 or dp > 1")
@@ -108,6 +108,13 @@ class Parallel:
     @property
     def gpus(self) -> int:
         return self.tp * self.pp * self.dp
+
+    @property
+    def is_plain(self) -> bool:
+        """Only tensor and data parallelism (DDP): no pipeline, ZeRO or micro-batches, the
+        step one timeline (``fxshape.analysis.step``); otherwise it is played out
+        (``fxshape.analysis.pipeline``)."""
+        return self.pp == 1 and not self.zero and self.microbatches == 1
 
     @property
     def interleaved(self) -> bool:
