@@ -6,6 +6,8 @@ pairwise covering array."""
 import json
 import os
 
+from fxshape import Parallel
+
 MODES = ("inference", "prefill", "train", "decode")
 _CFG = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
             num_key_value_heads=2, vocab_size=256, max_position_embeddings=256)
@@ -34,6 +36,8 @@ VALUES = {
     "tp": 2, "sequence_parallel": True, "dp": 2, "topology": "pcie4", "optimizer": "sgd",
     "execution": "compiled", "attention": "math", "moe_routing": (0.5, 0.5), "dedup": False,
     "params": "PARAMS", "provenance": "matched", "kv_dtype": "fp8", "page_size": 16,
+    # a 2-stage pipeline over 2 micro-batches (the matrix's Llama has 2 layers)
+    "parallel": Parallel(pp=2, microbatches=2), "recompute": "selective",
 }
 _DECODE_ONLY = {"context_len", "kv_dtype", "page_size"}
 #: what every run of the matrix is given besides its options: a short prompt (the default
@@ -52,6 +56,10 @@ def _refused(mode: str, names) -> bool:
         return True  # no KV cache outside decode
     if "moe_routing" in names:
         return True  # the Llama has no expert layers to route
+    if mode != "train" and names & {"parallel", "recompute"}:
+        return True  # a pipeline and recomputation are a training step's
+    if "parallel" in names and names & {"tp", "dp", "sequence_parallel"}:
+        return True  # the plan or its shorthands, not both
     return "sequence_parallel" in names and "tp" not in names  # it splits over tp GPUs
 
 

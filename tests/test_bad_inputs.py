@@ -605,7 +605,9 @@ CLI_VALUES = {
                 "format": ["json", "table", "csv", "ops-csv", "markdown"],
                 "mode": ["inference", "prefill", "train", "decode"], "dp": ["2"],
                 "topology": ["pcie4"], "sequence_parallel": [True],
-                "provenance": ["matched", "none"], "plot": ["@out.png"]},
+                "provenance": ["matched", "none"], "plot": ["@out.png"],
+                "pp": ["2"], "zero": ["1"], "dp_shard": ["2"], "microbatches": ["2"],
+                "virtual_stages": ["2"], "schedule": ["gpipe"], "recompute": ["selective"]},
     "advise": {**_SHARED, "mode": ["inference", "train", "decode"], "tolerance": ["0.05"],
                "min_speedup": ["0.02"], "format": ["json", "table", "markdown"]},
     "sweep": {**_SHARED, "mode": ["inference", "train", "decode"], "out": ["@out.svg"]},
@@ -620,7 +622,31 @@ _REQUIRED = {"predict": ["--m", "64", "--n", "64", "--k", "64"],
              "sweep": ["--param", "intermediate_size", "--range", "128:192:64"]}
 _WORKLOAD = {"gpu", "dtype", "batch_size", "seq_len", "tp", "attention", "execution",
              "optimizer", "context_len", "kv_dtype", "page_size", "dp", "topology",
-             "sequence_parallel", "provenance", "params"}
+             "sequence_parallel", "provenance", "params", "recompute"}
+#: the options the command line builds a fxshape.Parallel plan from (stated as parallel=)
+_PLAN = {"pp", "zero", "dp_shard", "microbatches", "virtual_stages", "schedule"}
+
+
+def _plan_refused(case, mode) -> bool:
+    """The plans the command line cannot build or run (fxshape.parallelism.plan): each
+    refused in one line."""
+    get = lambda k, d: int(case.get(k, d))  # noqa: E731
+    pp, zero, dp, v, m = (get("pp", 1), get("zero", 0), get("dp", 1),
+                          get("virtual_stages", 1), get("microbatches", 1))
+    schedule = case.get("schedule", "1f1b")
+    if zero and dp == 1:
+        return True  # nothing to shard over
+    if "dp_shard" in case and (not zero or dp % int(case["dp_shard"])):
+        return True  # hybrid sharding needs ZeRO and a divisor of dp
+    if pp == 1 and (v > 1 or schedule != "1f1b"):
+        return True  # a schedule or virtual stages without a pipeline
+    if schedule == "gpipe" and v > 1:
+        return True  # interleaving is a 1F1B schedule
+    if v > 1 and m % pp:
+        return True  # Megatron: micro-batches a multiple of pp when interleaved
+    if mode != "train" and (pp > 1 or zero or m > 1):
+        return True  # pipelines, ZeRO and micro-batches are a training step's
+    return pp > 1  # the tiny config has 1 layer: no pipeline splits it
 
 
 def _parser_options(command) -> dict:
@@ -658,6 +684,8 @@ def _cli_conflict(command, case) -> bool:
     if "input" in case and (mode == "decode" or {"batch_size", "seq_len"} & set(case)):
         return True  # decode builds its inputs; sizes are for synthesized inputs
     if _refused(mode, names):
+        return True
+    if command == "analyze" and _plan_refused(case, mode):
         return True
     # a config file's target has no positions to cap a decode page (none here) ... and tp
     # splits 4 heads over 2 KV heads: fine; SP needs tp (in _refused)
@@ -723,6 +751,8 @@ def _stated(command, case, out: str, folder) -> None:
         notes = out
     for dest in case:
         name = {"tolerance": "param_tolerance"}.get(dest, dest)
+        if dest in _PLAN:  # the plan built from them is the option stated
+            assert "parallel=" in notes or '"parallel"' in notes, (dest, notes[:3000])
         if dest in _WORKLOAD or dest in ("tolerance", "min_speedup"):
             # the options line of a table, a CSV's options column, JSON's options or notes
             assert f"{name}=" in notes or f'"{name}"' in notes, (dest, notes[:3000])

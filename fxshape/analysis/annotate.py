@@ -487,11 +487,13 @@ def analyze(model, example_inputs=None, example_kwargs=None, *, gpu="h100",
     from ..parallelism.plan import check_mode, check_recompute, parallel_of
 
     plan = parallel_of(parallel, tp=tp, dp=dp, sequence_parallel=sequence_parallel)
+    # the options as given (the shorthands, or the plan), for report.options
+    shorthands = dict(tp=tp, dp=dp, sequence_parallel=sequence_parallel)
     tp, dp, sequence_parallel = plan.tp, plan.dp, plan.sequence_parallel
     check_options(mode=mode, tp=tp, sequence_parallel=sequence_parallel)
     check_mode(plan, mode)
     check_recompute(recompute, mode)
-    ctx: dict = {}
+    ctx: dict = {"plan": plan}
     if mode == "decode":
         report = _analyze_decode(model, example_inputs, example_kwargs, gpu=gpu, dtype=dtype,
                                  batch_size=batch_size, seq_len=seq_len, tp=tp,
@@ -516,11 +518,11 @@ def analyze(model, example_inputs=None, example_kwargs=None, *, gpu="h100",
                               sequence_parallel=sequence_parallel, ctx=ctx, plan=plan,
                               recompute=recompute)
     given = _given_options(report, ctx, gpu=gpu, dtype=dtype, batch_size=batch_size,
-                           seq_len=seq_len, tp=tp, moe_routing=moe_routing,
-                           attention=attention, dedup=dedup, provenance=provenance, execution=execution, optimizer=optimizer,
-                           dp=dp, topology=topology, sequence_parallel=sequence_parallel,
-                           context_len=context_len, kv_dtype=kv_dtype, page_size=page_size,
-                           plan=plan, recompute=recompute)
+                           seq_len=seq_len, moe_routing=moe_routing, attention=attention,
+                           dedup=dedup, provenance=provenance, execution=execution,
+                           optimizer=optimizer, topology=topology, context_len=context_len,
+                           kv_dtype=kv_dtype, page_size=page_size, parallel=parallel,
+                           recompute=recompute, **shorthands)
     if mode_default:
         report = dataclasses.replace(report, workload=dataclasses.replace(
             report.workload, mode_default=True))
@@ -529,7 +531,7 @@ def analyze(model, example_inputs=None, example_kwargs=None, *, gpu="h100",
 
 def _given_options(report, ctx, *, gpu, dtype, batch_size, seq_len, tp, moe_routing,
                    attention, dedup, provenance, execution, optimizer, dp, topology,
-                   sequence_parallel, context_len, kv_dtype, page_size, plan=None,
+                   sequence_parallel, context_len, kv_dtype, page_size, parallel=None,
                    recompute=None) -> dict:
     """The options whose values differ from the defaults the analysis would have used
     (``fxshape.analysis.options``): name -> value as given."""
@@ -577,15 +579,8 @@ def _given_options(report, ctx, *, gpu, dtype, batch_size, seq_len, tp, moe_rout
         given["kv_dtype"] = report.workload.kv_dtype
     if page_size is not None:
         given["page_size"] = page_size
-    if plan is not None:
-        for name, default in (("pp", 1), ("zero", 0), ("virtual_stages", 1),
-                              ("microbatches", 1), ("dp_shard", None)):
-            if getattr(plan, name) != default:
-                given[name] = getattr(plan, name)
-        if plan.schedule != "1f1b":
-            given["schedule"] = plan.schedule
-        if not plan.reshard_after_forward:
-            given["reshard_after_forward"] = False
+    if parallel is not None and parallel != type(parallel)():
+        given["parallel"] = parallel
     if recompute is not None:
         given["recompute"] = recompute
     return given
@@ -717,7 +712,9 @@ def _analyze(model, example_inputs, example_kwargs, *, gpu, dtype, batch_size, s
                    flash_kernel=resolve_kernel("flash", spec, dkey, 128)[0],
                    attention_kernel=resolve_kernel(attention, spec, dkey, 128)[0])
     records, op_unsupported, step_notes = _op_records(gm, rows, model, spec, dkey, execution)
-    walk = _liveness(gm, dkey, mode, rows, tp, sequence_parallel)
+    walk = _liveness(gm, dkey, mode, rows, tp, sequence_parallel, spec=spec,
+                     attention=attention,
+                     vocab=getattr(getattr(model, "config", None), "vocab_size", None))
     if moe_routing is not None and not any(r.op.startswith("grouped") for r in rows):
         raise ValueError("moe_routing was given, but the model has no MoE expert layers "
                          "(grouped expert GEMMs) to route")
@@ -892,18 +889,42 @@ def _input_embedding_bytes(model, tp, item) -> int:
     return w.numel() // (tp if w.dim() >= 2 else 1) * item
 
 
-def _liveness(gm, dkey, mode, rows=(), tp=1, sequence_parallel=False):
+def _liveness(gm, dkey, mode, rows=(), tp=1, sequence_parallel=False, spec=None,
+              attention="flash", vocab=None):
     """The eager liveness walk of the captured graph (``fxshape.analysis.memory.liveness``),
-    each tensor at its per-GPU size under tensor parallelism (:func:`_activation_shares`)."""
-    from .memory import liveness
+    each tensor at its per-GPU size under tensor parallelism (:func:`_activation_shares`).
+    In training, the attention calls that run unfused save their probabilities too
+    (``fxshape.analysis.memory.unfused_attention_saved``): alive from their forward to the
+    backward, so counted in the walk's peak, at the backward's start and in what is saved.
+    So does the cross-entropy that replaces the capture's sum (``fxshape.analysis.memory.
+    loss_saved``): its fp32 log-probabilities saved, its two logits-sized gradients at the
+    start of the backward."""
+    from .memory import SavedBytes, liveness, loss_saved, unfused_attention_saved
     from .opcost import Sizes
-    from .step import attribute_modules, model_float_dtype, run_dtype
+    from .step import attribute_modules, loss_of, model_float_dtype, run_dtype
 
     sizes = Sizes(model_float_dtype(gm), run_dtype(dkey))
     grad_item = 4 if mode == "train" else None  # fp32 gradients of fp32 master weights
     owner = attribute_modules(gm, module_of)
     share = _activation_shares(gm, rows, owner, tp, sequence_parallel) if tp > 1 else None
-    return liveness(gm, sizes, owner=owner, grad_itemsize=grad_item, share=share)
+    peak, at_backward, saved = liveness(gm, sizes, owner=owner, grad_itemsize=grad_item,
+                                        share=share)
+    if mode != "train" or at_backward is None or spec is None:
+        return peak, at_backward, saved
+    # only where the user says the attention runs unfused: "flash" falls back to the math
+    # path in the time model where no fused kernel takes the call (fp32 on sm80+), but
+    # PyTorch's memory-efficient kernel, which saves no probabilities, takes fp32
+    probs = unfused_attention_saved(gm, owner, run_dtype(dkey).itemsize, share=share,
+                                    is_math=lambda q: attention == "math")
+    more = sum(b.bytes for b in probs)
+    peak, at_backward, saved = peak + more, at_backward + more, saved + probs
+    loss = loss_of(gm, vocab, sizes)
+    if loss is None:
+        return peak, at_backward, saved
+    kept, grads = loss_saved(loss[1].numel(), tp)
+    record = SavedBytes(loss[0] + "#log_probs", owner.get(loss[0], ""), "forward", kept)
+    return (max(peak + kept, at_backward + kept + grads), at_backward + kept,
+            saved + [record])
 
 
 def _activation_shares(gm, rows, owner, tp, sequence_parallel) -> dict:
@@ -1098,7 +1119,8 @@ def _plan_memory(model, walk, spec, dkey, optimizer, layers, workload, *, shards
             copies = item * matrices * P // total_params if item < 4 else 0
         chunk = sum(act[s] for s in mine) / v
         activations = int(chunk * flight[d]) + rerun
-        peak = max(params + copies + activations + transient,
+        # the optimizer's state is there from the first step on (fxshape.analysis.memory)
+        peak = max(params + state + copies + activations + transient,
                    params + grads + state + opt_temp)
         rec = (peak, d, params, grads, state, activations)
         if best is None or peak > best[0]:

@@ -13,9 +13,17 @@ counted from the model's parameters:
   (``fxshape.cost.optimizer``); under bf16/fp16 autocast, the half-precision copy of every
   weight the forward casts, held until its backward.
 
+In training the walk also holds what the capture does not show: the training loss's
+cross-entropy (its fp32 log-probabilities saved, its two logits-sized gradients at the start
+of the backward: :func:`loss_saved`), and, where the attention runs unfused
+(``attention="math"``), each call's probabilities and dropout mask
+(:func:`unfused_attention_saved`).
+
 The peak is the larger of two moments. One is the forward and backward walk on top of the
-weights. The other is the optimizer step: weights, gradients and state, plus the foreach
-AdamW's temporary square roots (4 bytes per parameter). The caching allocator's rounding and
+weights and the optimizer state (there from the first step on: a step's peak is any later
+step's, as torch's ``MemTracker`` measures the second). The other is the optimizer step:
+weights, gradients and state, plus the foreach AdamW's temporary square roots (4 bytes per
+parameter). The caching allocator's rounding and
 fragmentation, and the CUDA context (several hundred MiB), are not counted.
 """
 
@@ -28,7 +36,8 @@ import torch
 from ..cost.optimizer import state_bytes_per_param
 from .opcost import Sizes
 
-__all__ = ["Memory", "liveness", "memory_of", "SavedBytes"]
+__all__ = ["Memory", "liveness", "memory_of", "SavedBytes", "unfused_attention_saved",
+           "loss_saved"]
 
 _GIB = 1024 ** 3
 
@@ -82,6 +91,43 @@ class SavedBytes:
     module: str
     phase: str
     bytes: int
+
+
+def unfused_attention_saved(gm, owner: dict, run_item: int, is_math, share=None) -> list:
+    """What an attention call run unfused saves for its backward, beyond what the fused
+    custom op (``fxshape::attention``) shows: the probabilities (softmax's output, read by
+    its backward and by the product with V's) and, with dropout, its mask (1 byte) and the
+    dropped probabilities: ``b·h·sq·sk × (item + (1 + item) if dropout)`` bytes, the
+    ``2as²b + as²b + 2as²b`` of Korthikanti et al. 2022 in fp16. One record per forward
+    call, named ``node + PROBS`` (selective recomputation frees it); ``is_math(q)`` says
+    whether the call runs unfused (``attention="math"``, or no fused kernel for it);
+    ``share``: node -> the GPUs its output is split over."""
+    from .step import PROBS
+
+    out = []
+    target = getattr(getattr(torch.ops, "fxshape", None), "attention", None)
+    for n in gm.graph.nodes:
+        if n.op != "call_function" or target is None or n.target is not target.default:
+            continue
+        q, k = n.args[0].meta.get("val"), n.args[1].meta.get("val")
+        if q is None or k is None or not is_math(q):
+            continue
+        dropout_p = n.args[4] if len(n.args) > 4 else n.kwargs.get("dropout_p", 0.0)
+        scores = q.numel() // max(q.shape[-1], 1) * k.shape[-2]  # b·h·sq·sk
+        per = run_item + ((1 + run_item) if dropout_p else 0)
+        nbytes = scores * per // (share or {}).get(n.name, 1)
+        out.append(SavedBytes(n.name + PROBS, owner.get(n.name, ""), "forward", nbytes))
+    return out
+
+
+def loss_saved(logits: int, tp: int = 1) -> tuple:
+    """``(saved, backward)`` bytes of the training loss's cross-entropy over ``logits``
+    elements, as Hugging Face's loss runs it in fp32: the log-probabilities it saves for
+    its backward, and the two logits-sized fp32 gradients alive together at the start of
+    the backward (the log-probabilities' and the logits'). Megatron's vocabulary-parallel
+    cross-entropy splits them over ``tp``."""
+    part = 4 * logits // max(tp, 1)
+    return part, 2 * part
 
 
 def _key(t: torch.Tensor):
@@ -201,7 +247,9 @@ def memory_of(*, numels, mode, dkey, optimizer, run_item, capacity, peak_walk,
             notes.append("autocast: a half-precision copy of each GEMM weight is held from "
                          "its cast in the forward to its backward")
         opt_temp = 4 * total if optimizer == "adamw" else 0
-        peak = max(params + copies + peak_walk, params + grads + state + opt_temp)
+        # the optimizer's state is there from the first step on: under the forward and
+        # backward of every later step too
+        peak = max(params + state + copies + peak_walk, params + grads + state + opt_temp)
     else:
         params = run_item * total
         grads = state = 0

@@ -158,40 +158,26 @@ def _page_size(v, report, ctx):
                   "(memory holds whole pages)")
 
 
-def _pp(v, report, ctx):
-    return True, f"{v} pipeline stages, the slowest {report.step.critical}"
-
-
-def _zero(v, report, ctx):
-    return True, {"1": "optimizer state", "2": "optimizer state and gradients",
-                  "3": "parameters, gradients and optimizer state (FSDP)"}[v] + \
-        " sharded over the data-parallel ranks"
-
-
-def _virtual_stages(v, report, ctx):
-    return True, f"interleaved 1F1B: {v} model chunks per pipeline rank"
-
-
-def _microbatches(v, report, ctx):
-    return True, (f"{v} micro-batches per optimizer step (global batch "
-                  f"{report.workload.global_batch})")
-
-
-def _schedule(v, report, ctx):
-    return True, f"the pipeline runs {v}"
-
-
-def _dp_shard(v, report, ctx):
-    return True, f"hybrid sharding: sharded over {v}, replicated across the rest"
-
-
-def _reshard(v, report, ctx):
-    return True, "FSDP keeps each block's parameters gathered from its forward to its backward"
+def _parallel(v, report, ctx):
+    w, plan = report.workload, ctx["plan"]
+    if w.parallel:  # a pipeline, ZeRO or micro-batches: the step played out
+        return True, f"the step played out under {w.parallel}" + (
+            f"; the slowest {report.step.critical}" if report.step.critical else "")
+    # only tensor and data parallelism: what its shorthands would say
+    got = [(name, rule(str(getattr(plan, name)), report, ctx))
+           for name, rule, default in (("tp", _tp, 1), ("dp", _dp, 1),
+                                       ("sequence_parallel", _sequence_parallel, False))
+           if getattr(plan, name) != default]
+    return any(a for _, (a, _) in got), "; ".join(f"{n}: {e}" for n, (_, e) in got)
 
 
 def _recompute(v, report, ctx):
-    return True, ("every layer's forward re-run in its backward" if v == "full" else
-                  "the attention core re-run in each layer's backward")
+    if v == "full":
+        return True, "every layer's forward re-run in its backward"
+    freed = any(n.startswith("selective recomputation:") for n in report.memory.notes)
+    return True, "the attention core re-run in each layer's backward" + (
+        ", its scores and probabilities not kept" if freed else
+        " (a fused attention kernel keeps only its output and log-sum-exp: no memory freed)")
 
 
 #: one rule per option of ``analyze``: (value shown, report, context) -> (applied, effect)
@@ -200,10 +186,7 @@ RULES = {"gpu": _gpu, "dtype": _dtype, "batch_size": _batch_size, "seq_len": _se
          "dp": _dp, "topology": _topology, "optimizer": _optimizer, "execution": _execution,
          "attention": _attention, "moe_routing": _moe_routing, "dedup": _dedup,
          "params": _params, "provenance": _provenance, "kv_dtype": _kv_dtype,
-         "page_size": _page_size, "pp": _pp, "zero": _zero,
-         "virtual_stages": _virtual_stages, "microbatches": _microbatches,
-         "schedule": _schedule, "dp_shard": _dp_shard, "reshard_after_forward": _reshard,
-         "recompute": _recompute}
+         "page_size": _page_size, "parallel": _parallel, "recompute": _recompute}
 
 
 def option_effects(report, given: dict, ctx: dict) -> tuple:

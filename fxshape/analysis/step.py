@@ -26,7 +26,7 @@ from ..hardware.gpus import get_gpu
 from .opcost import Kernel, Sizes, _is_view, dropout_chains, matmul_copies, node_kernels
 from .rows import Unsupported
 
-__all__ = ["OpRecord", "Step", "CLASSES", "EXECUTIONS", "op_records", "step_of",
+__all__ = ["OpRecord", "Step", "CLASSES", "EXECUTIONS", "op_records", "step_of", "loss_of",
            "check_execution", "model_float_dtype", "run_dtype", "attribute_modules", "phase_of"]
 
 #: the classes a step's time is split into (``Step.by_class``)
@@ -580,6 +580,12 @@ def _loss_nodes(gm, vocab_size, sizes):
         "place of the capture's sum",)
 
 
+def loss_of(gm, vocab_size, sizes):
+    """``(loss node name, logits value, vocabulary)`` of the joint graph's synthetic loss
+    when it is priced as a cross-entropy over the vocabulary, else None."""
+    return _loss_nodes(gm, vocab_size, sizes)[1]
+
+
 def _compiled_loss(loss_fx, phase, spec, sizes, per_kernel, owner) -> OpRecord:
     name, x, v = loss_fx
     rows = x.numel() // v
@@ -718,6 +724,10 @@ def recompute_records(records, layers, select=None):
     return out
 
 
+#: the suffix of the name under which an unfused attention call's probabilities are saved
+PROBS = "#probs"
+
+
 def selective_nodes(records, gm) -> dict:
     """The attention core Megatron's selective recomputation re-runs: ``{"all": nodes,
     "dropped": nodes whose saved outputs it frees}``. The core is the attention calls (a
@@ -726,7 +736,9 @@ def selective_nodes(records, gm) -> dict:
     probabilities), not the output the projection after it saves; by graph node name (a
     deduplicated layer's copies, ``x@7``, share their representative's). A fused
     attention kernel is its own core: it saves only its output and log-sum-exp, and
-    nothing is freed."""
+    nothing more is freed, unless it runs unfused (``attention="math"``): then its saved
+    probabilities (``node + PROBS``, fxshape.analysis.memory.unfused_attention_saved)
+    are freed."""
     from .parallel import layer_kind
 
     core = set()
@@ -753,7 +765,9 @@ def selective_nodes(records, gm) -> dict:
             base = r.node.split("@", 1)[0]  # a deduplicated layer's copies: x@7
             if base in index:
                 by_module.setdefault(r.module, set()).add(index[base])
-    dropped = set()
+    # an unfused attention call's probabilities (PROBS)
+    dropped = {r.node.split("@", 1)[0] + PROBS for r in records
+               if r.node in core and r.cls == "attention"}
     for found in by_module.values():
         first, last = min(found), max(found)
         dropped.update(names[first:last])

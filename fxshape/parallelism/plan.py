@@ -11,7 +11,7 @@ microbatches × dp``.
 from __future__ import annotations
 
 import numbers
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, fields
 
 __all__ = ["Parallel", "SCHEDULES", "ZERO_STAGES", "check_mode", "check_plan", "parallel_of",
            "RECOMPUTE", "check_recompute"]
@@ -164,6 +164,16 @@ class Parallel:
 
     def as_dict(self) -> dict:
         return asdict(self)
+
+    def __repr__(self) -> str:
+        """``Parallel(pp=2, microbatches=8)``: the fields that differ from the defaults."""
+        default = _DEFAULT_FIELDS
+        args = ", ".join(f"{f.name}={getattr(self, f.name)!r}" for f in fields(self)
+                         if getattr(self, f.name) != default[f.name])
+        return f"Parallel({args})"
+
+
+_DEFAULT_FIELDS = asdict(Parallel())
 
 
 def parallel_of(parallel=None, *, tp=1, dp=1, sequence_parallel=False) -> Parallel:
