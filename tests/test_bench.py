@@ -238,3 +238,17 @@ def test_leave_the_gpu_out_transfer(monkeypatch):
     assert same[:4] == ("a40", "a40", "microsoft-vidur", lent[3]) and lent[3] > 1000
     assert same[4:6] == same[6:8]  # own median/p90 == borrowed median/p90
     assert lent[4:6] == same[4:6] and lent[6:8] != same[6:8]
+
+
+def test_published_training_runs_load_and_derive_the_step():
+    # bench/training_published.csv: every row has a positive measured step; llm-foundry's
+    # MPT-7B on 8 A100s at 2k tokens: micro-batch 6 x 2 accumulation steps x 2048 tokens on
+    # each of 8 GPUs at 4,641 tokens/s per GPU -> 6 * 2 * 2048 / 4641 = 5.2954 s
+    import validate_training as vt
+
+    rows = vt.rows()
+    assert len(rows) >= 80 and all(vt.measured_step(r) > 0 for r in rows)
+    mpt = next(r for r in rows if r["model"] == "MPT-7b seq2048 8xa100")
+    assert vt.measured_step(mpt) == pytest.approx(6 * 2 * 2048 / 4641)
+    with pytest.raises(ValueError, match="unit"):
+        vt.measured_step(dict(mpt, unit="ms"))

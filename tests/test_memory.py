@@ -167,3 +167,20 @@ def test_hf_peak_matches_memtracker(family):
     rep = fxshape.analyze(model, gpu="a100", dtype=torch.float32, mode="train", batch_size=2,
                           seq_len=128, attention="math", provenance=None)
     assert rep.memory.peak == pytest.approx(want, rel=0.02)
+
+
+def test_unfused_attention_saves_its_probabilities():
+    # GPT-2, 2 layers of 4 heads, batch 2 x 64 tokens, bf16, no dropout: the unfused path
+    # keeps each call's probabilities, 2 x 4 x 64 x 64 x 2 bytes = 65,536 per layer, which
+    # the fused kernel (output and log-sum-exp only) does not; 2 layers -> 131,072
+    kw = dict(gpu="h100", batch_size=2, seq_len=64, mode="train", provenance=None)
+    cfg = transformers.GPT2Config(n_layer=2, n_embd=64, n_head=4, vocab_size=320,
+                                  n_positions=128, attn_pdrop=0.0)
+    with torch.device("meta"):
+        model = transformers.GPT2LMHeadModel(cfg)
+    flash = fxshape.analyze(model, attention="flash", **kw).memory
+    math = fxshape.analyze(model, attention="math", **kw).memory
+    assert math.activations - flash.activations == 131_072
+    # selective recomputation frees them again
+    sel = fxshape.analyze(model, attention="math", recompute="selective", **kw).memory
+    assert sel.activations <= flash.activations
