@@ -13,7 +13,7 @@ from tabulate import tabulate
 from .cost.attention import ATTENTION_CHOICES
 from .cost.gemm import LAYOUTS, is_default_params, predict_matmul, resolve_params_path, use_params
 from .hardware.gpus import ALIASES, get_gpu, list_gpus
-from .parallelism.plan import SCHEDULES, ZERO_STAGES, Parallel
+from .parallelism.plan import GRAD_DTYPES, SCHEDULES, ZERO_STAGES, Parallel
 from .tracing.export import MAX_SIZE
 
 __all__ = ["main", "format_prediction"]
@@ -167,7 +167,7 @@ def _cmd_analyze(args) -> int:
                          "give one of them")
     plan_args = dict(pp=args.pp, zero=args.zero, microbatches=args.microbatches,
                      virtual_stages=args.virtual_stages, schedule=args.schedule,
-                     dp_shard=args.dp_shard)
+                     dp_shard=args.dp_shard, grad_dtype=args.grad_dtype)
     parallel = None
     tp, dp, sp = args.tp, args.dp, args.sequence_parallel
     if any(v != getattr(Parallel(), k) for k, v in plan_args.items()):
@@ -414,6 +414,9 @@ def build_parser() -> argparse.ArgumentParser:
                     help="model chunks per pipeline rank (interleaved 1F1B)")
     pa.add_argument("--schedule", choices=SCHEDULES, default="1f1b",
                     help="the pipeline schedule (default 1f1b)")
+    pa.add_argument("--grad-dtype", choices=tuple(GRAD_DTYPES), default="fp32",
+                    help="the dtype gradients are held and reduced in (with --train; "
+                         "default fp32, as fp32 master weights have them)")
     pa.add_argument("--recompute", choices=("full", "selective"), default=None,
                     help="activation recomputation in --train: every layer's forward "
                          "(full) or the attention core (selective)")

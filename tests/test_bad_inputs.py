@@ -607,7 +607,8 @@ CLI_VALUES = {
                 "topology": ["pcie4"], "sequence_parallel": [True],
                 "provenance": ["matched", "none"], "plot": ["@out.png"],
                 "pp": ["2"], "zero": ["1"], "dp_shard": ["2"], "microbatches": ["2"],
-                "virtual_stages": ["2"], "schedule": ["gpipe"], "recompute": ["selective"]},
+                "virtual_stages": ["2"], "schedule": ["gpipe"], "recompute": ["selective"],
+                "grad_dtype": ["bf16"]},
     "advise": {**_SHARED, "mode": ["inference", "train", "decode"], "tolerance": ["0.05"],
                "min_speedup": ["0.02"], "format": ["json", "table", "markdown"]},
     "sweep": {**_SHARED, "mode": ["inference", "train", "decode"], "out": ["@out.svg"]},
@@ -624,7 +625,8 @@ _WORKLOAD = {"gpu", "dtype", "batch_size", "seq_len", "tp", "attention", "execut
              "optimizer", "context_len", "kv_dtype", "page_size", "dp", "topology",
              "sequence_parallel", "provenance", "params", "recompute"}
 #: the options the command line builds a fxshape.Parallel plan from (stated as parallel=)
-_PLAN = {"pp", "zero", "dp_shard", "microbatches", "virtual_stages", "schedule"}
+_PLAN = {"pp", "zero", "dp_shard", "microbatches", "virtual_stages", "schedule",
+         "grad_dtype"}
 
 
 def _plan_refused(case, mode) -> bool:
@@ -644,8 +646,8 @@ def _plan_refused(case, mode) -> bool:
         return True  # interleaving is a 1F1B schedule
     if v > 1 and m % pp:
         return True  # Megatron: micro-batches a multiple of pp when interleaved
-    if mode != "train" and (pp > 1 or zero or m > 1):
-        return True  # pipelines, ZeRO and micro-batches are a training step's
+    if mode != "train" and (pp > 1 or zero or m > 1 or "grad_dtype" in case):
+        return True  # pipelines, ZeRO, micro-batches, gradients are a training step's
     return pp > 1  # the tiny config has 1 layer: no pipeline splits it
 
 

@@ -103,6 +103,8 @@ def test_cross_node_all_reduce_is_hierarchical():
     (dict(pp=2, schedule="gpipe", virtual_stages=2, microbatches=2), "GPipe has one chunk"),
     (dict(pp=2, schedule="interleaved"), "needs virtual_stages > 1"),
     (dict(virtual_stages=2), "needs pp > 1"),
+    (dict(grad_dtype="int8"), "grad_dtype must be one of 'fp32', 'bf16', 'fp16'"),
+    (dict(grad_dtype=torch.bfloat16), "grad_dtype must be one of"),
 ])
 def test_bad_plans(kw, match):
     with pytest.raises(ValueError, match=match):
@@ -156,6 +158,22 @@ def test_zero_shards_by_hand(gpt2):
     rs = next(c for c in z3.step.communication if c.op == "reduce_scatter")
     assert rs.bytes == 4 * P
     assert all(c.exposed_s <= c.total_s + 1e-15 for c in z3.step.communication)
+
+
+def test_half_precision_gradients_by_hand(gpt2):
+    # bf16 gradients: 2 bytes a parameter where fp32 has 4, in memory and in what the
+    # data-parallel reduction moves (DDP's all-reduce, FSDP's reduce-scatter of 1/8 each)
+    P = sum(p.numel() for p in gpt2.parameters())
+    for plan, per_gpu in ((Parallel(dp=8), P), (Parallel(dp=8, zero=3), P // 8)):
+        fp32 = _train(gpt2, parallel=plan)
+        bf16 = _train(gpt2, parallel=dataclasses.replace(plan, grad_dtype="bf16"))
+        assert (fp32.memory.gradients, bf16.memory.gradients) == (4 * per_gpu, 2 * per_gpu)
+        red = [c for c in bf16.step.communication if c.op != "all_gather"]
+        assert [c.bytes for c in red] == [2 * P]
+        assert bf16.memory.peak <= fp32.memory.peak  # less, unless activations rule it
+        assert "gradients in bf16" in bf16.workload.parallel
+    with pytest.raises(ValueError, match="gradients exist in mode='train' only"):
+        fxshape.analyze(gpt2, parallel=Parallel(grad_dtype="bf16"), provenance=None)
 
 
 def test_pipeline_step(gpt2):

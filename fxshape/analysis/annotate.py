@@ -713,7 +713,7 @@ def _analyze(model, example_inputs, example_kwargs, *, gpu, dtype, batch_size, s
                    attention_kernel=resolve_kernel(attention, spec, dkey, 128)[0])
     records, op_unsupported, step_notes = _op_records(gm, rows, model, spec, dkey, execution)
     walk = _liveness(gm, dkey, mode, rows, tp, sequence_parallel, spec=spec,
-                     attention=attention,
+                     attention=attention, grad_bytes=plan.grad_bytes,
                      vocab=getattr(getattr(model, "config", None), "vocab_size", None))
     if moe_routing is not None and not any(r.op.startswith("grouped") for r in rows):
         raise ValueError("moe_routing was given, but the model has no MoE expert layers "
@@ -732,7 +732,8 @@ def _analyze(model, example_inputs, example_kwargs, *, gpu, dtype, batch_size, s
                          seq_len=seq_len, mode=shown, tp=tp, attention=attention, rows=rows)
     if mode == "train":
         workload = dataclasses.replace(workload,
-                                       parallel="" if plan.is_plain else plan.describe(),
+                                       parallel="" if plan.is_plain and
+                                       plan.grad_dtype == "fp32" else plan.describe(),
                                        microbatches=plan.microbatches, dp=plan.dp)
     layers = _checkpointed_layers(model) if mode == "train" else ()
     if recompute == "full":
@@ -890,7 +891,7 @@ def _input_embedding_bytes(model, tp, item) -> int:
 
 
 def _liveness(gm, dkey, mode, rows=(), tp=1, sequence_parallel=False, spec=None,
-              attention="flash", vocab=None):
+              attention="flash", vocab=None, grad_bytes=4):
     """The eager liveness walk of the captured graph (``fxshape.analysis.memory.liveness``),
     each tensor at its per-GPU size under tensor parallelism (:func:`_activation_shares`).
     In training, the attention calls that run unfused save their probabilities too
@@ -904,7 +905,7 @@ def _liveness(gm, dkey, mode, rows=(), tp=1, sequence_parallel=False, spec=None,
     from .step import attribute_modules, loss_of, model_float_dtype, run_dtype
 
     sizes = Sizes(model_float_dtype(gm), run_dtype(dkey))
-    grad_item = 4 if mode == "train" else None  # fp32 gradients of fp32 master weights
+    grad_item = grad_bytes if mode == "train" else None  # the plan's gradient dtype
     owner = attribute_modules(gm, module_of)
     share = _activation_shares(gm, rows, owner, tp, sequence_parallel) if tp > 1 else None
     peak, at_backward, saved = liveness(gm, sizes, owner=owner, grad_itemsize=grad_item,
@@ -1051,7 +1052,8 @@ def _memory(model, walk, saved_traced, spec, dkey, mode, tp, optimizer, layers=(
                      capacity=int(spec.memory_gb * 1024 ** 3),
                      peak_walk=peak_walk + (extra if train else 0),
                      activations=(at_backward + extra) if train else peak_walk,
-                     gemm_weight_numel=matrices, notes=tuple(notes))
+                     gemm_weight_numel=matrices, notes=tuple(notes),
+                     grad_bytes=plan.grad_bytes if plan is not None else 4)
 
 
 def _plan_memory(model, walk, spec, dkey, optimizer, layers, workload, *, shards, plan,
@@ -1106,7 +1108,7 @@ def _plan_memory(model, walk, spec, dkey, optimizer, layers, workload, *, shards
         mine = [d + c * p for c in range(v)]
         P = sum(stage_params[s] for s in mine)
         params = 4 * P // (sh if z >= 3 else 1)
-        grads = 4 * P // (sh if z >= 2 else 1)
+        grads = plan.grad_bytes * P // (sh if z >= 2 else 1)
         state = state_b * P // (sh if z >= 1 else 1)
         opt_temp = (4 * P // (sh if z >= 1 else 1)) if optimizer == "adamw" else 0
         if z == 3:  # the gathered blocks: the one computing, the one prefetched, the root
@@ -1136,10 +1138,11 @@ def _plan_memory(model, walk, spec, dkey, optimizer, layers, workload, *, shards
                             ("optimizer state", True)) if on)
             + f" sharded over {sh} GPUs" + ("; the gathered blocks in the compute dtype"
                                              if z == 3 else ""))
-    notes.append("mixed precision: fp32 master weights (4 bytes per parameter), fp32 "
-                 "gradients (4), the optimizer's fp32 state; compute copies in "
+    notes.append("mixed precision: fp32 master weights (4 bytes per parameter), "
+                 f"{plan.grad_dtype} gradients ({plan.grad_bytes}), the optimizer's fp32 "
+                 "state; compute copies in "
                  f"{dkey} ({item} bytes)" if item < 4 else
-                 "fp32 weights, gradients and optimizer state")
+                 f"fp32 weights and optimizer state, {plan.grad_dtype} gradients")
     return Memory(parameters=params, gradients=grads, optimizer_state=state,
                   activations=activations, peak=peak,
                   capacity=int(spec.memory_gb * 1024 ** 3), notes=tuple(notes))
@@ -1197,7 +1200,7 @@ def _step(records, model, spec, dkey, mode, tp, execution, optimizer, workload, 
     dp_total = 0.0
     if tp > 1 or (dp_records > 1 and mode == "train"):
         item = run_dtype(dkey).itemsize
-        grads = 4 * sum(numels) if mode == "train" else 0  # fp32 gradients
+        grads = plan.grad_bytes * sum(numels) if mode == "train" else 0
         records, comm_notes, dp_total = comm_records(records, tp=tp, dp=dp_records,
                                                      topology=topology, item=item,
                                                      grad_bytes=grads,

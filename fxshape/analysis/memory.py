@@ -231,15 +231,15 @@ def _backward_nodes(gm) -> set:
 
 
 def memory_of(*, numels, mode, dkey, optimizer, run_item, capacity, peak_walk,
-              activations, gemm_weight_numel=0, notes=()) -> Memory:
+              activations, gemm_weight_numel=0, notes=(), grad_bytes=4) -> Memory:
     """The memory record from the parameter sizes (per GPU) and the liveness walk's
     results (``peak_walk``: its peak; ``activations``: saved bytes in training, the peak in
-    inference)."""
+    inference); ``grad_bytes``: a gradient element's (``Parallel.grad_dtype``)."""
     total = sum(numels)
     notes = list(notes)
     if mode == "train":
         params = 4 * total  # fp32 master weights
-        grads = 4 * total
+        grads = grad_bytes * total
         state = state_bytes_per_param(optimizer) * total
         mixed = run_item < 4
         copies = run_item * gemm_weight_numel if mixed else 0

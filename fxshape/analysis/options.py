@@ -160,7 +160,7 @@ def _page_size(v, report, ctx):
 
 def _parallel(v, report, ctx):
     w, plan = report.workload, ctx["plan"]
-    if w.parallel:  # a pipeline, ZeRO or micro-batches: the step played out
+    if not plan.is_plain:  # a pipeline, ZeRO or micro-batches: the step played out
         return True, f"the step played out under {w.parallel}" + (
             f"; the slowest {report.step.critical}" if report.step.critical else "")
     # only tensor and data parallelism: what its shorthands would say
@@ -168,6 +168,8 @@ def _parallel(v, report, ctx):
            for name, rule, default in (("tp", _tp, 1), ("dp", _dp, 1),
                                        ("sequence_parallel", _sequence_parallel, False))
            if getattr(plan, name) != default]
+    if plan.grad_dtype != "fp32":  # training only (fxshape.parallelism.plan.check_mode)
+        got.append(("grad_dtype", (True, f"gradients held and reduced in {plan.grad_dtype}")))
     return any(a for _, (a, _) in got), "; ".join(f"{n}: {e}" for n, (_, e) in got)
 
 

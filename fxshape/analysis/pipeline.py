@@ -163,9 +163,10 @@ def plan_step(records, optimizer_records, *, plan, topo, stacks, layers, stage_p
         comm: dict = {}
         if plan.zero == 3:
             gat = [_coll("all_gather", n * item, shard, tp, topo) for n in units]
-            rs = [_coll("reduce_scatter", n * 4, shard, tp, topo) for n in units]
+            g = plan.grad_bytes  # the gradients' dtype (fp32 unless the plan says)
+            rs = [_coll("reduce_scatter", n * g, shard, tp, topo) for n in units]
             if rep > 1:  # hybrid sharding: the shard's gradient all-reduced across replicas
-                rs = [x + _coll("all_reduce", n * 4 / shard, rep, tp * shard, topo)
+                rs = [x + _coll("all_reduce", n * g / shard, rep, tp * shard, topo)
                       for x, n in zip(rs, units)]
             # the root (last unit) stays gathered; the layers regather for their backward
             again = [x if plan.reshard_after_forward and i < len(units) - 1 else 0.0
@@ -180,7 +181,7 @@ def plan_step(records, optimizer_records, *, plan, topo, stacks, layers, stage_p
             comm[("zero", "all_gather")] = [shard, (n + regathered) * item,
                                             len(units) + sum(1 for a in again if a),
                                             sum(gat) + sum(again)]
-            comm[("zero", "reduce_scatter")] = [shard, n * 4, len(units), sum(rs)]
+            comm[("zero", "reduce_scatter")] = [shard, n * g, len(units), sum(rs)]
         else:
             fwd_t.append(sum(f_walls) + cast_f)
             bwd_t.append(sum(b_walls) + cast_b)
@@ -219,7 +220,7 @@ def plan_step(records, optimizer_records, *, plan, topo, stacks, layers, stage_p
             coll[k][4] = fs_exposed * coll[k][3] / ztotal
         tail = 0.0
         if plan.dp > 1 and plan.zero < 3:
-            grad = params * 4  # fp32 gradients
+            grad = params * plan.grad_bytes
             group = shard if plan.zero else plan.dp
             op = "all_reduce" if plan.zero == 0 else "reduce_scatter"
             sizes = buckets(grad)

@@ -13,7 +13,7 @@ from __future__ import annotations
 import numbers
 from dataclasses import asdict, dataclass, fields
 
-__all__ = ["Parallel", "SCHEDULES", "ZERO_STAGES", "check_mode", "check_plan", "parallel_of",
+__all__ = ["Parallel", "SCHEDULES", "ZERO_STAGES", "GRAD_DTYPES", "check_mode", "check_plan", "parallel_of",
            "RECOMPUTE", "check_recompute"]
 
 #: ``"1f1b"`` (PipeDream-flush / Megatron's default; with ``virtual_stages`` > 1 the
@@ -23,6 +23,8 @@ SCHEDULES = ("1f1b", "interleaved", "gpipe")
 #: 0: replicated (DDP); 1: optimizer state sharded over ``dp``; 2: and gradients; 3: and
 #: parameters (FSDP / FSDP2 / ZeRO-3)
 ZERO_STAGES = (0, 1, 2, 3)
+#: the dtypes gradients can be held and reduced in, with their bytes per element
+GRAD_DTYPES = {"fp32": 4, "bf16": 2, "fp16": 2}
 
 
 def _count(name, v, minimum=1) -> int:
@@ -49,6 +51,11 @@ class Parallel:
             sharding, HSDP: shard inside a node, replicate across); default all of ``dp``.
         reshard_after_forward: FSDP2's default: parameters freed after each block's
             forward and all-gathered again for its backward.
+        grad_dtype: the dtype the gradients are held and reduced in (:data:`GRAD_DTYPES`):
+            ``"fp32"`` (the default: fp32 master weights get fp32 gradients, as DDP and
+            FSDP2 under autocast keep them) or ``"bf16"``/``"fp16"`` (DeepSpeed's and
+            Megatron's half-precision gradient buffers, FSDP2's ``reduce_dtype``): the
+            gradients' memory and the data-parallel reductions' bytes.
     """
 
     tp: int = 1
@@ -61,6 +68,7 @@ class Parallel:
     sequence_parallel: bool = False
     dp_shard: int | None = None
     reshard_after_forward: bool = True
+    grad_dtype: str = "fp32"
 
     def __post_init__(self):
         for name in ("tp", "pp", "dp", "virtual_stages", "microbatches"):
@@ -75,6 +83,10 @@ class Parallel:
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(f"Parallel.{name} must be True or False, got "
                                  f"{getattr(self, name)!r}")
+        if not isinstance(self.grad_dtype, str) or self.grad_dtype not in GRAD_DTYPES:
+            raise ValueError(f"Parallel.grad_dtype must be one of "
+                             f"{', '.join(repr(d) for d in GRAD_DTYPES)}, got "
+                             f"{self.grad_dtype!r}")
         if self.sequence_parallel and self.tp == 1:
             raise ValueError("sequence_parallel splits the norms and residuals over the "
                              "tensor-parallel GPUs: it needs tp > 1, got tp=1")
@@ -117,6 +129,11 @@ class Parallel:
         return self.pp == 1 and not self.zero and self.microbatches == 1
 
     @property
+    def grad_bytes(self) -> int:
+        """Bytes of one gradient element (:data:`GRAD_DTYPES`)."""
+        return GRAD_DTYPES[self.grad_dtype]
+
+    @property
     def interleaved(self) -> bool:
         return self.virtual_stages > 1
 
@@ -156,6 +173,8 @@ class Parallel:
             if self.zero == 3 and not self.reshard_after_forward:
                 z += ", kept gathered after the forward"
             parts.append(z)
+        if self.grad_dtype != "fp32":
+            parts.append(f"gradients in {self.grad_dtype}")
         mb = f"{self.microbatches} micro-batch{'es' if self.microbatches > 1 else ''}"
         if self.pp > 1:
             mb += f", {self.schedule_name}"
@@ -196,13 +215,17 @@ def parallel_of(parallel=None, *, tp=1, dp=1, sequence_parallel=False) -> Parall
 
 
 def check_mode(plan: Parallel, mode: str) -> None:
-    """Pipelines, ZeRO and micro-batches are training's: refused for another mode."""
+    """Pipelines, ZeRO, micro-batches and a gradient dtype are training's: refused for
+    another mode."""
     if mode != "train":
         for what, bad in (("pp", plan.pp > 1), ("zero", plan.zero > 0),
                           ("microbatches", plan.microbatches > 1)):
             if bad:
                 raise ValueError(f"Parallel.{what}={getattr(plan, what)}: pipelines, ZeRO and "
                                  f"micro-batches are modelled for mode='train', not {mode!r}")
+        if plan.grad_dtype != "fp32":
+            raise ValueError(f"Parallel.grad_dtype={plan.grad_dtype!r}: gradients exist in "
+                             f"mode='train' only, not {mode!r}")
 
 
 def check_plan(plan: Parallel, *, layers: int | None, topology) -> None:
