@@ -712,8 +712,8 @@ def _analyze(model, example_inputs, example_kwargs, *, gpu, dtype, batch_size, s
                    flash_kernel=resolve_kernel("flash", spec, dkey, 128)[0],
                    attention_kernel=resolve_kernel(attention, spec, dkey, 128)[0])
     records, op_unsupported, step_notes = _op_records(gm, rows, model, spec, dkey, execution)
-    walk = _liveness(gm, dkey, mode, rows, tp, sequence_parallel, spec=spec,
-                     attention=attention, grad_bytes=plan.grad_bytes,
+    walk = _liveness(gm, dkey, mode, rows, tp, sequence_parallel,
+                     unfused=attention == "math", grad_bytes=plan.grad_bytes,
                      vocab=getattr(getattr(model, "config", None), "vocab_size", None))
     if moe_routing is not None and not any(r.op.startswith("grouped") for r in rows):
         raise ValueError("moe_routing was given, but the model has no MoE expert layers "
@@ -890,11 +890,14 @@ def _input_embedding_bytes(model, tp, item) -> int:
     return w.numel() // (tp if w.dim() >= 2 else 1) * item
 
 
-def _liveness(gm, dkey, mode, rows=(), tp=1, sequence_parallel=False, spec=None,
-              attention="flash", vocab=None, grad_bytes=4):
+def _liveness(gm, dkey, mode, rows=(), tp=1, sequence_parallel=False, unfused=False,
+              vocab=None, grad_bytes=4):
     """The eager liveness walk of the captured graph (``fxshape.analysis.memory.liveness``),
     each tensor at its per-GPU size under tensor parallelism (:func:`_activation_shares`).
-    In training, the attention calls that run unfused save their probabilities too
+    In training, the attention calls that run unfused (``unfused``: the user's
+    ``attention="math"``; "flash" falls back to the math path in the time model where no
+    fused kernel takes a call, fp32 on sm80+, but PyTorch's memory-efficient kernel, which
+    keeps no probabilities, takes fp32) save their probabilities too
     (``fxshape.analysis.memory.unfused_attention_saved``): alive from their forward to the
     backward, so counted in the walk's peak, at the backward's start and in what is saved.
     So does the cross-entropy that replaces the capture's sum (``fxshape.analysis.memory.
@@ -910,13 +913,10 @@ def _liveness(gm, dkey, mode, rows=(), tp=1, sequence_parallel=False, spec=None,
     share = _activation_shares(gm, rows, owner, tp, sequence_parallel) if tp > 1 else None
     peak, at_backward, saved = liveness(gm, sizes, owner=owner, grad_itemsize=grad_item,
                                         share=share)
-    if mode != "train" or at_backward is None or spec is None:
+    if mode != "train" or at_backward is None:
         return peak, at_backward, saved
-    # only where the user says the attention runs unfused: "flash" falls back to the math
-    # path in the time model where no fused kernel takes the call (fp32 on sm80+), but
-    # PyTorch's memory-efficient kernel, which saves no probabilities, takes fp32
-    probs = unfused_attention_saved(gm, owner, run_dtype(dkey).itemsize, share=share,
-                                    is_math=lambda q: attention == "math")
+    probs = unfused_attention_saved(gm, owner, run_dtype(dkey).itemsize, share=share) \
+        if unfused else []
     more = sum(b.bytes for b in probs)
     peak, at_backward, saved = peak + more, at_backward + more, saved + probs
     loss = loss_of(gm, vocab, sizes)

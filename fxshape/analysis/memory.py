@@ -93,14 +93,13 @@ class SavedBytes:
     bytes: int
 
 
-def unfused_attention_saved(gm, owner: dict, run_item: int, is_math, share=None) -> list:
+def unfused_attention_saved(gm, owner: dict, run_item: int, share=None) -> list:
     """What an attention call run unfused saves for its backward, beyond what the fused
     custom op (``fxshape::attention``) shows: the probabilities (softmax's output, read by
     its backward and by the product with V's) and, with dropout, its mask (1 byte) and the
     dropped probabilities: ``b·h·sq·sk × (item + (1 + item) if dropout)`` bytes, the
     ``2as²b + as²b + 2as²b`` of Korthikanti et al. 2022 in fp16. One record per forward
-    call, named ``node + PROBS`` (selective recomputation frees it); ``is_math(q)`` says
-    whether the call runs unfused (``attention="math"``, or no fused kernel for it);
+    call of the graph, named ``node + PROBS`` (selective recomputation frees it);
     ``share``: node -> the GPUs its output is split over."""
     from .step import PROBS
 
@@ -110,7 +109,7 @@ def unfused_attention_saved(gm, owner: dict, run_item: int, is_math, share=None)
         if n.op != "call_function" or target is None or n.target is not target.default:
             continue
         q, k = n.args[0].meta.get("val"), n.args[1].meta.get("val")
-        if q is None or k is None or not is_math(q):
+        if q is None or k is None:
             continue
         dropout_p = n.args[4] if len(n.args) > 4 else n.kwargs.get("dropout_p", 0.0)
         scores = q.numel() // max(q.shape[-1], 1) * k.shape[-2]  # b·h·sq·sk
