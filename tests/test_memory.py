@@ -46,19 +46,22 @@ def test_activation_peak_by_hand():
     assert mem.peak == 608 * 2 + 2048
 
 
-def _memtracker_peak(kw, batch, seq):
+def _memtracker_peak(build, vocab, batch, seq, loss):
+    """MemTracker's peak of the second of two foreach-AdamW steps (the optimizer state
+    already there) of ``build()``'s model, ``loss(model, x)`` on ``batch x seq`` token ids,
+    on fake tensors."""
     from torch._subclasses.fake_tensor import FakeTensorMode
     from torch.distributed._tools.mem_tracker import MemTracker
 
     with FakeTensorMode():
-        model = NanoGPT(**kw)
+        model = build()
         opt = torch.optim.AdamW(model.parameters(), foreach=True)
-        x = torch.randint(0, kw["vocab_size"], (batch, seq))
+        x = torch.randint(0, vocab, (batch, seq))
         mt = MemTracker()
         mt.track_external(model, opt)
         with mt as t:
-            for i in range(2):  # the second step, with the optimizer state already there
-                model(x).float().sum().backward()
+            for i in range(2):
+                loss(model, x).backward()
                 opt.step()
                 opt.zero_grad()
                 if i == 0:
@@ -78,7 +81,8 @@ def test_peak_matches_memtracker(kw, batch, seq):
     # as "CPU-only copies" of the attention output; that happened to offset the optimizer
     # state the peak then left out (1,048,576 vs 1,095,680 bytes here), and went away
     # once the state was counted: fxshape now equals MemTracker's raw peak
-    want = _memtracker_peak(kw, batch, seq)
+    want = _memtracker_peak(lambda: NanoGPT(**kw), kw["vocab_size"], batch, seq,
+                            lambda model, x: model(x).float().sum())
     rep = fxshape.analyze(NanoGPT(**kw), (torch.zeros(batch, seq, dtype=torch.long),),
                           gpu="a100", dtype=torch.float32, mode="train", provenance=None)
     assert rep.memory.peak == pytest.approx(want, rel=0.02)
@@ -121,28 +125,6 @@ def test_too_big_does_not_fit_and_tp_splits_matrices():
     assert "does NOT fit" in one.describe()
 
 
-def _hf_memtracker_peak(cls, cfg, batch, seq):
-    """MemTracker's peak of the second of two AdamW steps of a Hugging Face model (fp32,
-    its own loss over the labels), on fake tensors."""
-    from torch._subclasses.fake_tensor import FakeTensorMode
-    from torch.distributed._tools.mem_tracker import MemTracker
-
-    with FakeTensorMode():
-        model = cls(cfg)
-        opt = torch.optim.AdamW(model.parameters(), foreach=True)
-        x = torch.randint(0, cfg.vocab_size, (batch, seq))
-        mt = MemTracker()
-        mt.track_external(model, opt)
-        with mt as t:
-            for i in range(2):
-                model(input_ids=x, labels=x).loss.backward()
-                opt.step()
-                opt.zero_grad()
-                if i == 0:
-                    t.reset_mod_stats()
-        return mt.get_tracker_snapshot("peak")[torch.device("cpu")]["Total"]
-
-
 @pytest.mark.parametrize("family", ["gpt2", "llama"])
 def test_hf_peak_matches_memtracker(family):
     # Hugging Face models, eager attention: the peak holds the optimizer state (there from
@@ -161,7 +143,9 @@ def test_hf_peak_matches_memtracker(family):
                                        num_key_value_heads=4, vocab_size=2048,
                                        max_position_embeddings=128)
     cfg._attn_implementation = "eager"
-    want = _hf_memtracker_peak(cls, cfg, 2, 128)
+    # the model's own loss over the labels
+    want = _memtracker_peak(lambda: cls(cfg), cfg.vocab_size, 2, 128,
+                            lambda model, x: model(input_ids=x, labels=x).loss)
     with torch.device("meta"):
         model = cls(cfg)
     rep = fxshape.analyze(model, gpu="a100", dtype=torch.float32, mode="train", batch_size=2,

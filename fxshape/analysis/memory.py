@@ -101,12 +101,13 @@ def unfused_attention_saved(gm, owner: dict, run_item: int, share=None) -> list:
     ``2as²b + as²b + 2as²b`` of Korthikanti et al. 2022 in fp16. One record per forward
     call of the graph, named ``node + PROBS`` (selective recomputation frees it);
     ``share``: node -> the GPUs its output is split over."""
+    from ..tracing.attnops import ATTENTION_OPS
     from .step import PROBS
 
     out = []
-    target = getattr(getattr(torch.ops, "fxshape", None), "attention", None)
     for n in gm.graph.nodes:
-        if n.op != "call_function" or target is None or n.target is not target.default:
+        if n.op != "call_function" or \
+                getattr(n.target, "overloadpacket", None) is not ATTENTION_OPS[0]:
             continue
         q, k = n.args[0].meta.get("val"), n.args[1].meta.get("val")
         if q is None or k is None:

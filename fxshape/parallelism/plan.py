@@ -13,8 +13,8 @@ from __future__ import annotations
 import numbers
 from dataclasses import asdict, dataclass, fields
 
-__all__ = ["Parallel", "SCHEDULES", "ZERO_STAGES", "GRAD_DTYPES", "check_mode", "check_plan", "parallel_of",
-           "RECOMPUTE", "check_recompute"]
+__all__ = ["Parallel", "SCHEDULES", "ZERO_STAGES", "GRAD_DTYPES", "check_mode", "check_plan",
+           "parallel_of", "RECOMPUTE", "check_recompute"]
 
 #: ``"1f1b"`` (PipeDream-flush / Megatron's default; with ``virtual_stages`` > 1 the
 #: interleaved 1F1B), ``"interleaved"`` (the same, ``virtual_stages`` > 1 required),
