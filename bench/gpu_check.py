@@ -23,7 +23,9 @@ Sections, in order (a section that would start past the budget is listed as skip
    ``shape_padding``, and ``torch.compile(backend="fxshape")`` -- measured step times beside
    fxshape's predicted step (eager, compiled) and its GEMM time alone; ``memory``: the
    measured peak (``torch.cuda.max_memory_allocated``) beside ``report.memory.peak``;
-   ``llama_layer``: one Llama-3-8B-shaped layer's forward (bf16, 4 x 2048), eager;
+   ``sustained``: an 8192^3 bf16 GEMM cold and after 10 s back-to-back (the clock a
+   training step's GEMMs run at, beside the short-benchmark constants the model is fitted
+   to); ``llama_layer``: one Llama-3-8B-shaped layer's forward (bf16, 4 x 2048), eager;
    ``host``: the CPU time per eager op (a tiny add, a view) beside the host model;
    ``decode_attention``: SDPA's flash backend on decode shapes (one query over a GQA cache,
    batch 1-64, 1k-16k tokens) beside ``fxshape.cost.decode_attention``.
@@ -203,6 +205,7 @@ def gpt2_step(gpu):  # pragma: no cover - needs CUDA and transformers
                          cuda_event_median(step_fn(model), 3, 10)))
         finally:
             icfg.shape_padding = old
+    rows += sustained_gemm(gpu)
     rows += llama_layer(gpu)
     rows += host_ops()
     rows += decode_attention(gpu)
@@ -232,6 +235,41 @@ def decode_attention(gpu):  # pragma: no cover - needs CUDA
         rows.append(("decode_attention", f"b={b} 32/8 heads ctx={ctx} ({p.decode.splits} "
                      "splits)", "bf16", p.time_s, cuda_event_median(call, 3, 20)))
     return rows
+
+
+def sustained_gemm(gpu, seconds=10.0):  # pragma: no cover - needs CUDA
+    """One 8192^3 bf16 GEMM (randn operands) timed cold (the first 20 calls after 3
+    warm-up calls) and again after ``seconds`` of back-to-back calls: how far a power- or
+    thermally-limited clock takes a training step's GEMMs below short benchmarks."""
+    import torch
+
+    n = 8192
+    a = torch.randn(n, n, device="cuda", dtype=torch.bfloat16)
+    b = torch.randn(n, n, device="cuda", dtype=torch.bfloat16)
+    pred = predict_matmul(n, n, n, dtype="bf16", gpu=gpu, layout="nn").time_s
+
+    def timed(count):
+        ev = [torch.cuda.Event(enable_timing=True) for _ in range(2 * count)]
+        for i in range(count):
+            ev[2 * i].record()
+            a @ b
+            ev[2 * i + 1].record()
+        torch.cuda.synchronize()
+        return statistics.median(ev[2 * i].elapsed_time(ev[2 * i + 1]) / 1e3
+                                 for i in range(count))
+    for _ in range(3):
+        a @ b
+    torch.cuda.synchronize()
+    cold = timed(20)
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        for _ in range(50):
+            a @ b
+        torch.cuda.synchronize()
+    hot = timed(20)
+    return [("sustained", "8192^3 bf16, cold (first 20 calls)", "bf16", pred, cold),
+            ("sustained", f"8192^3 bf16, after {seconds:.0f} s back-to-back", "bf16", pred,
+             hot)]
 
 
 def llama_layer(gpu):  # pragma: no cover - needs CUDA and transformers
