@@ -165,7 +165,7 @@ def _cmd_analyze(args) -> int:
     if args.train and args.mode not in (None, "train"):
         raise ValueError(f"--train means --mode train, but --mode {args.mode} was given: "
                          "give one of them")
-    plan_args = dict(pp=args.pp, zero=args.zero, microbatches=args.microbatches,
+    plan_args = dict(pp=args.pp, cp=args.cp, zero=args.zero, microbatches=args.microbatches,
                      virtual_stages=args.virtual_stages, schedule=args.schedule,
                      dp_shard=args.dp_shard, grad_dtype=args.grad_dtype)
     parallel = None
@@ -401,6 +401,9 @@ def build_parser() -> argparse.ArgumentParser:
                     help="with --tp: Megatron sequence parallelism")
     pa.add_argument("--pp", type=_positive_int, default=1,
                     help="pipeline-parallel stages (with --train)")
+    pa.add_argument("--cp", type=_positive_int, default=1,
+                    help="context-parallel ranks (with --train): each sequence split over "
+                         "them, attention as ring attention; --seq-len a multiple of 2 x cp")
     pa.add_argument("--zero", type=int, choices=ZERO_STAGES, default=0,
                     help="ZeRO stage over the data-parallel ranks: 1 optimizer state, 2 and "
                          "gradients, 3 and parameters (FSDP)")

@@ -608,7 +608,7 @@ CLI_VALUES = {
                 "provenance": ["matched", "none"], "plot": ["@out.png"],
                 "pp": ["2"], "zero": ["1"], "dp_shard": ["2"], "microbatches": ["2"],
                 "virtual_stages": ["2"], "schedule": ["gpipe"], "recompute": ["selective"],
-                "grad_dtype": ["bf16"]},
+                "grad_dtype": ["bf16"], "cp": ["2"]},
     "advise": {**_SHARED, "mode": ["inference", "train", "decode"], "tolerance": ["0.05"],
                "min_speedup": ["0.02"], "format": ["json", "table", "markdown"]},
     "sweep": {**_SHARED, "mode": ["inference", "train", "decode"], "out": ["@out.svg"]},
@@ -626,28 +626,30 @@ _WORKLOAD = {"gpu", "dtype", "batch_size", "seq_len", "tp", "attention", "execut
              "sequence_parallel", "provenance", "params", "recompute"}
 #: the options the command line builds a fxshape.Parallel plan from (stated as parallel=)
 _PLAN = {"pp", "zero", "dp_shard", "microbatches", "virtual_stages", "schedule",
-         "grad_dtype"}
+         "grad_dtype", "cp"}
 
 
 def _plan_refused(case, mode) -> bool:
     """The plans the command line cannot build or run (fxshape.parallelism.plan): each
     refused in one line."""
     get = lambda k, d: int(case.get(k, d))  # noqa: E731
-    pp, zero, dp, v, m = (get("pp", 1), get("zero", 0), get("dp", 1),
-                          get("virtual_stages", 1), get("microbatches", 1))
+    pp, zero, dp, v, m, cp = (get("pp", 1), get("zero", 0), get("dp", 1),
+                              get("virtual_stages", 1), get("microbatches", 1), get("cp", 1))
     schedule = case.get("schedule", "1f1b")
-    if zero and dp == 1:
+    if zero and dp * cp == 1:
         return True  # nothing to shard over
-    if "dp_shard" in case and (not zero or dp % int(case["dp_shard"])):
-        return True  # hybrid sharding needs ZeRO and a divisor of dp
+    if "dp_shard" in case and (not zero or (dp * cp) % int(case["dp_shard"])):
+        return True  # hybrid sharding needs ZeRO and a divisor of dp x cp
+    if cp > 1 and ("input" in case or case.get("attention") == "math"):
+        return True  # ring attention: synthesized sequences, a fused attention kernel
     if pp == 1 and (v > 1 or schedule != "1f1b"):
         return True  # a schedule or virtual stages without a pipeline
     if schedule == "gpipe" and v > 1:
         return True  # interleaving is a 1F1B schedule
     if v > 1 and m % pp:
         return True  # Megatron: micro-batches a multiple of pp when interleaved
-    if mode != "train" and (pp > 1 or zero or m > 1 or "grad_dtype" in case):
-        return True  # pipelines, ZeRO, micro-batches, gradients are a training step's
+    if mode != "train" and (pp > 1 or zero or m > 1 or cp > 1 or "grad_dtype" in case):
+        return True  # pipelines, CP, ZeRO, micro-batches, gradients are a training step's
     return pp > 1  # the tiny config has 1 layer: no pipeline splits it
 
 

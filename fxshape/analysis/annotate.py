@@ -53,7 +53,7 @@ def module_of(node: torch.fx.Node) -> tuple[str, str]:
 def annotate(gm: torch.fx.GraphModule, *, gpu="h100", dtype=torch.bfloat16,
              phase: str = "forward", tp: int = 1, features=None, heads=None,
              causal_decoder=False, moe_routing=None, attention: str = "flash", kv_dtype=None,
-             page_size=None):
+             page_size=None, cp: int = 1):
     """Put GEMM rows on every matmul-like node; return (rows, unsupported).
 
     ``tp`` > 1 shards each GEMM Megatron-style (``fxshape.analysis.parallel``); ``features``
@@ -66,7 +66,10 @@ def annotate(gm: torch.fx.GraphModule, *, gpu="h100", dtype=torch.bfloat16,
     the kernel attention calls are predicted as (``fxshape.cost.attention.ATTENTION_CHOICES``;
     ``"flash"``: what PyTorch's SDPA runs on the GPU). ``kv_dtype``, ``page_size``: the KV
     cache's dtype (default ``dtype``) and page size (default contiguous), for decode
-    attention (``fxshape.cost.decode_attention``).
+    attention (``fxshape.cost.decode_attention``). ``cp`` > 1: the graph is one rank's share
+    of a context-parallel plan (``s / cp`` tokens); its attention calls run as ring attention
+    over ``cp`` ranks (``fxshape.parallelism.context``): the key dimension spans the whole
+    sequence, priced as the ring's kernels.
     """
     spec = get_gpu(gpu)
     dkey = canonical_dtype(dtype)
@@ -102,7 +105,7 @@ def annotate(gm: torch.fx.GraphModule, *, gpu="h100", dtype=torch.bfloat16,
             gemms = [_shard(g, fqn, node_phase, tp, features or {}, heads) for g in gemms]
         if gemms and all(g.attn is not None for g in gemms):
             node_rows = _attention_rows(node, gemms, fqn, cls, node_phase, dkey, spec,
-                                        attention, kv_dtype, page_size)
+                                        attention, kv_dtype, page_size, cp)
         else:
             node_rows = tuple(_row(node, g, fqn, cls, node_phase, dkey, spec) for g in gemms)
         node.meta[META_KEY] = node_rows
@@ -157,14 +160,15 @@ def _with_traced_provenance(gm, rows, model, args, stacks):
     from .perturb import row_keys, traced_sources
     from .provenance import weight_axes
 
-    (example_inputs, example_kwargs, kw, spec, dkey, tp, _, moe_routing, attention, kv) = args
+    (example_inputs, example_kwargs, kw, spec, dkey, tp, _, moe_routing, attention, kv,
+     cp) = args
     by_node = _by_node(rows)
     axes = weight_axes(gm, by_node)
     order = [r for rs in by_node.values() for r in rs]
     fallback = [a for name in by_node for a in axes[name]]
     keys = row_keys(order)
     opts = dict(gpu=spec, dtype=dkey, tp=tp, causal_decoder=_is_decoder(model),
-                moe_routing=moe_routing, attention=attention)
+                moe_routing=moe_routing, attention=attention, cp=cp)
     base_nodes = gemm_nodes(gm)
 
     def recorded(target, ex_in, ex_kw, b, s, sizes):
@@ -204,13 +208,13 @@ def _with_traced_provenance(gm, rows, model, args, stacks):
         if got is None:
             kw2 = dict(kw, batch_size=b, seq_len=s)
             theirs = _annotated(target, ex_in, ex_kw, kw2, spec, dkey, tp, model,
-                                moe_routing, attention, kv, provenance=None)[1]
+                                moe_routing, attention, kv, cp, provenance=None)[1]
             got = dict(zip(row_keys(theirs), ((r.m, r.n, r.k) for r in theirs)))
         return got
 
     # what the labels depend on besides the model: sizes do not depend on the GPU or dtype,
     # but which rows there are may (an attention kernel's), so the rows are in the key
-    key = (kw["train"], tp, _shapes(moe_routing), _shapes(example_inputs),
+    key = (kw["train"], tp, cp, _shapes(moe_routing), _shapes(example_inputs),
            _shapes(example_kwargs), kw["batch_size"], kw["seq_len"],
            tuple((s.name, s.groups) for s in stacks),
            tuple(k + (r.m, r.n, r.k) for k, r in zip(keys, order)))
@@ -278,7 +282,7 @@ def apportion(total: int, fractions) -> list[int]:
 
 
 def _attention_rows(node, gemms, fqn, cls, phase, dkey, spec, attention, kv_dtype=None,
-                    page_size=None):
+                    page_size=None, cp=1):
     """Rows of one attention call, predicted as the kernel it runs (``fxshape.cost.attention``).
 
     A fused kernel's time is split over its GEMMs by FLOPs, so every row shows the kernel's
@@ -290,6 +294,8 @@ def _attention_rows(node, gemms, fqn, cls, phase, dkey, spec, attention, kv_dtyp
     call = gemms[0].attn
     pred = predict_attention(call.shape, direction=call.direction, attention=attention,
                              dtype=dkey, gpu=spec, kv_dtype=kv_dtype, page_size=page_size)
+    if cp > 1:
+        pred, gemms = _ring(pred, gemms, cp, call, attention, dkey, spec)
     if pred.kernel == "math":
         gemms = [dataclasses.replace(g, work=1.0, note=join_notes(g.note, pred.note))
                  for g in gemms if g.op != "sdpa.bwd.qk"]
@@ -304,6 +310,37 @@ def _attention_rows(node, gemms, fqn, cls, phase, dkey, spec, attention, kv_dtyp
         times = [pred.time_s * r.flops / total for r in rows]
     return tuple(dataclasses.replace(r, time_s=t, kernel=pred.kernel, attention=pred)
                  for r, t in zip(rows, times))
+
+
+def _ring(pred, gemms, cp, call, attention, dkey, spec):
+    """One rank's ring attention (``fxshape.parallelism.context``): the call's prediction as
+    the sum of its ``cp`` kernels, and its GEMMs with the key dimension over the whole
+    sequence (the rank's share of the scores: half of ``s/cp × s`` when causal)."""
+    from ..cost.attention import predict_attention
+    from ..parallelism.context import KEY_DIMS, ring_blocks
+
+    if pred.kernel == "math":
+        raise ValueError("context parallelism runs ring attention on a fused kernel; the "
+                         f"attention here runs unfused (attention={attention!r} in {dkey}): "
+                         "accepted: attention='flash', 'fa2' or 'fa3' in fp16 or bf16")
+    blocks = ring_blocks(call.shape, cp)
+    total = sum(n * predict_attention(b, direction=call.direction, attention=attention,
+                                      dtype=dkey, gpu=spec).time_s for b, n in blocks)
+    note = (f"ring attention over cp {cp}: {sum(n for _, n in blocks)} kernels per rank ("
+            + " + ".join(f"{n} × {b.seq_q}×{b.seq_k}{' causal' if b.causal else ''}"
+                         for b, n in blocks) + ")")
+    pred = dataclasses.replace(pred, time_s=total, kernels=sum(n for _, n in blocks),
+                               note=join_notes(pred.note, note))
+    work = 0.5 if call.shape.causal else 1.0
+    out = []
+    for g in gemms:
+        dim = KEY_DIMS.get(g.op)
+        if dim is None:
+            raise ValueError(f"ring attention: no key dimension known for {g.op!r}")
+        out.append(dataclasses.replace(g, **{dim: getattr(g, dim) * cp}, work=work,
+                                       note=join_notes(g.note, f"keys over the whole "
+                                                               f"sequence (cp {cp})")))
+    return pred, out
 
 
 #: the two-layer check's verdicts ("" = the reduction holds), by fxshape.tracing.dedup.structure_key
@@ -323,7 +360,7 @@ def _shapes(obj):
 
 
 def _annotated(target, example_inputs, example_kwargs, kw, spec, dkey, tp, model,
-               moe_routing, attention, kv=(None, None), provenance="matched"):
+               moe_routing, attention, kv=(None, None), cp=1, provenance="matched"):
     """Capture ``target`` (the model, or a reduced copy of it) and annotate its graph:
     (graph, rows, unsupported); rows with provenance matched by value unless ``provenance``
     is None."""
@@ -332,10 +369,25 @@ def _annotated(target, example_inputs, example_kwargs, kw, spec, dkey, tp, model
                                  features=_features(target) if tp > 1 else None,
                                  heads=_head_counts(target),
                                  causal_decoder=_is_decoder(model), moe_routing=moe_routing,
-                                 attention=attention, kv_dtype=kv[0], page_size=kv[1])
+                                 attention=attention, kv_dtype=kv[0], page_size=kv[1], cp=cp)
     if provenance is not None:
         rows = _with_provenance(gm, rows, getattr(model, "config", None), tp)
     return gm, rows, unsupported
+
+
+def _rank_seq_len(model, example_inputs, example_kwargs, seq_len, cp):
+    """The tokens one rank captures: ``seq_len``, or with context parallelism its share,
+    ``seq_len / cp`` (``seq_len`` a multiple of ``2 × cp``)."""
+    if cp == 1:
+        return seq_len
+    from ..parallelism.plan import check_cp_seq
+
+    if example_inputs is not None or example_kwargs is not None:
+        raise ValueError(f"cp={cp} captures one rank's share of each sequence from synthesized "
+                         "inputs: give seq_len (and batch_size), not example inputs")
+    full = _seq_len(getattr(model, "config", None), seq_len)
+    check_cp_seq(full, cp)
+    return full // cp
 
 
 def _check_attention(attention, spec, dkey) -> None:
@@ -662,7 +714,9 @@ def _analyze(model, example_inputs, example_kwargs, *, gpu, dtype, batch_size, s
     all_stacks = find_stacks(model)
     n_layers = max((s.length for s in all_stacks), default=0)
     check_plan(plan, layers=n_layers or None, topology=topo)
-    kw = dict(batch_size=batch_size, seq_len=seq_len, train=mode == "train")
+    kw = dict(batch_size=batch_size, seq_len=_rank_seq_len(model, example_inputs,
+                                                           example_kwargs, seq_len, plan.cp),
+              train=mode == "train")
     reducible = [s for s in all_stacks if len(s.groups) < s.length]
     stacks = reducible if dedup else []
     notes = []
@@ -671,7 +725,7 @@ def _analyze(model, example_inputs, example_kwargs, *, gpu, dtype, batch_size, s
                      f"(K/V projections and KV cache replicated {tp // kv_heads}x), as "
                      "Megatron and the serving engines do")
     args = (example_inputs, example_kwargs, kw, spec, dkey, tp, model, moe_routing, attention,
-            kv)
+            kv, plan.cp)
     if stacks:
         key = structure_key(model, stacks, mode, tp, _shapes(example_inputs),
                             _shapes(example_kwargs), batch_size, seq_len)
@@ -712,6 +766,13 @@ def _analyze(model, example_inputs, example_kwargs, *, gpu, dtype, batch_size, s
                    flash_kernel=resolve_kernel("flash", spec, dkey, 128)[0],
                    attention_kernel=resolve_kernel(attention, spec, dkey, 128)[0])
     records, op_unsupported, step_notes = _op_records(gm, rows, model, spec, dkey, execution)
+    if plan.cp > 1:
+        from .ring import ring_records
+        from .step import run_dtype
+
+        records, ring_note = ring_records(records, rows, cp=plan.cp, tp=tp, topology=topo,
+                                          item=run_dtype(dkey).itemsize, dkey=dkey, spec=spec)
+        step_notes = tuple(step_notes) + (ring_note,)
     walk = _liveness(gm, dkey, mode, rows, tp, sequence_parallel,
                      unfused=attention == "math", grad_bytes=plan.grad_bytes,
                      vocab=getattr(getattr(model, "config", None), "vocab_size", None))
@@ -1092,7 +1153,7 @@ def _plan_memory(model, walk, spec, dkey, optimizer, layers, workload, *, shards
                      "intermediates per micro-batch not kept")
     if layers and per_layer:  # full recomputation: a layer keeps its input only
         kept = _layer_input_bytes(model, workload, item) // (
-            plan.tp if plan.sequence_parallel else 1)
+            plan.tp if plan.sequence_parallel else 1) // plan.cp
         for i, b in per_layer.items():
             act[min(i // per, stages - 1)] -= max(0, b - kept)
         notes.append("activation checkpointing: each layer keeps its input; one layer at a "
@@ -1297,7 +1358,9 @@ def _plan_step(records, opt_records, model, spec, dkey, execution, optimizer, to
     stage_params, unit_params = groups
     b = workload.batch_size or 1
     seq = workload.seq_len or 1
-    hidden_bytes = b * seq * _hidden(model) * item // (plan.tp if plan.sequence_parallel else 1)
+    # one rank's activation between stages: its 1/cp of each sequence
+    hidden_bytes = b * seq * _hidden(model) * item // (
+        plan.tp if plan.sequence_parallel else 1) // plan.cp
     layers = max((s.length for s in stacks), default=0)
     time_s, critical, stages, colls = plan_step(
         records, opt_records, plan=plan, topo=topology, stacks=_stack_info(stacks),

@@ -107,21 +107,25 @@ def _coll(op, nbytes, group, stride, topo):
     return predict_collective(op, int(nbytes), group, topology=topo, per_node=d).time_s
 
 
-def communication_of(records, group: int = 0) -> list:
-    """The tensor-parallel collectives among ``records`` (class ``communication``, on the
-    critical path: total = exposed), one :class:`Collective` per kind and op; ``group``:
-    the tensor-parallel degree."""
+def communication_of(records, group: int = 0, cp: int = 1) -> list:
+    """The tensor- and context-parallel collectives among ``records`` (class
+    ``communication``; their ``time_s`` is on the critical path, ``overlapped_s`` hidden
+    under compute), one :class:`Collective` per kind and op; ``group``: the tensor-parallel
+    degree, ``cp``: the context-parallel one (ring attention's send/recv)."""
     agg: dict = {}
     for r in records:
-        if r.cls != "communication" or not r.op.startswith("tp "):
+        if r.cls != "communication" or not r.op.startswith(("tp ", "cp ")):
             continue
         op = r.op.split(" ", 1)[1]
-        kind = "sp" if op in ("reduce_scatter", "all_gather") else "tp"
-        a = agg.setdefault((kind, op), [0, 0, 0.0])
+        kind = "cp" if r.op.startswith("cp ") else \
+            "sp" if op in ("reduce_scatter", "all_gather") else "tp"
+        a = agg.setdefault((kind, op), [0, 0, 0.0, 0.0])
         a[0] += r.bytes
         a[1] += r.kernels
-        a[2] += r.time_s
-    return [Collective(kind, op, group, b, c, t, t) for (kind, op), (b, c, t) in agg.items()]
+        a[2] += r.time_s + r.overlapped_s
+        a[3] += r.time_s
+    return [Collective(kind, op, cp if kind == "cp" else group, b, c, t, e)
+            for (kind, op), (b, c, t, e) in agg.items()]
 
 
 def plan_step(records, optimizer_records, *, plan, topo, stacks, layers, stage_params,
@@ -193,7 +197,8 @@ def plan_step(records, optimizer_records, *, plan, topo, stacks, layers, stage_p
         # s + 1, which always sit on different ranks
         sends = [predict_collective("send_recv", int(hidden_tokens_bytes), 2, topology=topo,
                                     per_node=1 if stage_crosses_nodes(
-                                        b % p, tp * plan.dp, topo.gpus_per_node) else 2).time_s
+                                        b % p, tp * plan.cp * plan.dp,
+                                        topo.gpus_per_node) else 2).time_s
                  for b in range(stages - 1)]
         out = play(orders(plan.schedule, p, m, v), fwd_t, bwd_t, sends)
         ends, busy = list(out.ends), list(out.busy)
@@ -219,9 +224,9 @@ def plan_step(records, optimizer_records, *, plan, topo, stacks, layers, stage_p
         for k in zkeys:  # gathers and reduce-scatters share the stream: split by their time
             coll[k][4] = fs_exposed * coll[k][3] / ztotal
         tail = 0.0
-        if plan.dp > 1 and plan.zero < 3:
+        if plan.data_ranks > 1 and plan.zero < 3:
             grad = params * plan.grad_bytes
-            group = shard if plan.zero else plan.dp
+            group = shard if plan.zero else plan.data_ranks
             op = "all_reduce" if plan.zero == 0 else "reduce_scatter"
             sizes = buckets(grad)
             times = [_coll(op, b, group, tp, topo) for b in sizes]
@@ -268,7 +273,7 @@ def plan_step(records, optimizer_records, *, plan, topo, stacks, layers, stage_p
             busy_s=b, end_s=end, tail_s=tail + opt_wall, bubble_s=max(0.0, end - b),
             by_class=cls, holds=_holds(d, p)))
     tp_like = communication_of([r for s in ranks[critical][1]
-                                for r in fwd_recs[s] + bwd_recs[s]], tp)
+                                for r in fwd_recs[s] + bwd_recs[s]], tp, plan.cp)
     collectives = [dataclasses.replace(c, bytes=c.bytes * m, count=c.count * m,
                                        total_s=c.total_s * m, exposed_s=c.exposed_s * m)
                    for c in tp_like]

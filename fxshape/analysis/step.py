@@ -55,8 +55,10 @@ class OpRecord:
     """One costed op of the step.
 
     ``cls``: ``gemm``, ``attention``, ``memory`` (memory-bound kernels), ``view`` (no kernel),
-    ``optimizer``; ``kernels``: launches; ``bytes``: read plus written (GEMMs: the minimum
-    DRAM traffic); ``time_s``: GPU time; ``host_s``: the CPU time eager PyTorch spends on it.
+    ``optimizer``, ``communication``; ``kernels``: launches; ``bytes``: read plus written
+    (GEMMs: the minimum DRAM traffic; collectives: the bytes sent); ``time_s``: GPU time on
+    the critical path; ``host_s``: the CPU time eager PyTorch spends on it;
+    ``overlapped_s``: a collective's time hidden under compute (not in ``time_s``).
     """
 
     node: str
@@ -73,6 +75,7 @@ class OpRecord:
     note: str = ""
     #: a GEMM's (batch, M, N, K); empty for other ops
     shape: tuple = ()
+    overlapped_s: float = 0.0
 
     def as_dict(self) -> dict:
         d = dict(self.__dict__)

@@ -14,7 +14,7 @@ import numbers
 from dataclasses import asdict, dataclass, fields
 
 __all__ = ["Parallel", "SCHEDULES", "ZERO_STAGES", "GRAD_DTYPES", "check_mode", "check_plan",
-           "parallel_of", "RECOMPUTE", "check_recompute"]
+           "parallel_of", "RECOMPUTE", "check_recompute", "check_cp_seq"]
 
 #: ``"1f1b"`` (PipeDream-flush / Megatron's default; with ``virtual_stages`` > 1 the
 #: interleaved 1F1B), ``"interleaved"`` (the same, ``virtual_stages`` > 1 required),
@@ -35,10 +35,13 @@ def _count(name, v, minimum=1) -> int:
 
 @dataclass(frozen=True)
 class Parallel:
-    """How a step is spread over ``tp × pp × dp`` GPUs.
+    """How a step is spread over ``tp × cp × pp × dp`` GPUs.
 
     Args:
         tp: Megatron tensor-parallel degree (inside a node).
+        cp: context-parallel degree: each sequence split over ``cp`` ranks, attention run as
+            ring attention (``fxshape.parallelism.context``); the ranks hold the same
+            parameters, so gradients are reduced (and ZeRO shards) over ``dp × cp``.
         pp: pipeline stages; the layers split into ``pp × virtual_stages`` chunks.
         dp: data-parallel ranks.
         zero: 0 (DDP), 1, 2 or 3 (FSDP): what is sharded over the data-parallel ranks.
@@ -59,6 +62,7 @@ class Parallel:
     """
 
     tp: int = 1
+    cp: int = 1
     pp: int = 1
     dp: int = 1
     zero: int = 0
@@ -71,7 +75,7 @@ class Parallel:
     grad_dtype: str = "fp32"
 
     def __post_init__(self):
-        for name in ("tp", "pp", "dp", "virtual_stages", "microbatches"):
+        for name in ("tp", "cp", "pp", "dp", "virtual_stages", "microbatches"):
             _count(name, getattr(self, name))
         if isinstance(self.zero, bool) or self.zero not in ZERO_STAGES:
             raise ValueError(f"Parallel.zero must be one of 0, 1, 2, 3 (0: DDP, 3: FSDP), got "
@@ -90,15 +94,17 @@ class Parallel:
         if self.sequence_parallel and self.tp == 1:
             raise ValueError("sequence_parallel splits the norms and residuals over the "
                              "tensor-parallel GPUs: it needs tp > 1, got tp=1")
-        if self.zero and self.dp == 1:
-            raise ValueError(f"zero={self.zero} shards over the data-parallel ranks, but dp=1: "
-                             "nothing to shard over; use zero=0 or dp > 1")
+        if self.zero and self.data_ranks == 1:
+            raise ValueError(f"zero={self.zero} shards over the data-parallel (and "
+                             "context-parallel) ranks, but dp=1 and cp=1: nothing to shard "
+                             "over; use zero=0, dp > 1 or cp > 1")
         if self.dp_shard is not None:
             _count("dp_shard", self.dp_shard)
             if not self.zero:
                 raise ValueError("dp_shard (hybrid sharding) needs zero > 0")
-            if self.dp % self.dp_shard:
-                raise ValueError(f"dp_shard={self.dp_shard} must divide dp={self.dp}")
+            if self.data_ranks % self.dp_shard:
+                raise ValueError(f"dp_shard={self.dp_shard} must divide dp × cp = "
+                                 f"{self.data_ranks}")
         if self.pp == 1:
             if self.virtual_stages > 1:
                 raise ValueError("virtual_stages > 1 interleaves pipeline stages: it needs "
@@ -119,14 +125,20 @@ class Parallel:
 
     @property
     def gpus(self) -> int:
-        return self.tp * self.pp * self.dp
+        return self.tp * self.cp * self.pp * self.dp
+
+    @property
+    def data_ranks(self) -> int:
+        """Ranks that hold the same parameters and reduce their gradients together: the
+        data-parallel ranks times the context-parallel ones (``dp × cp``)."""
+        return self.dp * self.cp
 
     @property
     def is_plain(self) -> bool:
-        """Only tensor and data parallelism (DDP): no pipeline, ZeRO or micro-batches, the
-        step one timeline (``fxshape.analysis.step``); otherwise it is played out
-        (``fxshape.analysis.pipeline``)."""
-        return self.pp == 1 and not self.zero and self.microbatches == 1
+        """Only tensor and data parallelism (DDP): no pipeline, context parallelism, ZeRO or
+        micro-batches, the step one timeline (``fxshape.analysis.step``); otherwise it is
+        played out (``fxshape.analysis.pipeline``)."""
+        return self.pp == 1 and self.cp == 1 and not self.zero and self.microbatches == 1
 
     @property
     def grad_bytes(self) -> int:
@@ -144,13 +156,14 @@ class Parallel:
 
     @property
     def shard(self) -> int:
-        """Data-parallel ranks what ZeRO shards is split over (1 without ZeRO)."""
-        return 1 if not self.zero else (self.dp_shard or self.dp)
+        """Ranks what ZeRO shards is split over (1 without ZeRO): ``dp_shard``, else all of
+        ``dp × cp``."""
+        return 1 if not self.zero else (self.dp_shard or self.data_ranks)
 
     @property
     def replicate(self) -> int:
         """Copies of each shard across the data-parallel ranks (hybrid sharding)."""
-        return self.dp // self.shard
+        return self.data_ranks // self.shard
 
     @property
     def schedule_name(self) -> str:
@@ -162,7 +175,10 @@ class Parallel:
 
     def describe(self) -> str:
         """``tp 2 × pp 4 × dp 8 = 64 GPUs; ZeRO-3 (FSDP); 16 micro-batches, 1F1B``."""
-        parts = [f"tp {self.tp} × pp {self.pp} × dp {self.dp} = {self.gpus} GPUs"]
+        cp = f" × cp {self.cp}" if self.cp > 1 else ""
+        parts = [f"tp {self.tp}{cp} × pp {self.pp} × dp {self.dp} = {self.gpus} GPUs"]
+        if self.cp > 1:
+            parts.append(f"context parallel over {self.cp} (ring attention)")
         if self.sequence_parallel:
             parts.append("sequence parallel")
         if self.zero:
@@ -219,10 +235,11 @@ def check_mode(plan: Parallel, mode: str) -> None:
     another mode."""
     if mode != "train":
         for what, bad in (("pp", plan.pp > 1), ("zero", plan.zero > 0),
-                          ("microbatches", plan.microbatches > 1)):
+                          ("microbatches", plan.microbatches > 1), ("cp", plan.cp > 1)):
             if bad:
-                raise ValueError(f"Parallel.{what}={getattr(plan, what)}: pipelines, ZeRO and "
-                                 f"micro-batches are modelled for mode='train', not {mode!r}")
+                raise ValueError(f"Parallel.{what}={getattr(plan, what)}: pipelines, context "
+                                 "parallelism, ZeRO and micro-batches are modelled for "
+                                 f"mode='train', not {mode!r}")
         if plan.grad_dtype != "fp32":
             raise ValueError(f"Parallel.grad_dtype={plan.grad_dtype!r}: gradients exist in "
                              f"mode='train' only, not {mode!r}")
@@ -245,8 +262,21 @@ def check_plan(plan: Parallel, *, layers: int | None, topology) -> None:
                          f"{topology.name} node (tensor parallelism stays inside a node); "
                          f"accepted: tp <= {topology.gpus_per_node}, or another topology=")
     if topology.gpus is not None and plan.gpus > topology.gpus:
-        raise ValueError(f"the plan needs {plan.gpus} GPUs (tp × pp × dp), but {topology.nodes} "
+        raise ValueError(f"the plan needs {plan.gpus} GPUs (tp × cp × pp × dp), but "
+                         f"{topology.nodes} "
                          f"{topology.name} nodes hold {topology.gpus}")
+
+
+def check_cp_seq(seq_len: int, cp: int) -> None:
+    """Context parallelism splits each sequence into ``2 × cp`` chunks (rank ``i`` holds
+    chunks ``i`` and ``2cp − 1 − i``, which balances the causal mask's work): ``seq_len``
+    must be a multiple of ``2 × cp``."""
+    if cp > 1 and seq_len % (2 * cp):
+        ok = 2 * cp
+        raise ValueError(f"cp={cp} splits each sequence into 2 × cp = {ok} chunks (causal "
+                         f"load balancing), but seq_len={seq_len} is not a multiple of {ok}; "
+                         f"accepted: {ok}, {2 * ok}, {3 * ok} ... (e.g. "
+                         f"{(seq_len // ok + 1) * ok})")
 
 
 #: ``None`` (keep every activation), ``"full"`` (every layer's forward re-run in its
