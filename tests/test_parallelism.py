@@ -97,7 +97,7 @@ def test_cross_node_all_reduce_is_hierarchical():
     (dict(pp=2, virtual_stages=2, microbatches=3), "multiple of pp=2"),
     (dict(sequence_parallel=True), "sequence_parallel splits .* it needs tp > 1, got tp=1"),
     (dict(zero=3), "nothing to shard over"),
-    (dict(dp=8, zero=3, dp_shard=3), "dp_shard=3 must divide dp=8"),
+    (dict(dp=8, zero=3, dp_shard=3), "dp_shard=3 must divide dp × cp = 8"),
     (dict(schedule="zigzag"), "unknown pipeline schedule 'zigzag'"),
     (dict(schedule="gpipe"), "needs pp > 1"),
     (dict(pp=2, schedule="gpipe", virtual_stages=2, microbatches=2), "GPipe has one chunk"),
