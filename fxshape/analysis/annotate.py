@@ -316,16 +316,15 @@ def _ring(pred, gemms, cp, call, attention, dkey, spec):
     """One rank's ring attention (``fxshape.parallelism.context``): the call's prediction as
     the sum of its ``cp`` kernels, and its GEMMs with the key dimension over the whole
     sequence (the rank's share of the scores: half of ``s/cp × s`` when causal)."""
-    from ..cost.attention import predict_attention
     from ..parallelism.context import KEY_DIMS, ring_blocks
+    from .ring import block_times
 
     if pred.kernel == "math":
         raise ValueError("context parallelism runs ring attention on a fused kernel; the "
                          f"attention here runs unfused (attention={attention!r} in {dkey}): "
                          "accepted: attention='flash', 'fa2' or 'fa3' in fp16 or bf16")
     blocks = ring_blocks(call.shape, cp)
-    total = sum(n * predict_attention(b, direction=call.direction, attention=attention,
-                                      dtype=dkey, gpu=spec).time_s for b, n in blocks)
+    total = sum(block_times(call.shape, cp, call.direction, pred.kernel, dkey, spec))
     note = (f"ring attention over cp {cp}: {sum(n for _, n in blocks)} kernels per rank ("
             + " + ".join(f"{n} × {b.seq_q}×{b.seq_k}{' causal' if b.causal else ''}"
                          for b, n in blocks) + ")")

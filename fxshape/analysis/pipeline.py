@@ -197,8 +197,8 @@ def plan_step(records, optimizer_records, *, plan, topo, stacks, layers, stage_p
         # s + 1, which always sit on different ranks
         sends = [predict_collective("send_recv", int(hidden_tokens_bytes), 2, topology=topo,
                                     per_node=1 if stage_crosses_nodes(
-                                        b % p, tp * plan.cp * plan.dp,
-                                        topo.gpus_per_node) else 2).time_s
+                                        b % p, plan.gpus // p, topo.gpus_per_node)
+                                    else 2).time_s
                  for b in range(stages - 1)]
         out = play(orders(plan.schedule, p, m, v), fwd_t, bwd_t, sends)
         ends, busy = list(out.ends), list(out.busy)

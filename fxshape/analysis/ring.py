@@ -13,7 +13,16 @@ from ..parallelism.context import ring_blocks, ring_exposed, ring_step_bytes, ri
 from ..parallelism.placement import per_node
 from .step import OpRecord
 
-__all__ = ["ring_records"]
+__all__ = ["ring_records", "block_times"]
+
+
+def block_times(shape, cp: int, direction: str, kernel: str, dkey: str, spec) -> list:
+    """Seconds of each kernel one rank runs for an attention call of ``shape`` (its own
+    block) under ring attention over ``cp`` ranks, in ring order
+    (``fxshape.parallelism.context.ring_blocks``), as ``kernel`` runs them."""
+    return [predict_attention(b, direction=direction, attention=kernel, dtype=dkey,
+                              gpu=spec).time_s
+            for b, n in ring_blocks(shape, cp) for _ in range(n)]
 
 
 def ring_records(records, rows, *, cp: int, tp: int, topology, item: int, dkey: str, spec):
@@ -37,9 +46,7 @@ def ring_records(records, rows, *, cp: int, tp: int, topology, item: int, dkey: 
         shape, direction = pred.shape, pred.direction
         nbytes = ring_step_bytes(shape, item, direction)
         p = predict_collective("send_recv", nbytes, 2, topology=topology, per_node=link)
-        blocks = [predict_attention(b, direction=direction, attention=pred.kernel, dtype=dkey,
-                                    gpu=spec).time_s
-                  for b, n in ring_blocks(shape, cp) for _ in range(n)]
+        blocks = block_times(shape, cp, direction, pred.kernel, dkey, spec)
         steps = ring_steps(cp)
         exposed = ring_exposed(blocks, p.time_s)
         total = steps * p.time_s

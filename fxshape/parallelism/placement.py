@@ -2,9 +2,10 @@
 
 Ranks are laid out as Megatron-LM and torchtitan do: tensor parallelism fastest (adjacent
 ranks, one node), then context parallelism, then the data-parallel ranks (the sharding
-group inside the replicas under hybrid sharding), then the pipeline stages slowest. A group's GPUs per node follow:
-the tensor-parallel group fills a node first, a data-parallel group takes what is left of
-it, and a pipeline boundary crosses nodes when the ranks before it fill whole nodes.
+group inside the replicas under hybrid sharding), then the pipeline stages slowest. A
+group's GPUs per node follow: the tensor-parallel group fills a node first, a data-parallel
+group takes what is left of it, and a pipeline boundary crosses nodes when the ranks before
+it fill whole nodes.
 """
 
 from __future__ import annotations
