@@ -165,7 +165,8 @@ def _cmd_analyze(args) -> int:
     if args.train and args.mode not in (None, "train"):
         raise ValueError(f"--train means --mode train, but --mode {args.mode} was given: "
                          "give one of them")
-    plan_args = dict(pp=args.pp, cp=args.cp, zero=args.zero, microbatches=args.microbatches,
+    plan_args = dict(pp=args.pp, cp=args.cp, ep=args.ep, capacity_factor=args.capacity_factor,
+                     zero=args.zero, microbatches=args.microbatches,
                      virtual_stages=args.virtual_stages, schedule=args.schedule,
                      dp_shard=args.dp_shard, grad_dtype=args.grad_dtype)
     parallel = None
@@ -404,6 +405,13 @@ def build_parser() -> argparse.ArgumentParser:
     pa.add_argument("--cp", type=_positive_int, default=1,
                     help="context-parallel ranks (with --train): each sequence split over "
                          "them, attention as ring attention; --seq-len a multiple of 2 x cp")
+    pa.add_argument("--ep", type=_positive_int, default=1,
+                    help="expert-parallel ranks (with --train, a MoE model): each MoE layer's "
+                         "experts spread over ep of the dp x cp ranks, tokens exchanged by "
+                         "all-to-all; must divide dp x cp and the experts")
+    pa.add_argument("--capacity-factor", type=float, default=None,
+                    help="with --ep: each expert's rows capped and padded to this factor "
+                         "times its balanced share (default: dropless)")
     pa.add_argument("--zero", type=int, choices=ZERO_STAGES, default=0,
                     help="ZeRO stage over the data-parallel ranks: 1 optimizer state, 2 and "
                          "gradients, 3 and parameters (FSDP)")

@@ -608,7 +608,7 @@ CLI_VALUES = {
                 "provenance": ["matched", "none"], "plot": ["@out.png"],
                 "pp": ["2"], "zero": ["1"], "dp_shard": ["2"], "microbatches": ["2"],
                 "virtual_stages": ["2"], "schedule": ["gpipe"], "recompute": ["selective"],
-                "grad_dtype": ["bf16"], "cp": ["2"]},
+                "grad_dtype": ["bf16"], "cp": ["2"], "ep": ["2"], "capacity_factor": ["1.25"]},
     "advise": {**_SHARED, "mode": ["inference", "train", "decode"], "tolerance": ["0.05"],
                "min_speedup": ["0.02"], "format": ["json", "table", "markdown"]},
     "sweep": {**_SHARED, "mode": ["inference", "train", "decode"], "out": ["@out.svg"]},
@@ -626,7 +626,7 @@ _WORKLOAD = {"gpu", "dtype", "batch_size", "seq_len", "tp", "attention", "execut
              "sequence_parallel", "provenance", "params", "recompute"}
 #: the options the command line builds a fxshape.Parallel plan from (stated as parallel=)
 _PLAN = {"pp", "zero", "dp_shard", "microbatches", "virtual_stages", "schedule",
-         "grad_dtype", "cp"}
+         "grad_dtype", "cp", "ep", "capacity_factor"}
 
 
 def _plan_refused(case, mode) -> bool:
@@ -636,6 +636,8 @@ def _plan_refused(case, mode) -> bool:
     pp, zero, dp, v, m, cp = (get("pp", 1), get("zero", 0), get("dp", 1),
                               get("virtual_stages", 1), get("microbatches", 1), get("cp", 1))
     schedule = case.get("schedule", "1f1b")
+    if "ep" in case or "capacity_factor" in case:
+        return True  # the tiny config is dense (no experts); a capacity factor needs ep
     if zero and dp * cp == 1:
         return True  # nothing to shard over
     if "dp_shard" in case and (not zero or (dp * cp) % int(case["dp_shard"])):

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import dataclasses
 import inspect
-import math
 import re
 
 import torch
@@ -19,6 +18,7 @@ from ..cost.gemm import is_default_params, predict_matmul, resolve_params_path, 
 from ..cost.notes import join_notes
 from ..hardware.dtypes import canonical_dtype, itemsize
 from ..hardware.gpus import get_gpu
+from ..parallelism.experts import apportion
 from ..tracing.configs import HEAD_FIELDS, check_config
 from ..tracing.dedup import check_reduction, expand_rows, find_stacks, reduced_model, structure_key
 from ..tracing.export import (DEFAULT_BATCH_SIZE, CaptureError, _is_hf, _seq_len, capture,
@@ -53,7 +53,7 @@ def module_of(node: torch.fx.Node) -> tuple[str, str]:
 def annotate(gm: torch.fx.GraphModule, *, gpu="h100", dtype=torch.bfloat16,
              phase: str = "forward", tp: int = 1, features=None, heads=None,
              causal_decoder=False, moe_routing=None, attention: str = "flash", kv_dtype=None,
-             page_size=None, cp: int = 1):
+             page_size=None, cp: int = 1, ep: int = 1, capacity_factor=None):
     """Put GEMM rows on every matmul-like node; return (rows, unsupported).
 
     ``tp`` > 1 shards each GEMM Megatron-style (``fxshape.analysis.parallel``); ``features``
@@ -69,7 +69,9 @@ def annotate(gm: torch.fx.GraphModule, *, gpu="h100", dtype=torch.bfloat16,
     attention (``fxshape.cost.decode_attention``). ``cp`` > 1: the graph is one rank's share
     of a context-parallel plan (``s / cp`` tokens); its attention calls run as ring attention
     over ``cp`` ranks (``fxshape.parallelism.context``): the key dimension spans the whole
-    sequence, priced as the ring's kernels.
+    sequence, priced as the ring's kernels. ``ep`` > 1: each grouped (MoE) GEMM as the
+    busiest of ``ep`` expert-parallel ranks runs it (its block of experts on the rows the group
+    routes to them, ``capacity_factor``: padded to capacity; ``fxshape.parallelism.experts``).
     """
     spec = get_gpu(gpu)
     dkey = canonical_dtype(dtype)
@@ -99,8 +101,8 @@ def annotate(gm: torch.fx.GraphModule, *, gpu="h100", dtype=torch.bfloat16,
         node_phase = node.meta.get("fxshape_phase", phase)
         if causal_decoder:
             gemms = [_causal(node, g, fqn) for g in gemms]
-        if moe_routing is not None:
-            gemms = [x for g in gemms for x in _route(g, moe_routing)]
+        if moe_routing is not None or ep > 1:
+            gemms = [x for g in gemms for x in _route(g, moe_routing, ep, capacity_factor)]
         if tp > 1:
             gemms = [_shard(g, fqn, node_phase, tp, features or {}, heads) for g in gemms]
         if gemms and all(g.attn is not None for g in gemms):
@@ -161,14 +163,15 @@ def _with_traced_provenance(gm, rows, model, args, stacks):
     from .provenance import weight_axes
 
     (example_inputs, example_kwargs, kw, spec, dkey, tp, _, moe_routing, attention, kv,
-     cp) = args
+     cp, moe) = args
     by_node = _by_node(rows)
     axes = weight_axes(gm, by_node)
     order = [r for rs in by_node.values() for r in rs]
     fallback = [a for name in by_node for a in axes[name]]
     keys = row_keys(order)
     opts = dict(gpu=spec, dtype=dkey, tp=tp, causal_decoder=_is_decoder(model),
-                moe_routing=moe_routing, attention=attention, cp=cp)
+                moe_routing=moe_routing, attention=attention, cp=cp, ep=moe[0],
+                capacity_factor=moe[1])
     base_nodes = gemm_nodes(gm)
 
     def recorded(target, ex_in, ex_kw, b, s, sizes):
@@ -208,13 +211,13 @@ def _with_traced_provenance(gm, rows, model, args, stacks):
         if got is None:
             kw2 = dict(kw, batch_size=b, seq_len=s)
             theirs = _annotated(target, ex_in, ex_kw, kw2, spec, dkey, tp, model,
-                                moe_routing, attention, kv, cp, provenance=None)[1]
+                                moe_routing, attention, kv, cp, moe, provenance=None)[1]
             got = dict(zip(row_keys(theirs), ((r.m, r.n, r.k) for r in theirs)))
         return got
 
     # what the labels depend on besides the model: sizes do not depend on the GPU or dtype,
     # but which rows there are may (an attention kernel's), so the rows are in the key
-    key = (kw["train"], tp, cp, _shapes(moe_routing), _shapes(example_inputs),
+    key = (kw["train"], tp, cp, moe, _shapes(moe_routing), _shapes(example_inputs),
            _shapes(example_kwargs), kw["batch_size"], kw["seq_len"],
            tuple((s.name, s.groups) for s in stacks),
            tuple(k + (r.m, r.n, r.k) for k, r in zip(keys, order)))
@@ -239,22 +242,32 @@ def _causal(node, g: Gemm, fqn: str) -> Gemm:
     return g
 
 
-def _route(g: Gemm, routing):
-    """Split a grouped (MoE) GEMM into one GEMM per expert by the given routing fractions."""
+def _route(g: Gemm, routing, ep: int = 1, capacity_factor=None):
+    """A grouped (MoE) GEMM as one rank runs it: split into one GEMM per expert by the given
+    routing fractions; with expert parallelism (``ep`` > 1), the busiest rank's block of
+    ``E / ep`` experts on the rows the group routes to them
+    (``fxshape.parallelism.experts``)."""
     if not g.op.startswith("grouped"):
         return [g]
-    try:
-        fractions = [float(f) for f in routing]
-    except (TypeError, ValueError):
-        raise ValueError(f"moe_routing must be a sequence of fractions, one per expert, got "
-                         f"{routing!r}") from None
-    if len(fractions) != g.batch:
-        raise ValueError(f"moe_routing has {len(fractions)} fractions but the layer has "
-                         f"{g.batch} experts")
-    if any(f < 0 for f in fractions) or abs(sum(fractions) - 1.0) > 1e-6:
-        raise ValueError("moe_routing fractions must be non-negative and sum to 1")
+    if routing is not None:
+        try:
+            fractions = [float(f) for f in routing]
+        except (TypeError, ValueError):
+            raise ValueError(f"moe_routing must be a sequence of fractions, one per expert, "
+                             f"got {routing!r}") from None
+        if len(fractions) != g.batch:
+            raise ValueError(f"moe_routing has {len(fractions)} fractions but the layer has "
+                             f"{g.batch} experts")
+        if any(f < 0 for f in fractions) or abs(sum(fractions) - 1.0) > 1e-6:
+            raise ValueError("moe_routing fractions must be non-negative and sum to 1")
+    else:
+        fractions = None
     dim = "k" if g.op.endswith(".dw") else "m"  # weight gradients reduce over the rows
     rows = round(getattr(g, dim) * g.batch * g.work)  # the layer's routed rows, exactly
+    if ep > 1:
+        return _expert_parallel(g, dim, rows, fractions, ep, capacity_factor)
+    if fractions is None:
+        return [g]
     shares = apportion(rows, fractions)
     idle = [e for e, m in enumerate(shares) if m == 0]
     tail = (f"; experts {', '.join(map(str, idle))} get no rows and run no GEMM"
@@ -269,16 +282,35 @@ def _route(g: Gemm, routing):
     return out
 
 
-def apportion(total: int, fractions) -> list[int]:
-    """Whole shares of ``total`` in proportion to ``fractions`` that sum to exactly ``total``
-    (largest remainders; ties go to the lower index)."""
-    raw = [total * f for f in fractions]
-    shares = [math.floor(r) for r in raw]
-    left = total - sum(shares)
-    order = sorted(range(len(raw)), key=lambda i: (-(raw[i] - shares[i]), i))
-    for i in order[:left]:
-        shares[i] += 1
-    return shares
+def _expert_parallel(g: Gemm, dim: str, rows: int, fractions, ep: int, capacity_factor):
+    """The busiest expert-parallel rank's GEMMs for a grouped GEMM of ``rows`` routed rows
+    per rank: one grouped GEMM over its ``E / ep`` experts when they get equal rows
+    (balanced, or padded to capacity), else one GEMM per expert."""
+    from ..parallelism.experts import expert_rows
+
+    experts = g.batch
+    rank, shares = expert_rows(rows, experts, ep, fractions, capacity_factor)
+    per = experts // ep
+    first = rank * per
+    where = (f"EP over {ep}: rank {rank} holds experts {first}..{first + per - 1} of "
+             f"{experts}")
+    if capacity_factor is not None:
+        return [dataclasses.replace(
+            g, batch=per, work=1.0, **{dim: shares[0]},
+            note=f"{where}; each padded to its capacity of {shares[0]} rows (capacity factor "
+                 f"{capacity_factor:g} × {ep * rows} routed rows / {experts} experts)")]
+    got = sum(shares)
+    how = "balanced routing assumed" if fractions is None else "the busiest rank (routing given)"
+    if len(set(shares)) == 1:
+        m = shares[0]
+        return [dataclasses.replace(
+            g, batch=per, work=1.0, **{dim: m},
+            note=f"{where}, {got} of the group's {ep * rows} routed rows ({how})")]
+    return [dataclasses.replace(
+        g, batch=1, work=1.0, **{dim: m},
+        note=f"{where}; expert {first + i}: {m} of the group's {ep * rows} routed rows "
+             f"({how}; {got} on this rank)")
+        for i, m in enumerate(shares) if m > 0]
 
 
 def _attention_rows(node, gemms, fqn, cls, phase, dkey, spec, attention, kv_dtype=None,
@@ -359,7 +391,8 @@ def _shapes(obj):
 
 
 def _annotated(target, example_inputs, example_kwargs, kw, spec, dkey, tp, model,
-               moe_routing, attention, kv=(None, None), cp=1, provenance="matched"):
+               moe_routing, attention, kv=(None, None), cp=1, moe=(1, None),
+               provenance="matched"):
     """Capture ``target`` (the model, or a reduced copy of it) and annotate its graph:
     (graph, rows, unsupported); rows with provenance matched by value unless ``provenance``
     is None."""
@@ -368,7 +401,8 @@ def _annotated(target, example_inputs, example_kwargs, kw, spec, dkey, tp, model
                                  features=_features(target) if tp > 1 else None,
                                  heads=_head_counts(target),
                                  causal_decoder=_is_decoder(model), moe_routing=moe_routing,
-                                 attention=attention, kv_dtype=kv[0], page_size=kv[1], cp=cp)
+                                 attention=attention, kv_dtype=kv[0], page_size=kv[1], cp=cp,
+                                 ep=moe[0], capacity_factor=moe[1])
     if provenance is not None:
         rows = _with_provenance(gm, rows, getattr(model, "config", None), tp)
     return gm, rows, unsupported
@@ -713,6 +747,15 @@ def _analyze(model, example_inputs, example_kwargs, *, gpu, dtype, batch_size, s
     all_stacks = find_stacks(model)
     n_layers = max((s.length for s in all_stacks), default=0)
     check_plan(plan, layers=n_layers or None, topology=topo)
+    if plan.ep > 1:
+        from ..parallelism.experts import check_ep
+
+        experts = _n_experts(model)
+        if not experts:
+            raise ValueError(f"ep={plan.ep} spreads MoE experts over ranks, but "
+                             f"{type(model).__name__} has no routed experts in its config "
+                             "(num_local_experts, n_routed_experts, num_experts): use ep=1")
+        check_ep(plan.ep, experts)
     kw = dict(batch_size=batch_size, seq_len=_rank_seq_len(model, example_inputs,
                                                            example_kwargs, seq_len, plan.cp),
               train=mode == "train")
@@ -724,7 +767,7 @@ def _analyze(model, example_inputs, example_kwargs, *, gpu, dtype, batch_size, s
                      f"(K/V projections and KV cache replicated {tp // kv_heads}x), as "
                      "Megatron and the serving engines do")
     args = (example_inputs, example_kwargs, kw, spec, dkey, tp, model, moe_routing, attention,
-            kv, plan.cp)
+            kv, plan.cp, (plan.ep, plan.capacity_factor))
     if stacks:
         key = structure_key(model, stacks, mode, tp, _shapes(example_inputs),
                             _shapes(example_kwargs), batch_size, seq_len)
@@ -772,6 +815,14 @@ def _analyze(model, example_inputs, example_kwargs, *, gpu, dtype, batch_size, s
         records, ring_note = ring_records(records, rows, cp=plan.cp, tp=tp, topology=topo,
                                           item=run_dtype(dkey).itemsize, dkey=dkey, spec=spec)
         step_notes = tuple(step_notes) + (ring_note,)
+    if plan.ep > 1:
+        from .experts import all_to_all_records
+        from .step import run_dtype
+
+        records, a2a_note = all_to_all_records(records, rows, ep=plan.ep, tp=tp, topology=topo,
+                                               item=run_dtype(dkey).itemsize,
+                                               hidden=_hidden(model))
+        step_notes = tuple(step_notes) + (a2a_note,)
     walk = _liveness(gm, dkey, mode, rows, tp, sequence_parallel,
                      unfused=attention == "math", grad_bytes=plan.grad_bytes,
                      vocab=getattr(getattr(model, "config", None), "vocab_size", None))
@@ -819,7 +870,7 @@ def _analyze(model, example_inputs, example_kwargs, *, gpu, dtype, batch_size, s
             "selective recomputation (Megatron): each layer's attention core (QKᵀ, softmax, "
             "dropout, the product with V) runs again in its backward; its saved "
             "intermediates are not kept",)
-    shards = _shards(model, tp, rows, _head_counts(model))  # the step's and the memory's
+    shards = _shards(model, tp, rows, _head_counts(model), plan.ep)  # the step's and memory's
     # the plan's parameters by stage and FSDP unit, for the step and the memory of a plan
     # played out (or selective recomputation's memory): computed once
     groups = _param_groups(model, shards, all_stacks, plan) \
@@ -1011,17 +1062,20 @@ def _activation_shares(gm, rows, owner, tp, sequence_parallel) -> dict:
     return out
 
 
-def _shards(model, tp, rows=(), heads=(None, None)) -> list:
+def _shards(model, tp, rows=(), heads=(None, None), ep=1) -> list:
     """``(elements on each GPU, is a matrix, is trained)`` per parameter (tied weights once,
     as ``model.parameters()`` gives them). At ``tp`` > 1, Megatron splits what tensor
     parallelism splits in ``rows``: a column-parallel layer's weight and bias (a K/V
     projection by whole KV heads, :func:`fxshape.analysis.parallel.kv_shard`), a
     row-parallel layer's weight (its bias is whole), and the vocabulary-parallel input
     embedding; everything else (norms, position embeddings, layers it does not know) is
-    replicated, as its GEMMs are."""
+    replicated, as its GEMMs are. With expert parallelism (``ep`` > 1) each GPU holds
+    ``1 / ep`` of every expert tensor (:func:`_expert_params`)."""
     params = list(model.parameters())
+    experts = _expert_params(model) if ep > 1 else set()
     if tp == 1:
-        return [(p.numel(), p.dim() >= 2, p.requires_grad) for p in params]
+        return [(p.numel() // (ep if id(p) in experts else 1), p.dim() >= 2, p.requires_grad)
+                for p in params]
     from .parallel import sharded_modules
 
     kinds = sharded_modules(rows)
@@ -1043,7 +1097,36 @@ def _shards(model, tp, rows=(), heads=(None, None)) -> list:
             n //= tp
         elif isinstance(mod, torch.nn.Embedding) and p.dim() == 2 and p.shape[0] == vocab:
             n //= tp  # the vocabulary-parallel embedding
+        if id(p) in experts:
+            n //= ep
         out.append((n, p.dim() >= 2, p.requires_grad))
+    return out
+
+
+def _n_experts(model) -> int:
+    """Routed experts per MoE layer from the model's config (0: not a MoE model)."""
+    cfg = getattr(model, "config", None)
+    return next((v for a in ("num_local_experts", "n_routed_experts", "num_experts",
+                             "moe_num_experts")
+                 if isinstance(v := getattr(cfg, a, None), int) and v > 1), 0)
+
+
+def _expert_params(model) -> set:
+    """``id``s of the routed experts' parameters: tensors of ``E`` stacked experts (leading
+    dimension ``E``, Transformers' fused expert layers) and the parameters of a module list
+    of ``E`` experts."""
+    e = _n_experts(model)
+    if not e:
+        return set()
+    out = set()
+    for name, mod in model.named_modules():
+        if name.split(".")[-1] != "experts":
+            continue
+        if isinstance(mod, torch.nn.ModuleList) and len(mod) == e:
+            out.update(id(p) for p in mod.parameters())
+            continue
+        out.update(id(p) for p in mod.parameters(recurse=False)
+                   if p.dim() >= 2 and p.shape[0] == e)
     return out
 
 
@@ -1133,7 +1216,7 @@ def _plan_memory(model, walk, spec, dkey, optimizer, layers, workload, *, shards
     n_layers = max((s.length for s in stacks), default=0)
     stages = plan.stages
     per = max(1, n_layers // stages) if n_layers else 1
-    stage_params, unit_params = groups
+    stage_params, unit_params, stage_experts, _ = groups
     total_params = sum(stage_params) or 1
     matrices = sum(n for n, matrix, trainable in shards if matrix and trainable)
     # the activations one micro-batch leaves for its backward, by virtual stage
@@ -1167,10 +1250,15 @@ def _plan_memory(model, walk, spec, dkey, optimizer, layers, workload, *, shards
     for d in range(p):
         mine = [d + c * p for c in range(v)]
         P = sum(stage_params[s] for s in mine)
-        params = 4 * P // (sh if z >= 3 else 1)
-        grads = plan.grad_bytes * P // (sh if z >= 2 else 1)
-        state = state_b * P // (sh if z >= 1 else 1)
-        opt_temp = (4 * P // (sh if z >= 1 else 1)) if optimizer == "adamw" else 0
+        X = sum(stage_experts[s] for s in mine)
+
+        def sharded(by):  # dense parameters over ``by`` ranks, experts over by / ep
+            return P if by == 1 else (P - X) / by + X * plan.ep / by
+
+        params = int(4 * sharded(sh if z >= 3 else 1))
+        grads = int(plan.grad_bytes * sharded(sh if z >= 2 else 1))
+        state = int(state_b * sharded(sh if z >= 1 else 1))
+        opt_temp = int(4 * sharded(sh if z >= 1 else 1)) if optimizer == "adamw" else 0
         if z == 3:  # the gathered blocks: the one computing, the one prefetched, the root
             units = sorted((u for s in mine for k, u in unit_params[s].items()
                             if k is not None), reverse=True)
@@ -1292,10 +1380,12 @@ def _step(records, model, spec, dkey, mode, tp, execution, optimizer, workload, 
 
 
 def _param_groups(model, shards, stacks, plan):
-    """``(elements per virtual stage, per stage {layer: elements, None: the rest})``: the
-    trained parameters per GPU (``shards``) by pipeline stage and by FSDP unit (each layer,
-    then the rest of the stage: ``fxshape.analysis.pipeline``), in parameter order (the
-    forward's, for a Hugging Face model)."""
+    """``(elements per virtual stage, per stage {layer: elements, None: the rest}, expert
+    elements per virtual stage, per stage {layer or None: expert elements})``: the trained
+    parameters per GPU (``shards``) by pipeline stage and by FSDP unit (each layer, then the
+    rest of the stage: ``fxshape.analysis.pipeline``), in parameter order (the forward's,
+    for a Hugging Face model); the expert-parallel experts' share of them (held by ``dp × cp
+    / ep`` ranks, not ``dp × cp``) apart."""
     from .pipeline import placed
 
     layers = max((s.length for s in stacks), default=0)
@@ -1304,21 +1394,26 @@ def _param_groups(model, shards, stacks, plan):
     for name, mod in model.named_modules():
         for p in mod.parameters(recurse=False):
             owner.setdefault(id(p), name)
+    experts = _expert_params(model) if plan.ep > 1 else set()
     trained = [(p, n) for p, (n, _, trainable) in zip(model.parameters(), shards) if trainable]
     layer_units = [dict() for _ in range(stages)]
+    layer_experts = [dict() for _ in range(stages)]
     root = [0] * stages
     where = placed(((owner.get(id(p), ""), "forward") for p, _ in trained),
                    _stack_info(stacks), layers, stages)
-    for (_, n), (i, s) in zip(trained, where):
+    for (p, n), (i, s) in zip(trained, where):
         if i is None:
             root[s] += n
         else:
             layer_units[s][i] = layer_units[s].get(i, 0) + n
+        if id(p) in experts:
+            layer_experts[s][i] = layer_experts[s].get(i, 0) + n
     tied = _tied_embedding(model)
     if tied and stages > 1:  # Megatron keeps a copy of a tied embedding on the last stage
         root[-1] += tied // plan.tp
     units = [{**{k: u[k] for k in sorted(u)}, None: root[s]} for s, u in enumerate(layer_units)]
-    return [sum(u.values()) for u in units], units
+    return ([sum(u.values()) for u in units], units,
+            [sum(e.values()) for e in layer_experts], layer_experts)
 
 
 def _tied_embedding(model) -> int:
@@ -1354,7 +1449,7 @@ def _plan_step(records, opt_records, model, spec, dkey, execution, optimizer, to
     from .step import RECOMPUTED_OPS, Step, run_dtype
 
     item = run_dtype(dkey).itemsize
-    stage_params, unit_params = groups
+    stage_params, unit_params, stage_experts, unit_experts = groups
     b = workload.batch_size or 1
     seq = workload.seq_len or 1
     # one rank's activation between stages: its 1/cp of each sequence
@@ -1365,7 +1460,8 @@ def _plan_step(records, opt_records, model, spec, dkey, execution, optimizer, to
         records, opt_records, plan=plan, topo=topology, stacks=_stack_info(stacks),
         layers=layers,
         stage_params=stage_params, unit_params=unit_params, item=item,
-        hidden_tokens_bytes=hidden_bytes)
+        hidden_tokens_bytes=hidden_bytes, stage_experts=stage_experts,
+        unit_experts=unit_experts)
     m = plan.microbatches
     crit = stages[critical]
     flops = sum(r.flops for r in records if r.cls in ("gemm", "attention")

@@ -107,36 +107,41 @@ def _coll(op, nbytes, group, stride, topo):
     return predict_collective(op, int(nbytes), group, topology=topo, per_node=d).time_s
 
 
-def communication_of(records, group: int = 0, cp: int = 1) -> list:
-    """The tensor- and context-parallel collectives among ``records`` (class
+def communication_of(records, group: int = 0, cp: int = 1, ep: int = 1) -> list:
+    """The tensor-, context- and expert-parallel collectives among ``records`` (class
     ``communication``; their ``time_s`` is on the critical path, ``overlapped_s`` hidden
     under compute), one :class:`Collective` per kind and op; ``group``: the tensor-parallel
-    degree, ``cp``: the context-parallel one (ring attention's send/recv)."""
+    degree, ``cp``: the context-parallel one (ring attention's send/recv), ``ep``: the
+    expert-parallel one (the MoE all-to-alls)."""
     agg: dict = {}
     for r in records:
-        if r.cls != "communication" or not r.op.startswith(("tp ", "cp ")):
+        if r.cls != "communication" or not r.op.startswith(("tp ", "cp ", "ep ")):
             continue
         op = r.op.split(" ", 1)[1]
-        kind = "cp" if r.op.startswith("cp ") else \
+        kind = r.op[:2] if r.op.startswith(("cp ", "ep ")) else \
             "sp" if op in ("reduce_scatter", "all_gather") else "tp"
         a = agg.setdefault((kind, op), [0, 0, 0.0, 0.0])
         a[0] += r.bytes
         a[1] += r.kernels
         a[2] += r.time_s + r.overlapped_s
         a[3] += r.time_s
-    return [Collective(kind, op, cp if kind == "cp" else group, b, c, t, e)
+    size = {"cp": cp, "ep": ep}
+    return [Collective(kind, op, size.get(kind, group), b, c, t, e)
             for (kind, op), (b, c, t, e) in agg.items()]
 
 
 def plan_step(records, optimizer_records, *, plan, topo, stacks, layers, stage_params,
-              unit_params, item, hidden_tokens_bytes):
+              unit_params, item, hidden_tokens_bytes, stage_experts=None, unit_experts=None):
     """The step of ``records`` (one micro-batch's forward and backward, per GPU: tensor
     parallelism applied) under ``plan``; ``optimizer_records``: the optimizer (and autocast's
     weight casts) over all the parameters one GPU of a pipeline-less replica holds, scaled
     here to each rank's share; ``stage_params``: trained parameter elements per virtual
     stage; ``unit_params``: per virtual stage, the elements of each FSDP unit in forward
     order (``{layer index: elements}``, the rest of the stage under None, last); ``item``: the compute dtype's bytes;
-    ``hidden_tokens_bytes``: one micro-batch's activation between stages.
+    ``hidden_tokens_bytes``: one micro-batch's activation between stages;
+    ``stage_experts``, ``unit_experts``: the expert-parallel experts' share of
+    ``stage_params`` and of each layer's unit (reduced and sharded over ``dp × cp / ep``
+    ranks, ``ep`` apart; None: no expert parallelism).
 
     Returns ``(time_s, critical rank, ranks [StageTime], collectives [Collective])``."""
     p, v, m = plan.pp, plan.virtual_stages, plan.microbatches
@@ -147,6 +152,18 @@ def plan_step(records, optimizer_records, *, plan, topo, stacks, layers, stage_p
     for r, (_, s) in zip(records, where):
         (bwd_recs if r.phase == "backward" else fwd_recs)[s].append(r)
     shard, rep, tp = plan.shard, plan.replicate, plan.tp
+    ep = plan.ep
+    stage_experts = stage_experts or [0] * len(stage_params)
+    unit_experts = unit_experts or [{} for _ in stage_params]
+
+    def split(op, elements, experts, nbytes, group, stride):
+        """A collective over the dense parameters' ``group`` and the experts' ``group /
+        ep`` (``ep`` times the stride apart)."""
+        dense = _coll(op, (elements - experts) * nbytes, group, stride, topo)
+        if not experts:
+            return dense
+        return dense + _coll(op, experts * nbytes, group // ep, stride * ep, topo)
+
     all_params = sum(stage_params) or 1
     casts = [r for r in optimizer_records if r.cls != "optimizer"]
     opt = [r for r in optimizer_records if r.cls == "optimizer"]
@@ -161,17 +178,19 @@ def plan_step(records, optimizer_records, *, plan, topo, stacks, layers, stage_p
         cast_s.append(share * sum(r.time_s for r in casts))
         ids = list(unit_params[s])
         units = list(unit_params[s].values())
+        xunits = [unit_experts[s].get(k, 0) for k in ids]
         # unit order (the stage's layers, then the root); the backward runs it reversed
         f_walls = [_wall(u).wall_s for u in _split_units(fwd_recs[s], stacks, ids)]
         b_walls = [_wall(u).wall_s for u in _split_units(bwd_recs[s], stacks, ids)]
         comm: dict = {}
         if plan.zero == 3:
-            gat = [_coll("all_gather", n * item, shard, tp, topo) for n in units]
+            gat = [split("all_gather", n, x, item, shard, tp) for n, x in zip(units, xunits)]
             g = plan.grad_bytes  # the gradients' dtype (fp32 unless the plan says)
-            rs = [_coll("reduce_scatter", n * g, shard, tp, topo) for n in units]
+            rs = [split("reduce_scatter", n, x, g, shard, tp) for n, x in zip(units, xunits)]
             if rep > 1:  # hybrid sharding: the shard's gradient all-reduced across replicas
-                rs = [x + _coll("all_reduce", n * g / shard, rep, tp * shard, topo)
-                      for x, n in zip(rs, units)]
+                rs = [r + _coll("all_reduce", (n - x) * g / shard + x * g * ep / shard, rep,
+                                tp * shard, topo)
+                      for r, n, x in zip(rs, units, xunits)]
             # the root (last unit) stays gathered; the layers regather for their backward
             again = [x if plan.reshard_after_forward and i < len(units) - 1 else 0.0
                      for i, x in enumerate(gat)]
@@ -210,7 +229,10 @@ def plan_step(records, optimizer_records, *, plan, topo, stacks, layers, stage_p
     for d in range(p):
         mine = [d + c * p for c in range(v)]
         params = sum(stage_params[s] for s in mine)
-        fraction = params / all_params / shard
+        experts = sum(stage_experts[s] for s in mine)
+        # the optimizer's share: dense parameters over the shard, experts over shard / ep
+        fraction = (params if shard == 1 else
+                    (params - experts) / shard + experts * ep / shard) / all_params
         coll: dict = {}
         for s in mine:
             for key, (group, nbytes, count, total) in per_stage[s].items():
@@ -229,7 +251,8 @@ def plan_step(records, optimizer_records, *, plan, topo, stacks, layers, stage_p
             group = shard if plan.zero else plan.data_ranks
             op = "all_reduce" if plan.zero == 0 else "reduce_scatter"
             sizes = buckets(grad)
-            times = [_coll(op, b, group, tp, topo) for b in sizes]
+            xfrac = experts / params if params else 0.0
+            times = [split(op, b, b * xfrac, 1, group, tp) for b in sizes]
             if plan.zero and rep > 1:
                 times = [t + _coll("all_reduce", b / shard, rep, tp * shard, topo)
                          for t, b in zip(times, sizes)]
@@ -241,7 +264,7 @@ def plan_step(records, optimizer_records, *, plan, topo, stacks, layers, stage_p
                 ov.exposed * times_run]
         opt_wall = eager_timeline((r.host_s, r.time_s * fraction) for r in opt).wall_s
         if plan.zero in (1, 2):
-            ag = _coll("all_gather", params * item, shard, tp, topo)
+            ag = split("all_gather", params, experts, item, shard, tp)
             tail += ag
             coll[("zero", "all_gather")] = [shard, params * item, 1, ag, ag]
         if p > 1:
@@ -273,7 +296,7 @@ def plan_step(records, optimizer_records, *, plan, topo, stacks, layers, stage_p
             busy_s=b, end_s=end, tail_s=tail + opt_wall, bubble_s=max(0.0, end - b),
             by_class=cls, holds=_holds(d, p)))
     tp_like = communication_of([r for s in ranks[critical][1]
-                                for r in fwd_recs[s] + bwd_recs[s]], tp, plan.cp)
+                                for r in fwd_recs[s] + bwd_recs[s]], tp, plan.cp, ep)
     collectives = [dataclasses.replace(c, bytes=c.bytes * m, count=c.count * m,
                                        total_s=c.total_s * m, exposed_s=c.exposed_s * m)
                    for c in tp_like]

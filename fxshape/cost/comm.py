@@ -29,7 +29,13 @@ constants on measured NCCL all-reduces and send/recvs
 (``../shared/calibration/comm/vidur_collectives.csv``; written to
 ``fxshape/data/comm_params.json``). A class shared by the A100 and H100 machines is checked
 leave-one-GPU-out. Reduce-scatter and all-gather take the all-reduce's constants (a ring
-all-reduce is one of each): unvalidated. Pure functions; nothing here imports torch.
+all-reduce is one of each): unvalidated. An all-to-all (expert parallelism's dispatch and
+combine) moves ``(n - 1) / n`` of each GPU's buffer through its link, as an all-gather does
+(nccl-tests' busBw convention for both), and takes the ring constants of its link class
+(NVSwitch without the in-switch reduction); across nodes, the part for other nodes goes
+through the network adapters and the rest over NVLink, at once. No all-to-all was measured
+here: ``bench/validate_ep.py`` compares it with DeepEP's published dispatch bandwidth, held
+out. Pure functions; nothing here imports torch.
 """
 
 from __future__ import annotations
@@ -45,7 +51,7 @@ from .paramfile import read_json
 __all__ = ["COLLECTIVES", "CommPrediction", "bus_bytes", "predict_collective", "comm_params",
            "param_key", "collective_time", "flat_time"]
 
-COLLECTIVES = ("all_reduce", "reduce_scatter", "all_gather", "send_recv")
+COLLECTIVES = ("all_reduce", "reduce_scatter", "all_gather", "send_recv", "all_to_all")
 _DEFAULT_PATH = os.path.join(os.path.dirname(os.path.dirname(__file__)), "data",
                              "comm_params.json")
 
@@ -82,6 +88,8 @@ def bus_bytes(collective: str, nbytes: int, n: int) -> float:
                          + ", ".join(COLLECTIVES))
     if collective == "send_recv":
         return float(nbytes)
+    if collective == "all_to_all":  # each GPU keeps 1/n of its buffer, sends the rest
+        return (n - 1) / n * nbytes
     factor = 2.0 if collective == "all_reduce" else 1.0
     return factor * (n - 1) / n * nbytes
 
@@ -98,6 +106,9 @@ def _load(path: str) -> dict:
 def param_key(link_class: str, collective: str) -> str:
     """The fitted constants a collective uses: its link class and whether it is a ring
     collective or a point-to-point copy (``nvswitch/ring``, ``network/p2p``)."""
+    if collective == "all_to_all":
+        # bus bytes as an all-gather's, through the switch without its in-switch reduction
+        return f"{'nvswitch' if link_class == 'nvswitch_nvls' else link_class}/ring"
     return f"{link_class}/{'p2p' if collective == 'send_recv' else 'ring'}"
 
 
@@ -123,8 +134,12 @@ def collective_time(constants, collective: str, nbytes: float, n: int, d: int,
     docstring). A class without constants: whatever ``constants`` raises."""
     if n == 1:
         return 0.0, "none", "none"
+    if collective == "all_to_all" and n > d:
+        return _all_to_all_across(constants, nbytes, n, d, topo)
     if n <= d or collective == "send_recv":
         link, cls = topo.link_for(n, d), topo.link_class(n, d)
+        if collective == "all_to_all" and cls == "nvswitch_nvls":
+            cls = "nvswitch"  # no reduction in the switch
         return flat_time(constants(param_key(cls, collective)), collective, nbytes, n,
                          LINKS[link]), link, cls
     nodes = n // d
@@ -136,6 +151,24 @@ def collective_time(constants, collective: str, nbytes: float, n: int, d: int,
     inter = flat_time(net, collective, nbytes / d, nodes,
                       LINKS[topo.inter] * topo.inter_share(d))
     # NCCL pipelines the buffer's chunks through both levels at once: the slower one rules
+    return max(intra, inter), topo.inter, "network"
+
+
+def _all_to_all_across(constants, nbytes: float, n: int, d: int, topo: Topology) -> tuple:
+    """An all-to-all over ``n`` GPUs, ``d`` to a node: each GPU sends ``(d - 1) / n`` of its
+    buffer to the GPUs of its node over NVLink and ``(n - d) / n`` through its share of the
+    network adapters, at once; the slower part rules. Each part takes its link's constants
+    (``param_key``; one latency per peer)."""
+    intra = 0.0
+    if d > 1:
+        p = constants(param_key(topo.link_class(d, d), "all_to_all"))
+        link = LINKS[topo.link_for(d, d)]
+        intra = (float(p["alpha_s"]) + float(p["alpha_rank_s"]) * (d - 1)
+                 + (d - 1) / n * nbytes / (float(p["efficiency"]) * link * 1e9))
+    net = constants(param_key("network", "all_to_all"))
+    inter = (float(net["alpha_s"]) + float(net["alpha_rank_s"]) * (n - d)
+             + (n - d) / n * nbytes / (float(net["efficiency"]) * LINKS[topo.inter]
+                                       * topo.inter_share(d) * 1e9))
     return max(intra, inter), topo.inter, "network"
 
 

@@ -59,6 +59,15 @@ class Parallel:
             FSDP2 under autocast keep them) or ``"bf16"``/``"fp16"`` (DeepSpeed's and
             Megatron's half-precision gradient buffers, FSDP2's ``reduce_dtype``): the
             gradients' memory and the data-parallel reductions' bytes.
+        ep: expert-parallel degree: each MoE layer's experts spread over ``ep`` of the
+            ``dp × cp`` ranks (Megatron's and torchtitan's rule: it adds no GPUs), the
+            routed tokens sent to their experts' ranks and back by all-to-all
+            (``fxshape.parallelism.experts``); expert gradients are reduced, and ZeRO
+            shards expert state, over the ``dp × cp / ep`` ranks that hold the same experts.
+        capacity_factor: with ``ep``, each expert's rows capped and padded to
+            ``ceil(capacity_factor × routed rows / experts)`` (GShard, Megatron's
+            ``--moe-expert-capacity-factor`` with padding); None (the default): dropless,
+            each expert gets the rows its routing gives it.
     """
 
     tp: int = 1
@@ -73,9 +82,11 @@ class Parallel:
     dp_shard: int | None = None
     reshard_after_forward: bool = True
     grad_dtype: str = "fp32"
+    ep: int = 1
+    capacity_factor: float | None = None
 
     def __post_init__(self):
-        for name in ("tp", "cp", "pp", "dp", "virtual_stages", "microbatches"):
+        for name in ("tp", "cp", "pp", "dp", "virtual_stages", "microbatches", "ep"):
             _count(name, getattr(self, name))
         if isinstance(self.zero, bool) or self.zero not in ZERO_STAGES:
             raise ValueError(f"Parallel.zero must be one of 0, 1, 2, 3 (0: DDP, 3: FSDP), got "
@@ -98,6 +109,21 @@ class Parallel:
             raise ValueError(f"zero={self.zero} shards over the data-parallel (and "
                              "context-parallel) ranks, but dp=1 and cp=1: nothing to shard "
                              "over; use zero=0, dp > 1 or cp > 1")
+        if self.data_ranks % self.ep:
+            ok = [d for d in range(1, self.data_ranks + 1) if self.data_ranks % d == 0]
+            raise ValueError(f"ep={self.ep} spreads the experts over data-parallel ranks, so "
+                             f"it must divide dp × cp = {self.data_ranks}; accepted: "
+                             + ", ".join(map(str, ok)))
+        if self.capacity_factor is not None:
+            c = self.capacity_factor
+            if isinstance(c, bool) or not isinstance(c, numbers.Real) or not c > 0 \
+                    or c != c or c == float("inf"):
+                raise ValueError(f"Parallel.capacity_factor must be a positive number (1.0: "
+                                 f"each expert takes its balanced share) or None (dropless), "
+                                 f"got {c!r}")
+            if self.ep == 1:
+                raise ValueError("capacity_factor caps the rows each expert's rank receives "
+                                 "in the all-to-all: it needs ep > 1")
         if self.dp_shard is not None:
             _count("dp_shard", self.dp_shard)
             if not self.zero:
@@ -105,6 +131,10 @@ class Parallel:
             if self.data_ranks % self.dp_shard:
                 raise ValueError(f"dp_shard={self.dp_shard} must divide dp × cp = "
                                  f"{self.data_ranks}")
+            if self.dp_shard % self.ep:
+                raise ValueError(f"ep={self.ep} must divide dp_shard={self.dp_shard}: expert "
+                                 "state is sharded over the ranks of a shard group that hold "
+                                 "the same experts")
         if self.pp == 1:
             if self.virtual_stages > 1:
                 raise ValueError("virtual_stages > 1 interleaves pipeline stages: it needs "
@@ -138,7 +168,14 @@ class Parallel:
         """Only tensor and data parallelism (DDP): no pipeline, context parallelism, ZeRO or
         micro-batches, the step one timeline (``fxshape.analysis.step``); otherwise it is
         played out (``fxshape.analysis.pipeline``)."""
-        return self.pp == 1 and self.cp == 1 and not self.zero and self.microbatches == 1
+        return self.pp == 1 and self.cp == 1 and self.ep == 1 and not self.zero \
+            and self.microbatches == 1
+
+    @property
+    def expert_ranks(self) -> int:
+        """Ranks that hold the same experts and reduce their gradients together:
+        ``dp × cp / ep``."""
+        return self.data_ranks // self.ep
 
     @property
     def grad_bytes(self) -> int:
@@ -179,6 +216,10 @@ class Parallel:
         parts = [f"tp {self.tp}{cp} × pp {self.pp} × dp {self.dp} = {self.gpus} GPUs"]
         if self.cp > 1:
             parts.append(f"context parallel over {self.cp} (ring attention)")
+        if self.ep > 1:
+            cap = (f", capacity factor {self.capacity_factor:g}"
+                   if self.capacity_factor is not None else ", dropless")
+            parts.append(f"experts over {self.ep} ranks (all-to-all{cap})")
         if self.sequence_parallel:
             parts.append("sequence parallel")
         if self.zero:
@@ -235,10 +276,12 @@ def check_mode(plan: Parallel, mode: str) -> None:
     another mode."""
     if mode != "train":
         for what, bad in (("pp", plan.pp > 1), ("zero", plan.zero > 0),
-                          ("microbatches", plan.microbatches > 1), ("cp", plan.cp > 1)):
+                          ("microbatches", plan.microbatches > 1), ("cp", plan.cp > 1),
+                          ("ep", plan.ep > 1)):
             if bad:
                 raise ValueError(f"Parallel.{what}={getattr(plan, what)}: pipelines, context "
-                                 "parallelism, ZeRO and micro-batches are modelled for "
+                                 "and expert parallelism, ZeRO and micro-batches are "
+                                 "modelled for "
                                  f"mode='train', not {mode!r}")
         if plan.grad_dtype != "fp32":
             raise ValueError(f"Parallel.grad_dtype={plan.grad_dtype!r}: gradients exist in "
