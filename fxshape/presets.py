@@ -63,6 +63,21 @@ PRESETS = {
                           num_attention_heads=32, num_key_value_heads=8, vocab_size=32000,
                           max_position_embeddings=32768, num_local_experts=8,
                           num_experts_per_tok=2), "Mixtral 8x7B (MoE, top-2 of 8)"),
+    "qwen3-30b-a3b": ("Qwen3MoeConfig", "Qwen3MoeForCausalLM",
+                      dict(hidden_size=2048, intermediate_size=6144, moe_intermediate_size=768,
+                           num_hidden_layers=48, num_attention_heads=32, num_key_value_heads=4,
+                           head_dim=128, num_experts=128, num_experts_per_tok=8,
+                           vocab_size=151936, max_position_embeddings=40960,
+                           rope_theta=1000000.0, norm_topk_prob=True),
+                      "Qwen3-30B-A3B (MoE, top-8 of 128)"),
+    "deepseek-v3": ("DeepseekV3Config", "DeepseekV3ForCausalLM",
+                    dict(hidden_size=7168, intermediate_size=18432, moe_intermediate_size=2048,
+                         num_hidden_layers=61, num_attention_heads=128, num_key_value_heads=128,
+                         n_routed_experts=256, n_shared_experts=1, num_experts_per_tok=8,
+                         first_k_dense_replace=3, n_group=8, topk_group=4, q_lora_rank=1536,
+                         kv_lora_rank=512, qk_nope_head_dim=128, qk_rope_head_dim=64,
+                         v_head_dim=128, vocab_size=129280, max_position_embeddings=163840),
+                    "DeepSeek-V3 671B (MLA; MoE, top-8 of 256 + 1 shared; 3 dense layers)"),
 }
 
 

@@ -32,7 +32,9 @@ leave-one-GPU-out. Reduce-scatter and all-gather take the all-reduce's constants
 all-reduce is one of each): unvalidated. An all-to-all (expert parallelism's dispatch and
 combine) moves ``(n - 1) / n`` of each GPU's buffer through its link, as an all-gather does
 (nccl-tests' busBw convention for both), and takes the ring constants of its link class
-(NVSwitch without the in-switch reduction); across nodes, the part for other nodes goes
+(NVSwitch without the in-switch reduction), its efficiency capped at 1 (the fitted ring
+efficiencies exceed the nominal link, which only a reduction in the switch explains: an
+all-to-all's bytes all cross the link); across nodes, the part for other nodes goes
 through the network adapters and the rest over NVLink, at once. No all-to-all was measured
 here: ``bench/validate_ep.py`` compares it with DeepEP's published dispatch bandwidth, held
 out. Pure functions; nothing here imports torch.
@@ -119,11 +121,18 @@ def comm_params(params_path: str | None = None) -> dict:
 
 def flat_time(p: dict, collective: str, nbytes: float, n: int, nominal_gbs: float) -> float:
     """One ring (or point-to-point) collective inside one link class: ``p``'s latency plus
-    the bus bytes over ``efficiency`` of ``nominal_gbs``."""
+    the bus bytes over ``efficiency`` of ``nominal_gbs`` (for an all-to-all, at most the
+    link's nominal bandwidth: its bytes cross the link, nothing is reduced on the way)."""
     if n <= 1:
         return 0.0
     return (float(p["alpha_s"]) + float(p["alpha_rank_s"]) * (n - 1)
-            + bus_bytes(collective, nbytes, n) / (float(p["efficiency"]) * nominal_gbs * 1e9))
+            + bus_bytes(collective, nbytes, n) / (_efficiency(p, collective) * nominal_gbs
+                                                  * 1e9))
+
+
+def _efficiency(p: dict, collective: str) -> float:
+    e = float(p["efficiency"])
+    return min(1.0, e) if collective == "all_to_all" else e
 
 
 def collective_time(constants, collective: str, nbytes: float, n: int, d: int,
@@ -164,10 +173,10 @@ def _all_to_all_across(constants, nbytes: float, n: int, d: int, topo: Topology)
         p = constants(param_key(topo.link_class(d, d), "all_to_all"))
         link = LINKS[topo.link_for(d, d)]
         intra = (float(p["alpha_s"]) + float(p["alpha_rank_s"]) * (d - 1)
-                 + (d - 1) / n * nbytes / (float(p["efficiency"]) * link * 1e9))
+                 + (d - 1) / n * nbytes / (_efficiency(p, "all_to_all") * link * 1e9))
     net = constants(param_key("network", "all_to_all"))
     inter = (float(net["alpha_s"]) + float(net["alpha_rank_s"]) * (n - d)
-             + (n - d) / n * nbytes / (float(net["efficiency"]) * LINKS[topo.inter]
+             + (n - d) / n * nbytes / (_efficiency(net, "all_to_all") * LINKS[topo.inter]
                                        * topo.inter_share(d) * 1e9))
     return max(intra, inter), topo.inter, "network"
 
