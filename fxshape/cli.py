@@ -317,6 +317,61 @@ def _kv_args(p) -> None:
                         "a contiguous cache")
 
 
+def _int_list(text: str) -> tuple:
+    try:
+        out = tuple(int(x) for x in text.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {text!r}")
+    if not out or any(v < 0 for v in out):
+        raise argparse.ArgumentTypeError(f"expected comma-separated integers >= 0, got "
+                                         f"{text!r}")
+    return out
+
+
+def _recompute_list(text: str) -> tuple:
+    names = {"none": None, "selective": "selective", "full": "full"}
+    parts = [x.strip() for x in text.split(",")]
+    bad = [x for x in parts if x not in names]
+    if bad:
+        raise argparse.ArgumentTypeError(f"unknown recompute {bad[0]!r}; accepted: none, "
+                                         "selective, full")
+    return tuple(names[x] for x in parts)
+
+
+def _cmd_plan(args) -> int:
+    from .planning import plan
+    from .presets import load_target
+
+    model = load_target(args.target)
+    found = plan(model, gpus=args.gpus, gpu=args.gpu, dtype=args.dtype,
+                 global_batch=args.global_batch, seq_len=args.seq_len,
+                 topology=args.topology, micro_batches=args.micro_batches, zero=args.zero,
+                 recompute=args.recompute, top=args.top)
+    if args.format == "json":
+        print(json.dumps(found.as_dict(), indent=2))
+        return 0 if found.results else 3
+    print(f"plan search: {args.target} on {found.gpus} x {found.gpu}, global batch "
+          f"{found.global_batch} x {found.seq_len} tokens")
+    rows = [(i + 1, r.candidate.label(), f"{r.step_s:.3f}", f"{r.tokens_per_s_per_gpu:,.0f}",
+             f"{100 * r.mfu:.1f}%", f"{r.peak_bytes / 2**30:.1f}", f"{r.bubble_s:.3f}",
+             f"{r.exposed_comm_s:.3f}") for i, r in enumerate(found.results)]
+    if rows:
+        print(tabulate(rows, headers=("#", "plan", "step s", "tok/s/GPU", "MFU", "peak GiB",
+                                      "bubble s", "exposed comm s")))
+    else:
+        n = found.nearest
+        over = "" if n is None else (
+            f"; nearest: {n.candidate.label()} at {n.peak_bytes / 2**30:.1f} GiB, "
+            f"{(n.peak_bytes - n.capacity_bytes) / 2**30:.1f} GiB over the "
+            f"{n.capacity_bytes / 2**30:.0f} GiB of a {found.gpu}")
+        print(f"no plan fits{over}")
+    print("\nleft out: " + "; ".join(f"{r} ({n})" for r, n in found.dropped))
+    print("notes: " + "; ".join(found.notes))
+    print("plan: tp(+sp: sequence parallel) cp pp(x virtual stages) dp ep zero "
+          "mb<micro-batch size>x<micro-batches> rc-<recompute>")
+    return 0 if found.results else 3
+
+
 def _cmd_presets(args) -> int:
     from .presets import list_presets
 
@@ -467,6 +522,34 @@ def build_parser() -> argparse.ArgumentParser:
     ps.add_argument("--range", required=True, help="START:STOP[:STEP], STOP included")
     ps.add_argument("--out", default=None, help="write a plot (.png or .svg)")
     ps.set_defaults(func=_cmd_sweep)
+
+    pn = sub.add_parser("plan", help="search the parallel plans for training on N GPUs",
+                        description="Enumerate the plans (tp, cp, pp, virtual stages, dp, ep, "
+                                    "ZeRO, micro-batch size, recomputation) that divide the "
+                                    "model and the GPUs, drop those that do not fit, and rank "
+                                    "the rest by predicted step time.")
+    pn.add_argument("target", help="preset name or path to a Hugging Face config.json")
+    pn.add_argument("--gpus", type=_positive_int, required=True, help="GPUs to train on")
+    pn.add_argument("--gpu", default="h100", help="GPU name or alias (default h100)")
+    pn.add_argument("--dtype", default="bf16", help="compute dtype (default bf16)")
+    pn.add_argument("--global-batch", type=_positive_int, required=True,
+                    help="sequences per optimizer step, over all GPUs")
+    pn.add_argument("--seq-len", type=_positive_int, required=True,
+                    help="tokens per sequence")
+    pn.add_argument("--topology", type=_topology_arg, default=None,
+                    help="the machine (default: the GPU's usual node, as many as needed)")
+    pn.add_argument("--micro-batches", type=_int_list, default=(1, 2, 4),
+                    help="micro-batch sizes to try, comma-separated (default 1,2,4)")
+    pn.add_argument("--zero", type=_int_list, default=(0, 1, 3),
+                    help="ZeRO stages to try (default 0,1,3)")
+    pn.add_argument("--recompute", type=_recompute_list, default=(None, "selective", "full"),
+                    help="recomputation to try: none, selective, full (default all three)")
+    pn.add_argument("--top", type=_positive_int, default=10,
+                    help="plans to show (default 10)")
+    pn.add_argument("--format", choices=("table", "json"), default="table")
+    pn.add_argument("--verbose", action="store_true",
+                    help="show warnings and log lines from torch and transformers")
+    pn.set_defaults(func=_cmd_plan)
 
     pl = sub.add_parser("presets", help="list the built-in model presets")
     pl.set_defaults(func=_cmd_presets)

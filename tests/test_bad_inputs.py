@@ -617,10 +617,14 @@ CLI_VALUES = {
     "calibrate": {"quick": [True], "out": ["@params.json"], "gpu": ["h100"],
                   "dtype": ["fp16"]},
     "gpus": {}, "presets": {},
+    "plan": {"gpu": ["a100"], "dtype": ["fp16"], "topology": ["dgx-a100"],
+             "micro_batches": ["1,2"], "zero": ["0,1"], "recompute": ["none"], "top": ["3"],
+             "format": ["json", "table"], "verbose": [True]},
 }
 #: what every case of a command is given (required options, the target)
 _REQUIRED = {"predict": ["--m", "64", "--n", "64", "--k", "64"],
-             "sweep": ["--param", "intermediate_size", "--range", "128:192:64"]}
+             "sweep": ["--param", "intermediate_size", "--range", "128:192:64"],
+             "plan": ["--gpus", "2", "--global-batch", "4", "--seq-len", "32"]}
 _WORKLOAD = {"gpu", "dtype", "batch_size", "seq_len", "tp", "attention", "execution",
              "optimizer", "context_len", "kv_dtype", "page_size", "dp", "topology",
              "sequence_parallel", "provenance", "params", "recompute"}
@@ -670,7 +674,7 @@ def test_the_cli_matrix_covers_every_option_of_every_command():
     commands = set(next(a for a in build_parser()._subparsers._group_actions).choices)
     assert commands == set(CLI_VALUES)
     for command in commands:
-        required = {a.lstrip("-") for a in _REQUIRED.get(command, [])[::2]}
+        required = {a.lstrip("-").replace("-", "_") for a in _REQUIRED.get(command, [])[::2]}
         assert set(_parser_options(command)) == set(CLI_VALUES[command]) | required, command
 
 
@@ -699,7 +703,7 @@ def _cli_conflict(command, case) -> bool:
 
 
 def _argv(command, case, folder, target):
-    argv = [command] + ([target] if command in ("analyze", "advise", "sweep") else [])
+    argv = [command] + ([target] if command in ("analyze", "advise", "sweep", "plan") else [])
     argv += _REQUIRED.get(command, [])
     opts = _parser_options(command)
     for dest, value in case.items():
@@ -746,6 +750,25 @@ def _stated(command, case, out: str, folder) -> None:
         return
     if command in ("gpus", "presets"):
         assert out.strip()
+        return
+    if command == "plan":
+        if case.get("format") == "json":
+            d = json.loads(out)
+            labels = [r["plan"] for r in d["results"]]
+            gpu = d["gpu"]
+        else:
+            labels = [ln.split()[1:9] for ln in out.splitlines() if ln.strip()[:1].isdigit()]
+            labels = [" ".join(x) for x in labels]
+            gpu = out.splitlines()[0]
+        assert labels, out
+        assert ("a100" in gpu) == (case.get("gpu") == "a100"), gpu
+        assert len(labels) <= int(case.get("top", 10))
+        if "zero" in case:
+            assert all("zero3" not in lb for lb in labels)
+        if "recompute" in case:
+            assert all("rc-none" in lb for lb in labels)
+        if "micro_batches" in case:
+            assert all("mb4" not in lb for lb in labels)
         return
     for dest, value in case.items():
         if isinstance(value, str) and value.startswith("@"):

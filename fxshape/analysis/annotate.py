@@ -8,6 +8,7 @@ stores a tuple of :class:`GemmRow` records on ``node.meta["fxshape"]``. The resu
 
 from __future__ import annotations
 
+import contextvars
 import dataclasses
 import inspect
 import re
@@ -373,6 +374,12 @@ def _ring(pred, gemms, cp, call, attention, dkey, spec):
                                                                f"sequence (cp {cp})")))
     return pred, out
 
+
+#: while a plan search runs (``fxshape.planning``): a dict of captured graphs, their rows, op
+#: records and liveness walk by everything they depend on, so that plans sharing one rank's
+#: shapes (tp, cp, ep, micro-batch) are captured once and only re-costed
+_CAPTURE_CACHE: contextvars.ContextVar = contextvars.ContextVar("fxshape_capture_cache",
+                                                                default=None)
 
 #: the two-layer check's verdicts ("" = the reduction holds), by fxshape.tracing.dedup.structure_key
 _CHECKED: dict = {}
@@ -768,38 +775,72 @@ def _analyze(model, example_inputs, example_kwargs, *, gpu, dtype, batch_size, s
                      "Megatron and the serving engines do")
     args = (example_inputs, example_kwargs, kw, spec, dkey, tp, model, moe_routing, attention,
             kv, plan.cp, (plan.ep, plan.capacity_factor))
-    if stacks:
-        key = structure_key(model, stacks, mode, tp, _shapes(example_inputs),
-                            _shapes(example_kwargs), batch_size, seq_len)
-        why = _CHECKED.get(key)
-        try:
-            if not why:  # unchecked (None) or checked and sound ("")
-                gm, rows, unsupported = _annotated(reduced_model(model, stacks, 1), *args)
-            if why is None:
-                # one layer per group, checked against two per group: the work outside the
-                # stacks must not change and a group's second layer must repeat its first
-                _, rows2, _ = _annotated(reduced_model(model, stacks, 2), *args)
-                why = check_reduction(rows, rows2, stacks)
-        except CaptureError as exc:
-            why = "the model with fewer layers did not capture (" + \
-                str(exc).splitlines()[1].strip()[:200] + ")"
-        # the verdict holds for models that differ only outside their layers (advise and
-        # sweep candidates): checked once per structure
-        _CHECKED[key] = why
-        if why:
-            notes.append(f"traced every layer: {why}")
-            stacks = []
-        else:
-            notes.append("traced one layer per group of identical layers (checked against "
-                         "two): " + "; ".join(f"{s.name}: {len(s.groups)} of {s.length}"
-                                              for s in stacks))
-    if not stacks:
-        gm, rows, unsupported = _annotated(model, *args)
-    if tp > 1 and not sharded_modules(rows):
-        raise ValueError(f"tp={tp}: no layer of {type(model).__name__} is tensor-parallel "
-                         "(fxshape splits attention and MLP projections it knows by name: "
-                         "q_proj, c_attn, up_proj, down_proj ...; fxshape.analysis.parallel), "
-                         "so every GPU would run the whole model: use tp=1")
+    cache = _CAPTURE_CACHE.get()
+    ckey = None
+    if cache is not None and example_inputs is None and example_kwargs is None:
+        ckey = (id(model), mode, tp, plan.cp, plan.ep, plan.capacity_factor, batch_size,
+                seq_len, dkey, spec.name, attention, _shapes(moe_routing), execution,
+                sequence_parallel, plan.grad_bytes, topo, dedup, kv)
+    hit = cache.get(ckey) if ckey is not None else None
+    if hit is not None:
+        gm, rows, unsupported, stacks, got, records, op_unsupported, step_notes, walk = hit
+        notes.extend(got)
+    else:
+        before = len(notes)
+        if stacks:
+            key = structure_key(model, stacks, mode, tp, _shapes(example_inputs),
+                                _shapes(example_kwargs), batch_size, seq_len)
+            why = _CHECKED.get(key)
+            try:
+                if not why:  # unchecked (None) or checked and sound ("")
+                    gm, rows, unsupported = _annotated(reduced_model(model, stacks, 1), *args)
+                if why is None:
+                    # one layer per group, checked against two per group: the work outside the
+                    # stacks must not change and a group's second layer must repeat its first
+                    _, rows2, _ = _annotated(reduced_model(model, stacks, 2), *args)
+                    why = check_reduction(rows, rows2, stacks)
+            except CaptureError as exc:
+                why = "the model with fewer layers did not capture (" + \
+                    str(exc).splitlines()[1].strip()[:200] + ")"
+            # the verdict holds for models that differ only outside their layers (advise and
+            # sweep candidates): checked once per structure
+            _CHECKED[key] = why
+            if why:
+                notes.append(f"traced every layer: {why}")
+                stacks = []
+            else:
+                notes.append("traced one layer per group of identical layers (checked against "
+                             "two): " + "; ".join(f"{s.name}: {len(s.groups)} of {s.length}"
+                                                  for s in stacks))
+        if not stacks:
+            gm, rows, unsupported = _annotated(model, *args)
+        if tp > 1 and not sharded_modules(rows):
+            raise ValueError(f"tp={tp}: no layer of {type(model).__name__} is tensor-parallel "
+                             "(fxshape splits attention and MLP projections it knows by name: "
+                             "q_proj, c_attn, up_proj, down_proj ...; fxshape.analysis.parallel), "
+                             "so every GPU would run the whole model: use tp=1")
+        records, op_unsupported, step_notes = _op_records(gm, rows, model, spec, dkey, execution)
+        if plan.cp > 1:
+            from .ring import ring_records
+            from .step import run_dtype
+
+            records, ring_note = ring_records(records, rows, cp=plan.cp, tp=tp, topology=topo,
+                                              item=run_dtype(dkey).itemsize, dkey=dkey, spec=spec)
+            step_notes = tuple(step_notes) + (ring_note,)
+        if plan.ep > 1:
+            from .experts import all_to_all_records
+            from .step import run_dtype
+
+            records, a2a_note = all_to_all_records(records, rows, ep=plan.ep, tp=tp, topology=topo,
+                                                   item=run_dtype(dkey).itemsize,
+                                                   hidden=_hidden(model))
+            step_notes = tuple(step_notes) + (a2a_note,)
+        walk = _liveness(gm, dkey, mode, rows, tp, sequence_parallel,
+                         unfused=attention == "math", grad_bytes=plan.grad_bytes,
+                         vocab=getattr(getattr(model, "config", None), "vocab_size", None))
+        if ckey is not None:
+            cache[ckey] = (gm, rows, unsupported, stacks, notes[before:], records,
+                           op_unsupported, step_notes, walk)
     if ctx is not None:
         from ..cost.attention import resolve_kernel
 
@@ -807,25 +848,6 @@ def _analyze(model, example_inputs, example_kwargs, *, gpu, dtype, batch_size, s
         ctx.update(stacks=bool(stacks if dedup else reducible),
                    flash_kernel=resolve_kernel("flash", spec, dkey, 128)[0],
                    attention_kernel=resolve_kernel(attention, spec, dkey, 128)[0])
-    records, op_unsupported, step_notes = _op_records(gm, rows, model, spec, dkey, execution)
-    if plan.cp > 1:
-        from .ring import ring_records
-        from .step import run_dtype
-
-        records, ring_note = ring_records(records, rows, cp=plan.cp, tp=tp, topology=topo,
-                                          item=run_dtype(dkey).itemsize, dkey=dkey, spec=spec)
-        step_notes = tuple(step_notes) + (ring_note,)
-    if plan.ep > 1:
-        from .experts import all_to_all_records
-        from .step import run_dtype
-
-        records, a2a_note = all_to_all_records(records, rows, ep=plan.ep, tp=tp, topology=topo,
-                                               item=run_dtype(dkey).itemsize,
-                                               hidden=_hidden(model))
-        step_notes = tuple(step_notes) + (a2a_note,)
-    walk = _liveness(gm, dkey, mode, rows, tp, sequence_parallel,
-                     unfused=attention == "math", grad_bytes=plan.grad_bytes,
-                     vocab=getattr(getattr(model, "config", None), "vocab_size", None))
     if moe_routing is not None and not any(r.op.startswith("grouped") for r in rows):
         raise ValueError("moe_routing was given, but the model has no MoE expert layers "
                          "(grouped expert GEMMs) to route")

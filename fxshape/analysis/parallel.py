@@ -72,8 +72,13 @@ def tp_blocks(modules) -> set:
 
 
 def in_blocks(module: str, blocks) -> bool:
-    """Is ``module`` one of ``blocks`` or inside one?"""
-    return module in blocks or any(module.startswith(b + ".") for b in blocks)
+    """Is ``module`` one of ``blocks`` (a set) or inside one? (Looks up ``module`` and each
+    of its ancestors: ``a.b.c``, ``a.b``, ``a``.)"""
+    while module:
+        if module in blocks:
+            return True
+        module = module.rpartition(".")[0]
+    return False
 
 
 def check_tp(tp, heads, kv_heads=None) -> int:

@@ -1,0 +1,217 @@
+"""The plan search: which parallel plan trains this model fastest on N GPUs, and does it fit?
+
+:func:`plan` enumerates the plans the model and the machine allow
+(``fxshape.planning.space``), leaves out those whose parameters, gradients and optimizer
+state alone exceed a GPU (a lower bound, no capture needed), costs the rest with
+:func:`fxshape.analyze` — each distinct per-rank shape set (tensor, context and expert
+parallelism, micro-batch size) captured once, every plan that shares it only re-costed
+(``fxshape.analysis.annotate._CAPTURE_CACHE``) — drops those that do not fit in memory, and
+ranks the rest by predicted step time. Every number is the one ``fxshape analyze`` prints
+for that plan.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections import Counter
+from dataclasses import dataclass, field
+
+from .space import Candidate, ModelShape, candidates
+
+__all__ = ["PlanResult", "PlanSearch", "plan", "model_shape"]
+
+
+@dataclass(frozen=True)
+class PlanResult:
+    """One costed plan: its step time, tokens per second per GPU, MFU, the most loaded GPU's
+    peak memory, the pipeline bubble and the exposed communication of the step's critical
+    rank."""
+
+    candidate: Candidate
+    step_s: float
+    tokens_per_s_per_gpu: float
+    mfu: float
+    peak_bytes: int
+    capacity_bytes: int
+    bubble_s: float
+    exposed_comm_s: float
+
+    @property
+    def fits(self) -> bool:
+        return self.peak_bytes <= self.capacity_bytes
+
+    def as_dict(self) -> dict:
+        c = self.candidate
+        return {"plan": c.label(), "parallel": c.parallel.as_dict(),
+                "micro_batch": c.micro_batch, "recompute": c.recompute,
+                "step_s": self.step_s, "tokens_per_s_per_gpu": self.tokens_per_s_per_gpu,
+                "mfu": self.mfu, "peak_bytes": self.peak_bytes,
+                "capacity_bytes": self.capacity_bytes, "fits": self.fits,
+                "bubble_s": self.bubble_s, "exposed_comm_s": self.exposed_comm_s}
+
+
+@dataclass(frozen=True)
+class PlanSearch:
+    """What :func:`plan` found: the fitting plans, fastest first (``results``); the plan
+    that came nearest to fitting when none did (``nearest``); the combinations and plans
+    left out, by reason (``dropped``); how many plans were enumerated and costed; the
+    captures the costing needed."""
+
+    gpus: int
+    gpu: str
+    global_batch: int
+    seq_len: int
+    results: tuple
+    nearest: PlanResult | None
+    dropped: tuple
+    enumerated: int
+    costed: int
+    captures: int
+    notes: tuple = field(default=())
+
+    @property
+    def best(self) -> PlanResult | None:
+        return self.results[0] if self.results else None
+
+    def as_dict(self) -> dict:
+        return {"gpus": self.gpus, "gpu": self.gpu, "global_batch": self.global_batch,
+                "seq_len": self.seq_len, "results": [r.as_dict() for r in self.results],
+                "nearest": self.nearest.as_dict() if self.nearest else None,
+                "dropped": [{"reason": r, "count": n} for r, n in self.dropped],
+                "enumerated": self.enumerated, "costed": self.costed,
+                "captures": self.captures, "notes": list(self.notes)}
+
+
+def model_shape(model) -> ModelShape:
+    """Layers, heads, KV heads and experts of ``model`` (what the plan rules need)."""
+    from ..analysis.annotate import _head_counts, _n_experts
+    from ..tracing.dedup import find_stacks
+
+    layers = max((s.length for s in find_stacks(model)), default=0)
+    heads, kv = _head_counts(model)
+    return ModelShape(layers=layers, heads=heads or 1, kv_heads=kv or heads or 1,
+                      experts=_n_experts(model))
+
+
+def _states_lower_bound(c: Candidate, dense: int, experts: int, grad_bytes: int = 4) -> float:
+    """Bytes of fp32 master weights, gradients and AdamW state per GPU if every parameter
+    split over ``tp × pp`` (and experts over ``ep``) and ZeRO sharded its part: no GPU
+    holds less."""
+    p = c.parallel
+    per = (dense + experts / p.ep) / (p.tp * p.pp)
+    sh = p.shard
+
+    def by(stage):
+        return sh if p.zero >= stage else 1
+
+    return 4 * per / by(3) + grad_bytes * per / by(2) + 8 * per / by(1)
+
+
+def plan(model, *, gpus: int, global_batch: int, seq_len: int, gpu="h100", dtype="bf16",
+         topology=None, micro_batches=(1, 2, 4), recompute=(None, "selective", "full"),
+         zero=(0, 1, 3), virtual_stages=(1, 2, 4), max_cp: int = 8, top: int = 10,
+         execution="eager", optimizer="adamw", progress=None) -> PlanSearch:
+    """Search the parallel plans for training ``model`` on ``gpus`` GPUs of kind ``gpu``,
+    ``global_batch`` sequences of ``seq_len`` tokens per optimizer step.
+
+    Returns a :class:`PlanSearch` with the ``top`` fastest plans that fit (all of them if
+    ``top`` is None). ``progress``: a progress bar on standard error (default: when it is
+    a terminal).
+
+    Raises:
+        ValueError: sizes that are not positive integers, more GPUs than the topology holds,
+            a GPU or dtype fxshape does not know, or a model with nothing to plan.
+    """
+    import contextlib
+
+    from ..analysis.annotate import _CAPTURE_CACHE, _expert_params, analyze
+    from ..hardware.gpus import get_gpu
+    from ..hardware.topology import default_topology, get_topology
+    from ..tracing.export import check_module
+    from ..tracing.configs import check_config
+
+    for name, v in (("gpus", gpus), ("global_batch", global_batch), ("seq_len", seq_len)):
+        if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+            raise ValueError(f"{name} must be a positive integer, got {v!r}")
+    if top is not None and (isinstance(top, bool) or not isinstance(top, int) or top < 1):
+        raise ValueError(f"top must be a positive integer or None, got {top!r}")
+    check_module(model)
+    if getattr(model, "config", None) is not None:
+        check_config(model.config)
+    spec = get_gpu(gpu)
+    spec.peak_tflops(dtype)
+    topo = default_topology(spec.name) if topology is None else get_topology(topology)
+    if topo.gpus is None:
+        nodes = -(-gpus // topo.gpus_per_node)
+        topo = get_topology(f"{topo.name}:{nodes}")
+    if topo.gpus < gpus:
+        raise ValueError(f"{gpus} GPUs exceed the {topo.gpus} of the topology "
+                         f"{topo.name}:{topo.nodes}")
+    shape = model_shape(model)
+    plans, dropped = candidates(shape, gpus=gpus, global_batch=global_batch, seq_len=seq_len,
+                                gpus_per_node=topo.gpus_per_node,
+                                micro_batches=tuple(micro_batches),
+                                recompute=tuple(recompute), zero=tuple(zero),
+                                virtual_stages=tuple(virtual_stages), max_cp=max_cp)
+    if not plans:
+        raise ValueError(f"no parallel plan divides the model ({shape.layers} layers, "
+                         f"{shape.heads} heads) and {gpus} GPUs with a global batch of "
+                         f"{global_batch}: " + "; ".join(f"{r} ({n})" for r, n in
+                                                         sorted(dropped.items())))
+    expert_ids = _expert_params(model)
+    experts = sum(p.numel() for p in model.parameters() if id(p) in expert_ids)
+    dense = sum(p.numel() for p in model.parameters()) - experts
+    capacity = int(spec.memory_gb * 1024 ** 3)
+    show = sys.stderr.isatty() if progress is None else progress
+    results, misses = [], []
+    cache: dict = {}
+    token = _CAPTURE_CACHE.set(cache)
+    todo = []
+    for c in plans:
+        if _states_lower_bound(c, dense, experts) > capacity:
+            dropped["does not fit: parameters, gradients and optimizer state alone"] += 1
+        else:
+            todo.append(c)
+    try:
+        for i, c in enumerate(todo):
+            if show:
+                sys.stderr.write(f"\rplan search: {i + 1}/{len(todo)} plans costed "
+                                 f"({len(cache)} captures)")
+                sys.stderr.flush()
+            try:
+                with contextlib.redirect_stdout(None):
+                    rep = analyze(model, gpu=spec, dtype=dtype, batch_size=c.micro_batch,
+                                  seq_len=seq_len, mode="train", parallel=c.parallel,
+                                  recompute=c.recompute, topology=topo, provenance=None,
+                                  execution=execution, optimizer=optimizer)
+            except ValueError as exc:
+                dropped["refused: " + str(exc).split(":")[0][:80]] += 1
+                continue
+            step, mem = rep.step, rep.memory
+            tokens = global_batch * seq_len
+            r = PlanResult(candidate=c, step_s=step.time_s,
+                           tokens_per_s_per_gpu=tokens / step.time_s / gpus,
+                           mfu=step.mfu, peak_bytes=int(mem.peak), capacity_bytes=capacity,
+                           bubble_s=step.by_class.get("pipeline_bubble", 0.0),
+                           exposed_comm_s=step.by_class.get("communication", 0.0))
+            if r.fits:
+                results.append(r)
+            else:
+                dropped["does not fit: peak memory over the GPU's"] += 1
+                misses.append(r)
+    finally:
+        _CAPTURE_CACHE.reset(token)
+        if show:
+            sys.stderr.write("\n")
+    results.sort(key=lambda r: (r.step_s, r.candidate.label()))
+    nearest = None
+    if not results and misses:
+        nearest = min(misses, key=lambda r: (r.peak_bytes, r.step_s, r.candidate.label()))
+    notes = (f"{len(plans)} plans enumerated, {len(todo)} costed from {len(cache)} captures "
+             "(one per distinct tp, cp, ep and micro-batch size); sequence parallelism on "
+             "wherever tp > 1",)
+    return PlanSearch(gpus=gpus, gpu=spec.name, global_batch=global_batch, seq_len=seq_len,
+                      results=tuple(results[:top] if top else results), nearest=nearest,
+                      dropped=tuple(sorted(dropped.items(), key=lambda x: (-x[1], x[0]))),
+                      enumerated=len(plans), costed=len(todo), captures=len(cache),
+                      notes=notes)
