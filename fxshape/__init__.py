@@ -23,12 +23,16 @@ from .cost.memops import MemOpPrediction, predict_memop
 from .hardware.dtypes import canonical_dtype
 from .hardware.gpus import GPUSpec, Peaks, get_gpu, list_gpus
 from .parallelism.plan import Parallel
+from .planning import PlanResult, PlanSearch, plan
 from .padding.plan import PadDecision, PaddingPlan, can_pad, plan_padding
 from .padding.rewrite import PaddedConv1D, PaddedLinear, pad
 from .tracing.export import CaptureError, capture
 
 __all__ = [
     "Parallel",
+    "plan",
+    "PlanSearch",
+    "PlanResult",
     "GPUSpec",
     "Peaks",
     "get_gpu",

@@ -1,6 +1,10 @@
-"""The plan search (``fxshape plan``): enumerate the parallel plans a model and a machine
-allow (:mod:`.space`, pure), cost each with the step and memory models, rank them
-(:mod:`.search`). Imports the analysis wing; nothing below it imports this one."""
+"""The plan search (``fxshape plan``, ``fxshape.plan``): which parallel plan trains a model
+fastest on N GPUs, and does it fit? ``space`` enumerates the plans a model and a machine
+allow (pure); ``search`` costs each with the step and memory models of the analysis wing
+(each distinct per-rank shape set captured once) and ranks them.
+
+May import: hardware, cost, tracing, parallelism, analysis.
+"""
 
 from .search import PlanResult, PlanSearch, model_shape, plan
 from .space import Candidate, ModelShape, candidates
