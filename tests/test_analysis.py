@@ -464,6 +464,13 @@ def _per_layer_gemms(name, cfg):
     """GEMM rows per layer from the architecture (2 per attention call: QK^T and PV)."""
     if name.startswith("gpt2"):
         return cfg.n_layer, 4 + 2, 1                    # c_attn, attn c_proj, c_fc, mlp c_proj
+    if name == "qwen3-30b-a3b":
+        return cfg.num_hidden_layers, 4 + 1 + 2 + 2, 1  # q k v o, router, 2 grouped experts
+    if name == "deepseek-v3":
+        # MLA: q_a q_b kv_a kv_b o + 2 attention; the 3 dense layers' gate up down; the 58
+        # MoE layers' router, 2 grouped experts and the shared expert's gate up down; the head
+        dense, moe = cfg.first_k_dense_replace, cfg.num_hidden_layers - cfg.first_k_dense_replace
+        return None, None, dense * (7 + 3) + moe * (7 + 1 + 2 + 3) + 1
     if name.startswith(("llama", "mistral", "qwen")):
         return cfg.num_hidden_layers, 7 + 2, 1          # q k v o gate up down
     if name.startswith("mixtral"):
