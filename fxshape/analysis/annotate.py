@@ -1307,7 +1307,9 @@ def _plan_memory(model, walk, spec, dkey, optimizer, layers, workload, *, shards
             w for w, on in (("fp32 master weights", z >= 3), ("gradients", z >= 2),
                             ("optimizer state", True)) if on)
             + f" sharded over {sh} GPUs" + ("; the gathered blocks in the compute dtype"
-                                             if z == 3 else ""))
+                                             if z == 3 else "")
+            + (f"; the experts' over the {sh // plan.ep} of them that hold the same experts"
+               if plan.ep > 1 else ""))
     notes.append("mixed precision: fp32 master weights (4 bytes per parameter), "
                  f"{plan.grad_dtype} gradients ({plan.grad_bytes}), the optimizer's fp32 "
                  "state; compute copies in "
