@@ -19,7 +19,7 @@ from ..cost.gemm import is_default_params, predict_matmul, resolve_params_path, 
 from ..cost.notes import join_notes
 from ..hardware.dtypes import canonical_dtype, itemsize
 from ..hardware.gpus import get_gpu
-from ..parallelism.experts import apportion
+from ..parallelism.experts import apportion, sharded_share
 from ..tracing.configs import HEAD_FIELDS, check_config
 from ..tracing.dedup import check_reduction, expand_rows, find_stacks, reduced_model, structure_key
 from ..tracing.export import (DEFAULT_BATCH_SIZE, CaptureError, _is_hf, _seq_len, capture,
@@ -1274,8 +1274,8 @@ def _plan_memory(model, walk, spec, dkey, optimizer, layers, workload, *, shards
         P = sum(stage_params[s] for s in mine)
         X = sum(stage_experts[s] for s in mine)
 
-        def sharded(by):  # dense parameters over ``by`` ranks, experts over by / ep
-            return P if by == 1 else (P - X) / by + X * plan.ep / by
+        def sharded(by):
+            return sharded_share(P, X, by, plan.ep)
 
         params = int(4 * sharded(sh if z >= 3 else 1))
         grads = int(plan.grad_bytes * sharded(sh if z >= 2 else 1))

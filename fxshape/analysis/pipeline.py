@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 
 from ..cost.comm import predict_collective
 from ..cost.host import eager_timeline
+from ..parallelism.experts import sharded_share
 from ..parallelism.overlap import bucketed, buckets, prefetched
 from ..parallelism.placement import per_node, stage_crosses_nodes
 from ..parallelism.schedule import orders, play
@@ -188,7 +189,7 @@ def plan_step(records, optimizer_records, *, plan, topo, stacks, layers, stage_p
             g = plan.grad_bytes  # the gradients' dtype (fp32 unless the plan says)
             rs = [split("reduce_scatter", n, x, g, shard, tp) for n, x in zip(units, xunits)]
             if rep > 1:  # hybrid sharding: the shard's gradient all-reduced across replicas
-                rs = [r + _coll("all_reduce", (n - x) * g / shard + x * g * ep / shard, rep,
+                rs = [r + _coll("all_reduce", g * sharded_share(n, x, shard, ep), rep,
                                 tp * shard, topo)
                       for r, n, x in zip(rs, units, xunits)]
             # the root (last unit) stays gathered; the layers regather for their backward
@@ -230,9 +231,7 @@ def plan_step(records, optimizer_records, *, plan, topo, stacks, layers, stage_p
         mine = [d + c * p for c in range(v)]
         params = sum(stage_params[s] for s in mine)
         experts = sum(stage_experts[s] for s in mine)
-        # the optimizer's share: dense parameters over the shard, experts over shard / ep
-        fraction = (params if shard == 1 else
-                    (params - experts) / shard + experts * ep / shard) / all_params
+        fraction = sharded_share(params, experts, shard, ep) / all_params  # the optimizer's
         coll: dict = {}
         for s in mine:
             for key, (group, nbytes, count, total) in per_stage[s].items():

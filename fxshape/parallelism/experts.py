@@ -22,7 +22,7 @@ from __future__ import annotations
 import math
 
 __all__ = ["check_ep", "expert_blocks", "rank_loads", "busiest_rank", "capacity",
-           "expert_rows"]
+           "expert_rows", "sharded_share"]
 
 
 def check_ep(ep: int, experts: int) -> None:
@@ -48,7 +48,8 @@ def rank_loads(fractions, ep: int) -> list:
 
 
 def busiest_rank(fractions, ep: int) -> int:
-    """The rank with the largest share of the routed rows (the lowest index on a tie)."""
+    """The rank with the largest share of the routed rows (the lowest index on a tie);
+    ``fractions`` may be whole rows per expert too."""
     loads = rank_loads(fractions, ep)
     return max(range(ep), key=lambda r: (loads[r], -r))
 
@@ -72,8 +73,7 @@ def expert_rows(rows: int, experts: int, ep: int, fractions=None,
     if fractions is None:
         fractions = [1.0 / experts] * experts
     shares = apportion(total, fractions)
-    loads = [sum(shares[e] for e in b) for b in blocks]
-    r = max(range(ep), key=lambda i: (loads[i], -i))
+    r = busiest_rank(shares, ep)
     return r, [shares[e] for e in blocks[r]]
 
 
@@ -87,3 +87,12 @@ def apportion(total: int, fractions) -> list:
     for i in order[:left]:
         out[i] += 1
     return out
+
+
+def sharded_share(elements, experts, by: int, ep: int) -> float:
+    """One GPU's share of ``elements`` parameters (``experts`` of them expert-parallel)
+    that ZeRO shards over ``by`` ranks: the dense ones over ``by``, the experts over the
+    ``by / ep`` of those ranks that hold the same experts; ``by`` = 1: all of them."""
+    if by == 1:
+        return elements
+    return (elements - experts) / by + experts * ep / by
