@@ -3,12 +3,13 @@
 batch of 1,024 sequences of 4,096 tokens (issue 30's target: >= 1,000 plans in <= 60 s on
 two cores).
 
-    python bench/plan_search_speed.py [--full]
+    python bench/plan_search_speed.py [--workers N] [--slice]
 
-By default a slice of the space (ZeRO-1, micro-batch 1, no or full recomputation) is searched
-and the rate extrapolated; ``--full`` searches the whole default space (hours on two cores
-today). Prints the plans enumerated, left out before any capture, costed, the captures, the
-seconds and the plans per second.
+Searches the whole default space (every tp, cp, pp, virtual stages, dp, ZeRO stage,
+micro-batch size and recomputation that divides; ``--slice``: ZeRO-1, micro-batch 1, no or
+full recomputation only) with ``--workers`` processes (default: one per core). Prints the
+plans enumerated, left out before any capture, costed, the captures, the seconds, the plans
+per second and the best plan.
 """
 
 from __future__ import annotations
@@ -26,21 +27,24 @@ from fxshape.presets import build_preset  # noqa: E402
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--full", action="store_true")
+    ap.add_argument("--slice", action="store_true")
+    ap.add_argument("--workers", type=int, default=None)
     args = ap.parse_args(argv)
     model = build_preset("llama-2-70b")
     kw = dict(gpus=512, global_batch=1024, seq_len=4096)
     everything, _ = candidates(model_shape(model), gpus=512, global_batch=1024, seq_len=4096,
                                gpus_per_node=8)
-    space = {} if args.full else dict(zero=(1,), micro_batches=(1,), recompute=(None, "full"))
+    space = dict(zero=(1,), micro_batches=(1,), recompute=(None, "full")) if args.slice else {}
     t = time.perf_counter()
-    found = plan(model, gpu="h100", topology="dgx-h100:64", progress=False, **kw, **space)
+    found = plan(model, gpu="h100", topology="dgx-h100:64", progress=False,
+                 workers=args.workers, **kw, **space)
     secs = time.perf_counter() - t
     rate = found.costed / secs
     print(f"default space: {len(everything)} plans enumerated")
     print(f"searched: {found.enumerated} enumerated, "
           f"{found.enumerated - found.costed} left out before capture, {found.costed} costed "
-          f"from {found.captures} captures in {secs:.1f} s: {rate:.2f} plans/s "
+          f"from {found.captures} captures in {secs:.1f} s ({found.workers} process(es) on "
+          f"{os.cpu_count()} cores): {rate:.2f} plans/s "
           f"(1,000 plans: {1000 / rate:.0f} s; target 60 s)")
     best = found.best
     if best is not None:

@@ -23,7 +23,7 @@ from .cost.memops import MemOpPrediction, predict_memop
 from .hardware.dtypes import canonical_dtype
 from .hardware.gpus import GPUSpec, Peaks, get_gpu, list_gpus
 from .parallelism.plan import Parallel
-from .planning import PlanResult, PlanSearch, plan
+from .planning import PlanResult, PlanSearch, TitanJob, plan, read_torchtitan
 from .padding.plan import PadDecision, PaddingPlan, can_pad, plan_padding
 from .padding.rewrite import PaddedConv1D, PaddedLinear, pad
 from .tracing.export import CaptureError, capture
@@ -31,6 +31,8 @@ from .tracing.export import CaptureError, capture
 __all__ = [
     "Parallel",
     "plan",
+    "read_torchtitan",
+    "TitanJob",
     "PlanSearch",
     "PlanResult",
     "GPUSpec",

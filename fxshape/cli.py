@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import json
 import sys
 
@@ -152,6 +153,12 @@ def _cmd_analyze(args) -> int:
 
     if args.plot:
         _check_plot_path(args.plot, "--plot")
+    if args.gpus is not None and args.torchtitan is None:
+        raise ValueError("--gpus is the world size of a --torchtitan job; analyze predicts "
+                         "one GPU of a plan: give --tp, --dp, --pp ... instead")
+    job = _titan_job(args, gpus=args.gpus)
+    if job is not None:
+        return _analyze_titan(args, job)
     model, inputs, kwargs = resolve_target(args.target)
     if args.input:
         device = next((t.device for t in list(model.parameters()) + list(model.buffers())),
@@ -219,6 +226,65 @@ def _cmd_analyze(args) -> int:
     else:
         print(report.table())
     return 0
+
+
+#: analyze options a torchtitan job sets, with their defaults (given otherwise: refused)
+_TITAN_SETS = {"batch_size": None, "seq_len": None, "tp": 1, "dp": 1, "pp": 1, "cp": 1,
+               "ep": 1, "capacity_factor": None, "zero": 0, "microbatches": 1,
+               "virtual_stages": 1, "schedule": "1f1b", "dp_shard": None, "grad_dtype": "fp32",
+               "sequence_parallel": False, "mode": None, "train": False, "recompute": None,
+               "execution": None, "dtype": "bf16", "input": None, "context_len": None}
+
+
+def _analyze_titan(args, job) -> int:
+    """``analyze --torchtitan``: one GPU of the job's training step."""
+    from .analysis.annotate import analyze
+    from .tracing.export import CaptureError
+
+    clash = [k for k, v in _TITAN_SETS.items() if getattr(args, k, v) != v]
+    if clash:
+        raise ValueError("--torchtitan sets the workload and the plan; drop "
+                         + ", ".join("--" + k.replace("_", "-") for k in clash))
+    if args.pad:
+        raise ValueError("--pad is not available with --torchtitan (a plan's step): analyze "
+                         "the model alone for its padding plan")
+    try:
+        report = analyze(job.model(), gpu=args.gpu, dtype=job.dtype,
+                         batch_size=job.micro_batch, seq_len=job.seq_len, mode="train",
+                         attention=args.attention, provenance=None, execution=job.execution,
+                         optimizer=None if args.optimizer == "none" else args.optimizer,
+                         topology=args.topology, parallel=job.parallel,
+                         recompute=job.recompute)
+    except CaptureError as exc:
+        raise ValueError(_capture_failure(exc, args.verbose)) from None
+    report = dataclasses.replace(report, notes=report.notes + tuple(
+        f"torchtitan: {n}" for n in job.notes))
+    if args.plot:
+        from .analysis.plot import plot_report
+
+        plot_report(report, args.plot)
+        print(f"wrote {args.plot}", file=sys.stderr)
+    if args.format == "json":
+        print(json.dumps({**report.to_dict(), "torchtitan": _job_dict(job)}, indent=2,
+                         sort_keys=True))
+        return 0
+    if args.format == "csv":
+        print(report.to_csv(), end="")
+    elif args.format == "ops-csv":
+        print(report.ops_csv(), end="")
+    elif args.format == "markdown":
+        print(report.to_markdown())
+    else:
+        print(job.describe())
+        print(report.table())
+    return 0
+
+
+def _job_dict(job) -> dict:
+    return {"source": job.source, "model": f"{job.name} {job.flavor}", "gpus": job.gpus,
+            "parallel": job.parallel.as_dict(), "micro_batch": job.micro_batch,
+            "global_batch": job.global_batch, "seq_len": job.seq_len, "dtype": job.dtype,
+            "recompute": job.recompute, "execution": job.execution, "notes": list(job.notes)}
 
 
 def _model_config(target):
@@ -342,15 +408,37 @@ def _cmd_plan(args) -> int:
     from .planning import plan
     from .presets import load_target
 
-    model = load_target(args.target)
-    found = plan(model, gpus=args.gpus, gpu=args.gpu, dtype=args.dtype,
-                 global_batch=args.global_batch, seq_len=args.seq_len,
-                 topology=args.topology, micro_batches=args.micro_batches, zero=args.zero,
-                 recompute=args.recompute, top=args.top)
+    job = _titan_job(args, gpus=args.gpus)
+    if job is not None:
+        for opt, given, theirs in (("--global-batch", args.global_batch, job.global_batch),
+                                   ("--seq-len", args.seq_len, job.seq_len),
+                                   ("--dtype", args.dtype, job.dtype)):
+            if given is not None and opt != "--dtype" and given != theirs:
+                raise ValueError(f"{opt} {given} differs from the torchtitan job's {theirs}: "
+                                 f"drop {opt} (the job sets it)")
+        model, name = job.model(), f"torchtitan {job.name} {job.flavor}"
+        gpus, batch, seq, dtype = job.gpus, job.global_batch, job.seq_len, job.dtype
+    else:
+        missing = [o for o, v in (("--gpus", args.gpus), ("--global-batch", args.global_batch),
+                                  ("--seq-len", args.seq_len)) if v is None]
+        if missing:
+            raise ValueError(f"plan needs {', '.join(missing)} (or --torchtitan CONFIG)")
+        model, name = load_target(args.target), args.target
+        gpus, batch, seq, dtype = args.gpus, args.global_batch, args.seq_len, args.dtype
+    found = plan(model, gpus=gpus, gpu=args.gpu, dtype=dtype, global_batch=batch,
+                 seq_len=seq, topology=args.topology, micro_batches=args.micro_batches,
+                 zero=args.zero, recompute=args.recompute, top=args.top)
+    mine = _job_plan(model, job, found, args) if job is not None else None
+    advice = _plan_advice(model, found, args, dtype) if args.advise else None
     if args.format == "json":
-        print(json.dumps(found.as_dict(), indent=2))
+        out = found.as_dict()
+        if job is not None:
+            out["torchtitan"] = {**_job_dict(job), **mine}
+        if advice is not None:
+            out["advice"] = advice
+        print(json.dumps(out, indent=2))
         return 0 if found.results else 3
-    print(f"plan search: {args.target} on {found.gpus} x {found.gpu}, global batch "
+    print(f"plan search: {name} on {found.gpus} x {found.gpu}, global batch "
           f"{found.global_batch} x {found.seq_len} tokens")
     rows = [(i + 1, r.candidate.label(), f"{r.step_s:.3f}", f"{r.tokens_per_s_per_gpu:,.0f}",
              f"{100 * r.mfu:.1f}%", f"{r.peak_bytes / 2**30:.1f}", f"{r.bubble_s:.3f}",
@@ -365,11 +453,84 @@ def _cmd_plan(args) -> int:
             f"{(n.peak_bytes - n.capacity_bytes) / 2**30:.1f} GiB over the "
             f"{n.capacity_bytes / 2**30:.0f} GiB of a {found.gpu}")
         print(f"no plan fits{over}")
+    if job is not None:
+        print(f"\nthe torchtitan job: {job.describe()}")
+        print(f"  {mine['summary']}")
+        for n in job.notes:
+            print(f"  note: {n}")
+    if advice is not None:
+        print("\n" + _advice_text(advice))
     print("\nleft out: " + "; ".join(f"{r} ({n})" for r, n in found.dropped))
     print("notes: " + "; ".join(found.notes))
     print("plan: tp(+sp: sequence parallel) cp pp(x virtual stages) dp ep zero "
           "mb<micro-batch size>x<micro-batches> rc-<recompute>")
     return 0 if found.results else 3
+
+
+def _job_plan(model, job, found, args) -> dict:
+    """The torchtitan job's own plan, costed as the search costs its plans, and where it
+    stands among them."""
+    from .analysis.annotate import analyze
+
+    with contextlib.redirect_stdout(None):
+        rep = analyze(model, gpu=args.gpu, dtype=job.dtype, batch_size=job.micro_batch,
+                      seq_len=job.seq_len, mode="train", parallel=job.parallel,
+                      recompute=job.recompute, topology=args.topology, provenance=None,
+                      execution=job.execution)
+    step = rep.step
+    capacity = int(get_gpu(args.gpu).memory_gb * 1024 ** 3)
+    fits = rep.memory.peak <= capacity
+    tokens = job.global_batch * job.seq_len
+    per_gpu = tokens / step.time_s / job.gpus
+    faster = [r for r in found.results if r.step_s < step.time_s]
+    best = found.best
+    rank = len(faster) + 1
+    summary = (f"predicted {step.time_s:.3f} s per step, {per_gpu:,.0f} tokens/s/GPU, MFU "
+               f"{100 * step.mfu:.1f}%, {rep.memory.peak / 2**30:.1f} GiB"
+               + ("" if fits else f" (over the {capacity / 2**30:.0f} GiB: does not fit)"))
+    if best is not None and fits:
+        summary += (f"; {len(faster)} searched plan(s) faster" if faster else
+                    "; no searched plan is faster")
+        if faster:
+            summary += (f": the best, {best.candidate.label()}, {best.step_s:.3f} s "
+                        f"({100 * (step.time_s / best.step_s - 1):.1f}% more tokens/s)")
+    if job.execution != "eager":
+        summary += " (the job runs compiled; the search compares eager plans)"
+    return {"step_s": step.time_s, "tokens_per_s_per_gpu": per_gpu, "mfu": step.mfu,
+            "peak_bytes": int(rep.memory.peak), "fits": fits, "rank": rank,
+            "summary": summary}
+
+
+def _plan_advice(model, found, args, dtype) -> dict | None:
+    """``plan --advise``: the co-design advice for the best plan's workload (its micro-batch,
+    tensor parallelism and dtype), each change priced on that plan's whole step."""
+    from .codesign.advise import advise
+
+    best = found.best
+    if best is None:
+        return {"plan": None, "recommendations": [],
+                "note": "no plan fits: nothing to advise on"}
+    c = best.candidate
+    adv = advise(model, gpu=args.gpu, dtype=dtype, batch_size=c.micro_batch,
+                 seq_len=found.seq_len, tp=c.parallel.tp, mode="train",
+                 parallel=c.parallel, recompute=c.recompute, topology=args.topology)
+    return {"plan": c.label(), "recommendations": [
+        {"hyperparameter": r.hyperparameter, "current": r.current, "suggested": r.suggested,
+         "step_gain": r.predicted_speedup, "gemm_speedup": r.gemm_speedup,
+         "param_delta": r.param_delta, "reason": r.reason} for r in adv.recommendations],
+        "note": "; ".join(adv.notes) if getattr(adv, "notes", None) else ""}
+
+
+def _advice_text(advice: dict) -> str:
+    if not advice["recommendations"]:
+        return (f"advice for {advice['plan']}: no shape change makes it faster"
+                if advice["plan"] else "advice: " + advice["note"])
+    rows = [(r["hyperparameter"], r["current"], r["suggested"],
+             f"{100 * (r['step_gain'] or 0):+.1f}%", f"{r['param_delta'] or 0:+,}",
+             r["reason"]) for r in advice["recommendations"]]
+    return (f"advice for the best plan ({advice['plan']}), each change priced on its whole "
+            "step:\n" + tabulate(rows, headers=("hyperparameter", "now", "suggested",
+                                                "step tokens/s", "params", "why")))
 
 
 def _cmd_presets(args) -> int:
@@ -379,9 +540,10 @@ def _cmd_presets(args) -> int:
     return 0
 
 
-def _workload_args(p: argparse.ArgumentParser, target_help: str) -> None:
+def _workload_args(p: argparse.ArgumentParser, target_help: str,
+                   optional: bool = False) -> None:
     """The target and the workload options analyze, advise and sweep share."""
-    p.add_argument("target", help=target_help)
+    p.add_argument("target", help=target_help, nargs="?" if optional else None)
     p.add_argument("--gpu", default="h100", help="GPU name or alias (default h100)")
     p.add_argument("--dtype", default="bf16", help="dtype the GEMMs run in (default bf16)")
     p.add_argument("--batch-size", type=_positive_int, default=None,
@@ -395,6 +557,28 @@ def _workload_args(p: argparse.ArgumentParser, target_help: str) -> None:
     p.add_argument("--attention", choices=ATTENTION_CHOICES, default="flash",
                    help="kernel attention is predicted as: flash (what PyTorch's SDPA runs "
                         "on the GPU; default), fa2, fa3 (Hopper only) or math (unfused)")
+
+
+def _torchtitan_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--torchtitan", default=None, metavar="CONFIG",
+                   help="a torchtitan job (.toml, or the .json torchtitan 0.3 saves with "
+                        "--debug.save_config_file): its model, batch, sequence length, "
+                        "parallelism, checkpointing and compile settings")
+
+
+def _titan_job(args, gpus=None):
+    """The torchtitan job of ``--torchtitan`` (None without), refusing a target beside it."""
+    if args.torchtitan is None:
+        if args.target is None:
+            raise ValueError("give a model (a preset, a config.json ...) or --torchtitan "
+                             "CONFIG")
+        return None
+    if args.target is not None:
+        raise ValueError(f"--torchtitan sets the model, but a target ({args.target}) was "
+                         "given too: give one of them")
+    from .planning.torchtitan import read_torchtitan
+
+    return read_torchtitan(args.torchtitan, gpus=gpus)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -425,7 +609,9 @@ def build_parser() -> argparse.ArgumentParser:
     _workload_args(pa, "preset name (see `fxshape presets`), path to a Hugging Face "
                        "config.json, a Hugging Face Hub id whose config is in the local "
                        "cache, or package.module:factory (returning a module, or (module, "
-                       "example_inputs[, example_kwargs]))")
+                       "example_inputs[, example_kwargs])); none with --torchtitan",
+                   optional=True)
+    _torchtitan_args(pa)
     pa.add_argument("--input", action="append", type=_input_spec, default=None,
                     metavar="SHAPE[:DTYPE]",
                     help="an example input of the model's forward, in order (repeatable), "
@@ -483,6 +669,9 @@ def build_parser() -> argparse.ArgumentParser:
     pa.add_argument("--grad-dtype", choices=tuple(GRAD_DTYPES), default="fp32",
                     help="the dtype gradients are held and reduced in (with --train; "
                          "default fp32, as fp32 master weights have them)")
+    pa.add_argument("--gpus", type=_positive_int, default=None,
+                    help="with --torchtitan: the job's world size (needed when its "
+                         "data_parallel_shard_degree is -1)")
     pa.add_argument("--recompute", choices=("full", "selective"), default=None,
                     help="activation recomputation in --train: every layer's forward "
                          "(full) or the attention core (selective)")
@@ -528,14 +717,23 @@ def build_parser() -> argparse.ArgumentParser:
                                     "ZeRO, micro-batch size, recomputation) that divide the "
                                     "model and the GPUs, drop those that do not fit, and rank "
                                     "the rest by predicted step time.")
-    pn.add_argument("target", help="preset name or path to a Hugging Face config.json")
-    pn.add_argument("--gpus", type=_positive_int, required=True, help="GPUs to train on")
+    pn.add_argument("target", nargs="?",
+                    help="preset name or path to a Hugging Face config.json; none with "
+                         "--torchtitan")
+    pn.add_argument("--gpus", type=_positive_int, default=None,
+                    help="GPUs to train on (with --torchtitan: default what its degrees "
+                         "multiply to)")
     pn.add_argument("--gpu", default="h100", help="GPU name or alias (default h100)")
     pn.add_argument("--dtype", default="bf16", help="compute dtype (default bf16)")
-    pn.add_argument("--global-batch", type=_positive_int, required=True,
-                    help="sequences per optimizer step, over all GPUs")
-    pn.add_argument("--seq-len", type=_positive_int, required=True,
-                    help="tokens per sequence")
+    pn.add_argument("--global-batch", type=_positive_int, default=None,
+                    help="sequences per optimizer step, over all GPUs (required unless "
+                         "--torchtitan gives it)")
+    pn.add_argument("--seq-len", type=_positive_int, default=None,
+                    help="tokens per sequence (required unless --torchtitan gives it)")
+    _torchtitan_args(pn)
+    pn.add_argument("--advise", action="store_true",
+                    help="also the shape changes that make the best plan faster, each "
+                         "priced on the whole step of that plan")
     pn.add_argument("--topology", type=_topology_arg, default=None,
                     help="the machine (default: the GPU's usual node, as many as needed)")
     pn.add_argument("--micro-batches", type=_int_list, default=(1, 2, 4),

@@ -1,6 +1,8 @@
 """The plan search (``fxshape.planning``): only plans that divide the model and the GPUs,
 ranked by the step ``fxshape.analyze`` predicts for each, memory respected; bad input."""
 
+import json
+
 import pytest
 import torch
 
@@ -105,3 +107,53 @@ def test_plan_bad_input():
         plan(model, gpus=16, global_batch=16, seq_len=64, topology="dgx-h100:1")
     with pytest.raises(ValueError, match="expected a torch.nn.Module"):
         plan("llama-3-8b", gpus=2, global_batch=4, seq_len=64)
+
+
+def test_processes_do_not_change_the_result():
+    # the groups of plans (one per capture) costed in two forked processes or in this one:
+    # the same records, in the same order, byte for byte
+    model = _llama()
+    kw = dict(gpus=2, global_batch=4, seq_len=64, micro_batches=(1, 2), recompute=(None,),
+              zero=(0, 1), top=None, progress=False)
+    one = plan(model, workers=1, **kw)
+    two = plan(model, workers=2, **kw)
+    assert (one.workers, two.workers) == (1, 2)
+    a, b = one.as_dict(), two.as_dict()
+    a.pop("workers"), b.pop("workers")
+    assert json.dumps(a, sort_keys=True) == json.dumps(b, sort_keys=True)
+    with pytest.raises(ValueError, match="workers must be a positive integer or None"):
+        plan(model, workers=0, **kw)
+
+
+def test_advice_priced_on_a_plan():
+    # a vocabulary of 32001 (odd: the LM head's rows lose 16-byte alignment and tile
+    # unevenly); advise, given the plan, prices the change on that plan's whole step
+    from fxshape.codesign.advise import advise
+
+    cfg = transformers.LlamaConfig(hidden_size=512, intermediate_size=1024,
+                                   num_hidden_layers=2, num_attention_heads=8,
+                                   num_key_value_heads=4, vocab_size=32001,
+                                   max_position_embeddings=1024)
+    with torch.device("meta"):
+        model = transformers.LlamaForCausalLM(cfg).eval()
+    par = fxshape.Parallel(tp=2, pp=2, microbatches=2, sequence_parallel=True)
+    adv = advise(model, batch_size=4, seq_len=512, mode="train", parallel=par,
+                 topology="dgx-h100:1")
+    assert adv.tp == 2  # the plan's
+    vocab = [r for r in adv.recommendations if r.hyperparameter == "vocab_size"]
+    # 64 x tp = 128: a multiple of 128 (32128 = 251 x 128 is the next)
+    assert vocab and vocab[0].suggested % 128 == 0 and vocab[0].suggested > 32001
+    # the gain is the step's under the plan: re-derive it from two analyses
+    base = fxshape.analyze(model, batch_size=4, seq_len=512, mode="train", parallel=par,
+                           topology="dgx-h100:1", provenance=None)
+    cfg2 = transformers.LlamaConfig(**{**cfg.to_dict(), "vocab_size": vocab[0].suggested})
+    with torch.device("meta"):
+        changed = transformers.LlamaForCausalLM(cfg2).eval()
+    new = fxshape.analyze(changed, batch_size=4, seq_len=512, mode="train", parallel=par,
+                          topology="dgx-h100:1", provenance=None)
+    assert vocab[0].predicted_speedup == pytest.approx(base.step.time_s / new.step.time_s - 1,
+                                                     rel=1e-9)
+    with pytest.raises(ValueError, match="tp given beside parallel="):
+        advise(model, batch_size=1, seq_len=64, mode="train", parallel=par, tp=2)
+    with pytest.raises(ValueError, match="price a training plan"):
+        advise(model, batch_size=1, seq_len=64, mode="inference", parallel=par)

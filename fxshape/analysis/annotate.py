@@ -751,7 +751,13 @@ def _analyze(model, example_inputs, example_kwargs, *, gpu, dtype, batch_size, s
     _check_attention(attention, spec, dkey)
     topo = _topology_of(topology, spec)
     plan = plan or Parallel(tp=tp, dp=dp, sequence_parallel=sequence_parallel)
-    all_stacks = find_stacks(model)
+    cache = _CAPTURE_CACHE.get()
+    if cache is not None:  # a plan search: the model's layer stacks found once
+        if ("stacks", id(model)) not in cache:
+            cache[("stacks", id(model))] = find_stacks(model)
+        all_stacks = cache[("stacks", id(model))]
+    else:
+        all_stacks = find_stacks(model)
     n_layers = max((s.length for s in all_stacks), default=0)
     check_plan(plan, layers=n_layers or None, topology=topo)
     if plan.ep > 1:
@@ -791,6 +797,11 @@ def _analyze(model, example_inputs, example_kwargs, *, gpu, dtype, batch_size, s
             key = structure_key(model, stacks, mode, tp, _shapes(example_inputs),
                                 _shapes(example_kwargs), batch_size, seq_len)
             why = _CHECKED.get(key)
+            # a plan search checks a model's layers once per tp: the micro-batch and the
+            # context split change the sizes, not whether the layers repeat
+            sound = ("sound", id(model), mode, tp)
+            if why is None and cache is not None and cache.get(sound):
+                why = ""
             try:
                 if not why:  # unchecked (None) or checked and sound ("")
                     gm, rows, unsupported = _annotated(reduced_model(model, stacks, 1), *args)
@@ -805,6 +816,8 @@ def _analyze(model, example_inputs, example_kwargs, *, gpu, dtype, batch_size, s
             # the verdict holds for models that differ only outside their layers (advise and
             # sweep candidates): checked once per structure
             _CHECKED[key] = why
+            if cache is not None and not why:
+                cache[sound] = True
             if why:
                 notes.append(f"traced every layer: {why}")
                 stacks = []
@@ -856,18 +869,69 @@ def _analyze(model, example_inputs, example_kwargs, *, gpu, dtype, batch_size, s
         notes.extend(traced_notes)
     elif provenance is None:
         rows = _replaced(gm, rows, [{"set_by": ()}] * len(rows))
-    saved_traced = sum(b.bytes for b in walk[2])
-    if stacks:
-        rows = expand_rows(rows, stacks)
-        records = expand_rows(records, stacks)
-        walk = walk[:2] + (expand_rows(walk[2], stacks),)
-    workload = _workload(model, example_inputs, example_kwargs, batch_size=batch_size,
-                         seq_len=seq_len, mode=shown, tp=tp, attention=attention, rows=rows)
+    # what follows depends on the capture, the recomputation and the provenance, not on the
+    # rest of the plan: within a plan search (a capture cache), computed once per capture
+    memo = cache.setdefault(("derived", ckey), {}) \
+        if ckey is not None and provenance != "traced" else {}
+    got = memo.get(("prepared", recompute, provenance))
+    if got is None:
+        got = _prepared(model, gm, rows, records, walk, stacks, all_stacks, step_notes,
+                        example_inputs, example_kwargs, batch_size=batch_size, seq_len=seq_len,
+                        mode=mode, shown=shown, tp=tp, attention=attention,
+                        recompute=recompute, memo=memo.setdefault(("expanded", provenance), {}))
+        memo[("prepared", recompute, provenance)] = got
+    rows, records, walk, saved_traced, workload, layers, selective, step_notes = got
     if mode == "train":
         workload = dataclasses.replace(workload,
                                        parallel="" if plan.is_plain and
                                        plan.grad_dtype == "fp32" else plan.describe(),
                                        microbatches=plan.microbatches, dp=plan.dp)
+    if "shards" not in memo:  # the step's and the memory's
+        memo["shards"] = _shards(model, tp, rows, _head_counts(model), plan.ep)
+    shards = memo["shards"]
+    # the plan's parameters by stage and FSDP unit, for the step and the memory of a plan
+    # played out (or selective recomputation's memory): computed once
+    groups = None
+    if mode == "train" and (not plan.is_plain or selective):
+        if ("groups", plan.stages) not in memo:
+            memo[("groups", plan.stages)] = _param_groups(model, shards, all_stacks, plan)
+        groups = memo[("groups", plan.stages)]
+    step, records = _step(records, model, spec, dkey, mode, tp, execution, optimizer,
+                          workload, step_notes, dp=dp, topology=topo,
+                          sequence_parallel=sequence_parallel, shards=shards, plan=plan,
+                          stacks=all_stacks, groups=groups,
+                          memo=memo.setdefault(("step", recompute, provenance, optimizer), {}))
+    step = dataclasses.replace(step, mode=shown)
+    memory = _memory(model, walk, saved_traced, spec, dkey, mode, tp, optimizer, layers,
+                     workload, shards=shards, sequence_parallel=sequence_parallel, plan=plan,
+                     stacks=all_stacks, groups=groups,
+                     dropped=selective["dropped"] if selective else (),
+                     memo=memo.setdefault(("memory", recompute, provenance), {}))
+    return Report(rows=tuple(rows), unsupported=tuple(unsupported), gpu=spec.name,
+                  dtype=dkey, model_name=type(model).__name__, graph_module=gm,
+                  notes=tuple(notes), workload=workload, ops=tuple(records), step=step,
+                  unsupported_ops=tuple(op_unsupported), memory=memory)
+
+
+def _prepared(model, gm, rows, records, walk, stacks, all_stacks, step_notes,
+              example_inputs, example_kwargs, *, batch_size, seq_len, mode, shown, tp,
+              attention, recompute, memo=None):
+    """The captured rows, records and liveness walk with the deduplicated layers expanded,
+    the recomputation applied, and the workload: ``(rows, records, walk, saved bytes as
+    traced, workload, checkpointed layers, selective nodes, step notes)``. ``memo``: the
+    expansion and the workload kept for the capture's other recomputations."""
+    memo = {} if memo is None else memo
+    if "expanded" not in memo:
+        saved_traced = sum(b.bytes for b in walk[2])
+        if stacks:
+            rows = expand_rows(rows, stacks)
+            records = expand_rows(records, stacks)
+            walk = walk[:2] + (expand_rows(walk[2], stacks),)
+        workload = _workload(model, example_inputs, example_kwargs, batch_size=batch_size,
+                             seq_len=seq_len, mode=shown, tp=tp, attention=attention,
+                             rows=rows)
+        memo["expanded"] = (rows, records, walk, saved_traced, workload)
+    rows, records, walk, saved_traced, workload = memo["expanded"]
     layers = _checkpointed_layers(model) if mode == "train" else ()
     if recompute == "full":
         layers = _stack_layers(all_stacks)
@@ -892,24 +956,8 @@ def _analyze(model, example_inputs, example_kwargs, *, gpu, dtype, batch_size, s
             "selective recomputation (Megatron): each layer's attention core (QKᵀ, softmax, "
             "dropout, the product with V) runs again in its backward; its saved "
             "intermediates are not kept",)
-    shards = _shards(model, tp, rows, _head_counts(model), plan.ep)  # the step's and memory's
-    # the plan's parameters by stage and FSDP unit, for the step and the memory of a plan
-    # played out (or selective recomputation's memory): computed once
-    groups = _param_groups(model, shards, all_stacks, plan) \
-        if mode == "train" and (not plan.is_plain or selective) else None
-    step, records = _step(records, model, spec, dkey, mode, tp, execution, optimizer,
-                          workload, step_notes, dp=dp, topology=topo,
-                          sequence_parallel=sequence_parallel, shards=shards, plan=plan,
-                          stacks=all_stacks, groups=groups)
-    step = dataclasses.replace(step, mode=shown)
-    memory = _memory(model, walk, saved_traced, spec, dkey, mode, tp, optimizer, layers,
-                     workload, shards=shards, sequence_parallel=sequence_parallel, plan=plan,
-                     stacks=all_stacks, groups=groups,
-                     dropped=selective["dropped"] if selective else ())
-    return Report(rows=tuple(rows), unsupported=tuple(unsupported), gpu=spec.name,
-                  dtype=dkey, model_name=type(model).__name__, graph_module=gm,
-                  notes=tuple(notes), workload=workload, ops=tuple(records), step=step,
-                  unsupported_ops=tuple(op_unsupported), memory=memory)
+    return (rows, records, walk, saved_traced, workload, layers, selective,
+            tuple(step_notes))
 
 
 def _analyze_decode(model, example_inputs, example_kwargs, *, gpu, dtype, batch_size,
@@ -1172,7 +1220,7 @@ def _checkpointed_layers(model) -> tuple:
 
 def _memory(model, walk, saved_traced, spec, dkey, mode, tp, optimizer, layers=(),
             workload=None, *, shards, sequence_parallel=False, plan=None, stacks=(),
-            groups=None, dropped=()):
+            groups=None, dropped=(), memo=None):
     """``report.memory``: the parameters per GPU (``shards``: :func:`_shards`, what tensor
     parallelism splits) and the liveness walk, its saved activations scaled from the traced
     layers to all of them. With activation checkpointing, a layer keeps only its input
@@ -1198,7 +1246,7 @@ def _memory(model, walk, saved_traced, spec, dkey, mode, tp, optimizer, layers=(
     if train and (not plan.is_plain or dropped):
         return _plan_memory(model, walk, spec, dkey, optimizer, layers, workload,
                             shards=shards, plan=plan, stacks=stacks, groups=groups,
-                            dropped=dropped, notes=notes)
+                            dropped=dropped, notes=notes, memo=memo)
     if train and layers:
         per_layer: dict = {}
         for b in saved:
@@ -1222,13 +1270,13 @@ def _memory(model, walk, saved_traced, spec, dkey, mode, tp, optimizer, layers=(
 
 
 def _plan_memory(model, walk, spec, dkey, optimizer, layers, workload, *, shards, plan,
-                 stacks, groups, dropped, notes):
+                 stacks, groups, dropped, notes, memo=None):
     """``report.memory`` of the most loaded GPU under ``plan``: each pipeline rank's
     parameters (its stages'), ZeRO's shards of the fp32 master weights, gradients and
     optimizer state, FSDP's gathered blocks, and the activations of the micro-batches its
     schedule holds in flight."""
     from ..cost.optimizer import state_bytes_per_param
-    from ..parallelism.schedule import in_flight, orders
+    from ..parallelism.schedule import frozen_orders, in_flight
     from .memory import Memory
     from .pipeline import placed
     from .step import run_dtype
@@ -1241,17 +1289,27 @@ def _plan_memory(model, walk, spec, dkey, optimizer, layers, workload, *, shards
     stage_params, unit_params, stage_experts, _ = groups
     total_params = sum(stage_params) or 1
     matrices = sum(n for n, matrix, trainable in shards if matrix and trainable)
-    # the activations one micro-batch leaves for its backward, by virtual stage
+    # the activations one micro-batch leaves for its backward, by virtual stage: by layer,
+    # and outside the layers before them (the first stage) and after (the last)
+    memo = {} if memo is None else memo
+    if "saved" not in memo:
+        kept_saved = [b for b in saved if b.node.split("@", 1)[0] not in dropped]
+        per_layer: dict = {}
+        ends = [0, 0]
+        for b, (i, end) in zip(kept_saved, placed(((b.module, "forward") for b in kept_saved),
+                                                  _stack_info(stacks), n_layers, 2)):
+            if i is not None:
+                per_layer[i] = per_layer.get(i, 0) + b.bytes
+            else:
+                ends[end] += b.bytes
+        memo["saved"] = (per_layer, ends, sum(b.bytes for b in saved)
+                         - sum(b.bytes for b in kept_saved))
+    per_layer, ends, dropped_bytes = memo["saved"]
     act = [0] * stages
-    per_layer: dict = {}
-    kept_saved = [b for b in saved if b.node.split("@", 1)[0] not in dropped]
-    dropped_bytes = sum(b.bytes for b in saved) - sum(b.bytes for b in kept_saved)
-    where = placed(((b.module, "forward") for b in kept_saved), _stack_info(stacks), n_layers,
-                   stages)
-    for b, (i, st) in zip(kept_saved, where):
-        if i is not None:
-            per_layer[i] = per_layer.get(i, 0) + b.bytes
-        act[st] += b.bytes
+    act[0] += ends[0]
+    act[-1] += ends[1]
+    for i, b in per_layer.items():
+        act[min(i // per, stages - 1)] += b
     if dropped_bytes:
         notes.append(f"selective recomputation: {dropped_bytes / 2**20:.1f} MiB of attention "
                      "intermediates per micro-batch not kept")
@@ -1265,7 +1323,8 @@ def _plan_memory(model, walk, spec, dkey, optimizer, layers, workload, *, shards
     rerun = max(per_layer.values(), default=0) if layers else 0
     transient = max(0, peak_walk - (at_backward or 0))  # the backward's own temporaries
     p, v = plan.pp, plan.virtual_stages
-    flight = in_flight(orders(plan.schedule, p, plan.microbatches, v)) if p > 1 else [1]
+    flight = in_flight(frozen_orders(plan.schedule, p, plan.microbatches, v)) \
+        if p > 1 else [1]
     state_b = state_bytes_per_param(optimizer)
     z, sh = plan.zero, plan.shard
     best = None
@@ -1340,10 +1399,12 @@ def _topology_of(topology, spec):
 
 def _step(records, model, spec, dkey, mode, tp, execution, optimizer, workload, notes, *,
           dp=1, topology=None, sequence_parallel=False, shards, plan=None, stacks=(),
-          groups=None):
+          groups=None, memo=None):
     """The step (``fxshape.analysis.step.step_of``) with the optimizer's and the
     collectives' records added; returns (step, records). A plan with a pipeline, ZeRO or
-    micro-batches is played out by ``fxshape.analysis.pipeline.plan_step``."""
+    micro-batches is played out by ``fxshape.analysis.pipeline.plan_step``. ``memo``: a
+    dict kept across the plans of one capture (a plan search): what does not depend on the
+    plan's pipeline, ZeRO stage and micro-batches is computed once in it."""
     from .pipeline import communication_of
     from .step import comm_records, optimizer_records, run_dtype, step_of
 
@@ -1351,16 +1412,26 @@ def _step(records, model, spec, dkey, mode, tp, execution, optimizer, workload, 
     records = list(records)
     numels = [n for n, _, trainable in shards if trainable]
     opt_records = []
+    memo = {} if memo is None else memo
     if mode == "train":
         mixed = dkey not in ("fp32", "tf32", "fp64")
-        opt_records = optimizer_records(optimizer, numels, spec=spec, mixed=mixed)
+        if "optimizer" not in memo:
+            memo["optimizer"] = optimizer_records(optimizer, numels, spec=spec, mixed=mixed)
+        opt_records = memo["optimizer"]
         if mixed:
             notes.append(f"training in {dkey} with fp32 master weights (autocast): the "
                          "weight casts and the optimizer run in fp32")
     scaled = not plan.is_plain
-    if not scaled:
+    dp_records = dp if not scaled else 1
+    kept = memo.get((scaled, dp_records))
+    if kept is not None:
+        records, added, dp_total = kept[:3]
+        notes.extend(added)
+    else:
+        records, dp_total, before = list(records), 0.0, len(notes)
+    if kept is None and not scaled:
         records += opt_records
-    if tp > 1:
+    if kept is None and tp > 1:
         from .step import shard_memory_records
 
         records = shard_memory_records(records, tp, spec, sequence_parallel)
@@ -1368,9 +1439,7 @@ def _step(records, model, spec, dkey, mode, tp, execution, optimizer, workload, 
                      "the attention and MLP blocks (between their column- and row-parallel "
                      "layers); " + ("with sequence parallelism, the norms and residuals too"
                                     if sequence_parallel else "norms and residuals stay whole"))
-    dp_records = dp if not scaled else 1
-    dp_total = 0.0
-    if tp > 1 or (dp_records > 1 and mode == "train"):
+    if kept is None and (tp > 1 or (dp_records > 1 and mode == "train")):
         item = run_dtype(dkey).itemsize
         grads = plan.grad_bytes * sum(numels) if mode == "train" else 0
         records, comm_notes, dp_total = comm_records(records, tp=tp, dp=dp_records,
@@ -1378,6 +1447,8 @@ def _step(records, model, spec, dkey, mode, tp, execution, optimizer, workload, 
                                                      grad_bytes=grads,
                                                      sequence_parallel=sequence_parallel)
         notes.extend(comm_notes)
+    if kept is None:
+        kept = memo[(scaled, dp_records)] = [records, notes[before:], dp_total, None]
     tokens = None
     if workload.batch_size is not None and workload.seq_len is not None:
         tokens = workload.batch_size * workload.seq_len
@@ -1385,9 +1456,14 @@ def _step(records, model, spec, dkey, mode, tp, execution, optimizer, workload, 
         ints = [s for _, s, d in workload.inputs if d.startswith("int") and len(s) == 2]
         tokens = ints[0][0] * ints[0][1] if ints else None
     if scaled:
+        if kept[3] is None:  # the records grouped by layer and costed: once per capture
+            from .pipeline import units_of
+
+            kept[3] = units_of(records, _stack_info(stacks))
         return _plan_step(records, opt_records, model, spec, dkey, execution, optimizer,
                           tokens, notes, plan=plan, topology=topology, groups=groups,
-                          stacks=stacks, workload=workload), records + opt_records
+                          stacks=stacks, workload=workload, units=kept[3]), \
+            records + opt_records
     step = step_of(records, execution=execution, mode=mode, optimizer=optimizer, spec=spec,
                    dkey=dkey, tokens=tokens, notes=notes)
     colls = communication_of(records, tp)
@@ -1466,11 +1542,11 @@ def _stack_info(stacks) -> list:
 
 
 def _plan_step(records, opt_records, model, spec, dkey, execution, optimizer, tokens, notes,
-               *, plan, topology, groups, stacks, workload):
+               *, plan, topology, groups, stacks, workload, units=None):
     """The Step of a plan with a pipeline, ZeRO or micro-batches
     (``fxshape.analysis.pipeline.plan_step``)."""
     from .pipeline import plan_step
-    from .step import RECOMPUTED_OPS, Step, run_dtype
+    from .step import Step, run_dtype
 
     item = run_dtype(dkey).itemsize
     stage_params, unit_params, stage_experts, unit_experts = groups
@@ -1480,16 +1556,19 @@ def _plan_step(records, opt_records, model, spec, dkey, execution, optimizer, to
     hidden_bytes = b * seq * _hidden(model) * item // (
         plan.tp if plan.sequence_parallel else 1) // plan.cp
     layers = max((s.length for s in stacks), default=0)
+    if units is None:
+        from .pipeline import units_of
+
+        units = units_of(records, _stack_info(stacks))
     time_s, critical, stages, colls = plan_step(
         records, opt_records, plan=plan, topo=topology, stacks=_stack_info(stacks),
         layers=layers,
         stage_params=stage_params, unit_params=unit_params, item=item,
         hidden_tokens_bytes=hidden_bytes, stage_experts=stage_experts,
-        unit_experts=unit_experts)
+        unit_experts=unit_experts, units=units)
     m = plan.microbatches
     crit = stages[critical]
-    flops = sum(r.flops for r in records if r.cls in ("gemm", "attention")
-                and r.op not in RECOMPUTED_OPS) * m // plan.pp
+    flops = units.flops * m // plan.pp
     notes = list(notes) + [f"plan: {plan.describe()}"]
     slowest = max(range(len(stages)), key=lambda d: (stages[d].busy_s, -d))
     if plan.pp > 1:
@@ -1515,13 +1594,12 @@ def _plan_step(records, opt_records, model, spec, dkey, execution, optimizer, to
         notes.append(f"{m} micro-batches: one optimizer step and one gradient reduction per "
                      "step" + (" (ZeRO-2 and FSDP reduce every micro-batch)"
                                if plan.zero >= 2 else ""))
-    kernels = sum(r.kernels for r in records) * m // plan.pp + \
-        sum(r.kernels for r in opt_records)
+    kernels = units.kernels * m // plan.pp + sum(r.kernels for r in opt_records)
     by = {c: crit.by_class.get(c, 0.0) for c in
           ("gemm", "attention", "memory", "optimizer", "communication", "host_idle",
            "pipeline_bubble")}
     gpu_s = sum(v for k, v in by.items() if k not in ("host_idle", "pipeline_bubble"))
-    host_s = sum(r.host_s for r in records) * m / plan.pp
+    host_s = units.host_s * m / plan.pp
     return Step(execution=execution, mode="train", optimizer=optimizer, time_s=time_s,
                 by_class=by, gpu_s=gpu_s, host_s=host_s, kernels=int(kernels),
                 model_flops=int(flops), peak_tflops=get_gpu(spec).peak_tflops(dkey),

@@ -78,7 +78,7 @@ class Memory:
         if self.kv_cache:
             parts.append(f"KV cache {self.kv_cache / _GIB:.2f}")
         verdict = "fits" if self.fits else "does NOT fit"
-        return (f"memory per GPU (GiB): " + ", ".join(parts)
+        return ("memory per GPU (GiB): " + ", ".join(parts)
                 + f"; peak {self.peak / _GIB:.2f} of {self.capacity / _GIB:.1f} ({verdict})")
 
 

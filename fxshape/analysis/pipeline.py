@@ -21,9 +21,11 @@ from ..cost.host import eager_timeline
 from ..parallelism.experts import sharded_share
 from ..parallelism.overlap import bucketed, buckets, prefetched
 from ..parallelism.placement import per_node, stage_crosses_nodes
-from ..parallelism.schedule import orders, play
+from ..parallelism.schedule import frozen_orders, play
+from .step import RECOMPUTED_OPS
 
-__all__ = ["Collective", "StageTime", "layer_of", "placed", "plan_step", "communication_of"]
+__all__ = ["Collective", "StageTime", "Unit", "Units", "layer_of", "placed", "plan_step",
+           "communication_of", "units_of"]
 
 
 @dataclass(frozen=True)
@@ -101,11 +103,92 @@ def _wall(records):
     return eager_timeline((r.host_s, r.time_s) for r in records)
 
 
-def _coll(op, nbytes, group, stride, topo):
+def _priced(op, nbytes, group, stride, topo, memo):
+    """One collective's time (0 for one rank or no bytes); ``memo``: one plan's identical
+    layers and buckets priced once."""
     if group <= 1 or nbytes <= 0:
         return 0.0
-    d = per_node(group, stride, topo.gpus_per_node)
-    return predict_collective(op, int(nbytes), group, topology=topo, per_node=d).time_s
+    key = (op, int(nbytes), group, stride)
+    if key not in memo:
+        d = per_node(group, stride, topo.gpus_per_node)
+        memo[key] = predict_collective(op, int(nbytes), group, topology=topo,
+                                       per_node=d).time_s
+    return memo[key]
+
+
+@dataclass(frozen=True)
+class Unit:
+    """One pass (forward or backward) of one FSDP unit's records, costed once: its wall
+    and idle time on the eager timeline, its GPU seconds per op class, its collectives."""
+
+    wall_s: float
+    idle_s: float
+    by_class: tuple
+    comm: tuple
+
+    @classmethod
+    def of(cls, records) -> "Unit":
+        t = _wall(records)
+        by: dict = {}
+        for r in records:
+            by[r.cls] = by.get(r.cls, 0.0) + r.time_s
+        return cls(t.wall_s, t.idle_s, tuple(by.items()),
+                   tuple(r for r in records if r.cls == "communication"))
+
+
+_EMPTY = Unit(0.0, 0.0, (), ())
+
+
+@dataclass(frozen=True)
+class Units:
+    """One micro-batch's records as a pipeline places them (:func:`placed`), each group
+    costed once: every layer's forward and backward (``{layer index: Unit}``), and what is
+    outside the layers by where it runs (``roots[(first, last)]``: the (forward, backward)
+    Units of a stage that is the first and/or the last). Plans that differ in stages,
+    virtual stages, data parallelism, ZeRO and micro-batches compose their step from the
+    same Units (:func:`plan_step`), in time proportional to the layers, not the records."""
+
+    forward: dict = field(hash=False)
+    backward: dict = field(hash=False)
+    roots: dict = field(hash=False)
+    #: over all the records: the useful GEMM and attention FLOPs (``Step.model_flops``),
+    #: the kernel launches, the host seconds
+    flops: int = 0
+    kernels: int = 0
+    host_s: float = 0.0
+
+
+def units_of(records, stacks) -> Units:
+    """``records`` (one micro-batch, in program order) grouped and costed as
+    :class:`Units`; ``stacks``: ``[(name, length)]``."""
+    fwd: dict = {}
+    bwd: dict = {}
+    outside = {"pre_f": [], "post_f": [], "pre_b": [], "post_b": []}
+    seen = {"forward": False, "backward": False}
+    for r in records:
+        i = layer_of(r.module, stacks)
+        phase = "backward" if r.phase == "backward" else "forward"
+        if i is not None:
+            seen[phase] = True
+            (bwd if phase == "backward" else fwd).setdefault(i, []).append(r)
+        elif phase == "forward":
+            outside["post_f" if seen["forward"] else "pre_f"].append(r)
+        else:
+            outside["post_b" if seen["backward"] else "pre_b"].append(r)
+    # as placed(): before the stack in the forward, and after it in the backward, the first
+    # stage; the rest the last (both when there is one)
+    roots = {}
+    for first in (False, True):
+        for last in (False, True):
+            f = (outside["pre_f"] if first else []) + (outside["post_f"] if last else [])
+            b = (outside["pre_b"] if last else []) + (outside["post_b"] if first else [])
+            roots[(first, last)] = (Unit.of(f), Unit.of(b))
+    return Units(forward={i: Unit.of(v) for i, v in fwd.items()},
+                 backward={i: Unit.of(v) for i, v in bwd.items()}, roots=roots,
+                 flops=sum(r.flops for r in records if r.cls in ("gemm", "attention")
+                           and r.op not in RECOMPUTED_OPS),
+                 kernels=sum(r.kernels for r in records),
+                 host_s=sum(r.host_s for r in records))
 
 
 def communication_of(records, group: int = 0, cp: int = 1, ep: int = 1) -> list:
@@ -132,7 +215,8 @@ def communication_of(records, group: int = 0, cp: int = 1, ep: int = 1) -> list:
 
 
 def plan_step(records, optimizer_records, *, plan, topo, stacks, layers, stage_params,
-              unit_params, item, hidden_tokens_bytes, stage_experts=None, unit_experts=None):
+              unit_params, item, hidden_tokens_bytes, stage_experts=None, unit_experts=None,
+              units=None):
     """The step of ``records`` (one micro-batch's forward and backward, per GPU: tensor
     parallelism applied) under ``plan``; ``optimizer_records``: the optimizer (and autocast's
     weight casts) over all the parameters one GPU of a pipeline-less replica holds, scaled
@@ -142,16 +226,23 @@ def plan_step(records, optimizer_records, *, plan, topo, stacks, layers, stage_p
     ``hidden_tokens_bytes``: one micro-batch's activation between stages;
     ``stage_experts``, ``unit_experts``: the expert-parallel experts' share of
     ``stage_params`` and of each layer's unit (reduced and sharded over ``dp × cp / ep``
-    ranks, ``ep`` apart; None: no expert parallelism).
+    ranks, ``ep`` apart; None: no expert parallelism); ``units``: ``units_of(records,
+    stacks)`` when the caller keeps it for other plans of the same records.
 
     Returns ``(time_s, critical rank, ranks [StageTime], collectives [Collective])``."""
     p, v, m = plan.pp, plan.virtual_stages, plan.microbatches
     stages = plan.stages
-    fwd_recs = [[] for _ in range(stages)]
-    bwd_recs = [[] for _ in range(stages)]
-    where = placed(((r.module, r.phase) for r in records), stacks, layers, stages)
-    for r, (_, s) in zip(records, where):
-        (bwd_recs if r.phase == "backward" else fwd_recs)[s].append(r)
+    grouped = units if units is not None else units_of(records, stacks)
+    per = max(1, layers // stages)
+    in_stage = [[] for _ in range(stages)]  # the layers each virtual stage runs
+    for i in sorted(set(grouped.forward) | set(grouped.backward)):
+        in_stage[min(i // per, stages - 1)].append(i)
+    roots = [grouped.roots[(s == 0, s == stages - 1)] for s in range(stages)]
+    memo: dict = {}
+
+    def _coll(op, nbytes, group, stride, topo):
+        return _priced(op, nbytes, group, stride, topo, memo)
+
     shard, rep, tp = plan.shard, plan.replicate, plan.tp
     ep = plan.ep
     stage_experts = stage_experts or [0] * len(stage_params)
@@ -180,9 +271,13 @@ def plan_step(records, optimizer_records, *, plan, topo, stacks, layers, stage_p
         ids = list(unit_params[s])
         units = list(unit_params[s].values())
         xunits = [unit_experts[s].get(k, 0) for k in ids]
-        # unit order (the stage's layers, then the root); the backward runs it reversed
-        f_walls = [_wall(u).wall_s for u in _split_units(fwd_recs[s], stacks, ids)]
-        b_walls = [_wall(u).wall_s for u in _split_units(bwd_recs[s], stacks, ids)]
+        # unit order (the stage's layers, then the root); the backward runs it reversed. A
+        # layer without a unit of its own (no trained parameters) runs in the root's
+        loose = [i for i in in_stage[s] if i not in unit_params[s]]
+        f_walls = [grouped.forward.get(i, _EMPTY).wall_s for i in ids if i is not None] + \
+            [roots[s][0].wall_s + sum(grouped.forward.get(i, _EMPTY).wall_s for i in loose)]
+        b_walls = [grouped.backward.get(i, _EMPTY).wall_s for i in ids if i is not None] + \
+            [roots[s][1].wall_s + sum(grouped.backward.get(i, _EMPTY).wall_s for i in loose)]
         comm: dict = {}
         if plan.zero == 3:
             gat = [split("all_gather", n, x, item, shard, tp) for n, x in zip(units, xunits)]
@@ -220,7 +315,7 @@ def plan_step(records, optimizer_records, *, plan, topo, stacks, layers, stage_p
                                         b % p, plan.gpus // p, topo.gpus_per_node)
                                     else 2).time_s
                  for b in range(stages - 1)]
-        out = play(orders(plan.schedule, p, m, v), fwd_t, bwd_t, sends)
+        out = play(frozen_orders(plan.schedule, p, m, v), fwd_t, bwd_t, sends)
         ends, busy = list(out.ends), list(out.busy)
     else:
         sends = []
@@ -281,10 +376,11 @@ def plan_step(records, optimizer_records, *, plan, topo, stacks, layers, stage_p
         cls = {"gemm": 0.0, "attention": 0.0, "memory": 0.0, "optimizer": opt_wall,
                "communication": tail + fs_exposed, "host_idle": 0.0, "pipeline_bubble": 0.0}
         for s in mine:
-            for r in fwd_recs[s] + bwd_recs[s]:
-                if r.cls in cls:
-                    cls[r.cls] += m * r.time_s
-            cls["host_idle"] += m * (_wall(fwd_recs[s]).idle_s + _wall(bwd_recs[s]).idle_s)
+            for u in _stage_units(grouped, in_stage[s], roots[s]):
+                for c, t in u.by_class:
+                    if c in cls:
+                        cls[c] += m * t
+                cls["host_idle"] += m * u.idle_s
             cls["memory"] += m * cast_s[s]
         rest = max(0.0, time_s - sum(cls.values()))
         # without a pipeline what is left is the host's (the timelines' rounding): no bubble
@@ -295,7 +391,8 @@ def plan_step(records, optimizer_records, *, plan, topo, stacks, layers, stage_p
             busy_s=b, end_s=end, tail_s=tail + opt_wall, bubble_s=max(0.0, end - b),
             by_class=cls, holds=_holds(d, p)))
     tp_like = communication_of([r for s in ranks[critical][1]
-                                for r in fwd_recs[s] + bwd_recs[s]], tp, plan.cp, ep)
+                                for u in _stage_units(grouped, in_stage[s], roots[s])
+                                for r in u.comm], tp, plan.cp, ep)
     collectives = [dataclasses.replace(c, bytes=c.bytes * m, count=c.count * m,
                                        total_s=c.total_s * m, exposed_s=c.exposed_s * m)
                    for c in tp_like]
@@ -322,11 +419,9 @@ def _holds(d, p):
     return "layers only"
 
 
-def _split_units(records, stacks, ids):
-    """A stage's records by FSDP unit: the records of each layer of ``ids`` (its units' keys,
-    in order), then the rest (the root, None: everything outside those layers)."""
-    groups: dict = {i: [] for i in ids}
-    for r in records:
-        i = layer_of(r.module, stacks)
-        groups[i if i in groups else None].append(r)
-    return list(groups.values())
+def _stage_units(units, layer_ids, root):
+    """The Units a virtual stage runs: its layers' forward and backward, then its root's."""
+    for i in layer_ids:
+        yield units.forward.get(i, _EMPTY)
+        yield units.backward.get(i, _EMPTY)
+    yield from root

@@ -704,9 +704,18 @@ def recompute_records(records, layers, select=None):
     backward, right before its own backward; ``select`` (record -> bool): only the forward
     records it picks (selective recomputation). The copies keep their time and host cost,
     but not their FLOPs: the recomputation is not useful work (MFU leaves it out)."""
-    def layer_of(module):
-        return next((lay for lay in layers if module == lay or module.startswith(lay + ".")),
-                    None)
+    from ..tracing.dedup import renamed
+
+    wanted = set(layers)
+    found: dict = {}
+
+    def layer_of(module):  # the longest-known prefix lookup, one dict probe per path part
+        if module not in found:
+            parts = module.split(".")
+            found[module] = next((p for p in (".".join(parts[:k])
+                                              for k in range(1, len(parts) + 1))
+                                  if p in wanted), None)
+        return found[module]
 
     forward: dict = {}
     for r in records:
@@ -719,7 +728,7 @@ def recompute_records(records, layers, select=None):
         lay = layer_of(r.module) if r.phase == "backward" else None
         if lay is not None and lay not in done and lay in forward:
             done.add(lay)
-            out.extend(dataclasses.replace(
+            out.extend(renamed(
                 f, node=f"{f.node}@recompute", phase="backward", flops=0,
                 note=(f.note + "; " if f.note else "") + f"recomputed ({what})")
                 for f in forward[lay])

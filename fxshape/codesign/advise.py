@@ -433,7 +433,8 @@ def advise(model_or_config, *, gpu="h100", dtype=torch.bfloat16, batch_size=None
            seq_len=None, tp: int = 1, mode: str | None = None, attention: str = "flash",
            param_tolerance: float = DEFAULT_TOLERANCE,
            min_speedup: float = DEFAULT_MIN_SPEEDUP, execution: str | None = None,
-           optimizer="adamw", context_len=None, kv_dtype=None, page_size=None) -> Advice:
+           optimizer="adamw", context_len=None, kv_dtype=None, page_size=None,
+           parallel=None, recompute=None, topology=None) -> Advice:
     """Recommend hyperparameter changes with better GEMM shapes.
 
     Args:
@@ -451,6 +452,10 @@ def advise(model_or_config, *, gpu="h100", dtype=torch.bfloat16, batch_size=None
             ``context_len`` (the step at a fixed batch), adds fewer KV heads to them, gives
             each candidate's KV cache bytes per token, and says in the notes what the other
             ``tp`` degrees of one node do to the step.
+        parallel, recompute, topology: a training plan (a :class:`fxshape.Parallel`, as
+            ``fxshape plan`` finds them), its recomputation and its machine: each candidate
+            is priced on that plan's whole step (pipeline, ZeRO, collectives); ``tp`` is
+            then the plan's and must not be given apart.
         param_tolerance: largest relative change of the parameter count (default 2%).
         min_speedup: significance threshold: a change must be predicted at least this much
             faster per step and this much more efficient (default 1%).
@@ -470,6 +475,22 @@ def advise(model_or_config, *, gpu="h100", dtype=torch.bfloat16, batch_size=None
                          mode=mode, attention=attention, execution=execution,
                          optimizer=optimizer, context_len=context_len, kv_dtype=kv_dtype,
                          page_size=page_size)
+    if parallel is not None or recompute is not None or topology is not None:
+        if mode != "train":
+            raise ValueError(f"parallel, recompute and topology price a training plan; mode "
+                             f"{mode!r} was given: use mode='train'")
+        if parallel is not None:
+            from ..parallelism.plan import Parallel
+
+            if not isinstance(parallel, Parallel):
+                raise ValueError(f"parallel must be a fxshape.Parallel plan, got "
+                                 f"{type(parallel).__name__}")
+            if tp != 1:
+                raise ValueError("tp given beside parallel=: say it in the plan "
+                                 "(Parallel(tp=...)), not both")
+            tp = parallel.tp
+            kw = dict(kw, tp=1, parallel=parallel)
+        kw = dict(kw, recompute=recompute, topology=topology)
     ev = _Evaluator(model_or_config, kw)
     config = ev.config
     base = ev(())

@@ -22,9 +22,11 @@ all ``m``; 1F1B: ``p − d``), in chunks.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
-__all__ = ["Pass", "Playout", "orders", "play", "in_flight", "bubble_fraction"]
+__all__ = ["Pass", "Playout", "orders", "frozen_orders", "play", "in_flight",
+           "bubble_fraction"]
 
 
 @dataclass(frozen=True)
@@ -62,6 +64,13 @@ def _interleaved_chunk(k: int, p: int, v: int, forward: bool) -> tuple:
 
 def orders(schedule: str, p: int, m: int, v: int = 1) -> list:
     """Each rank's passes, in the order it runs them (a list per rank)."""
+    return [list(seq) for seq in frozen_orders(schedule, p, m, v)]
+
+
+@functools.lru_cache(maxsize=256)
+def frozen_orders(schedule: str, p: int, m: int, v: int = 1) -> tuple:
+    """:func:`orders` as tuples, computed once per schedule and sizes (a plan search asks
+    for the same few many times)."""
     out = []
     for d in range(p):
         if schedule == "gpipe":
@@ -84,8 +93,8 @@ def orders(schedule: str, p: int, m: int, v: int = 1) -> list:
                 seq.append(Pass("B", *_interleaved_chunk(b, p, v, False)))
                 f, b = f + 1, b + 1
             seq += [Pass("B", *_interleaved_chunk(k, p, v, False)) for k in range(b, total)]
-        out.append(seq)
-    return out
+        out.append(tuple(seq))
+    return tuple(out)
 
 
 def play(order: list, fwd, bwd, send=0.0) -> Playout:

@@ -68,6 +68,8 @@ class PlanSearch:
     costed: int
     captures: int
     notes: tuple = field(default=())
+    #: the processes that costed the plans
+    workers: int = 1
 
     @property
     def best(self) -> PlanResult | None:
@@ -79,7 +81,8 @@ class PlanSearch:
                 "nearest": self.nearest.as_dict() if self.nearest else None,
                 "dropped": [{"reason": r, "count": n} for r, n in self.dropped],
                 "enumerated": self.enumerated, "costed": self.costed,
-                "captures": self.captures, "notes": list(self.notes)}
+                "captures": self.captures, "workers": self.workers,
+                "notes": list(self.notes)}
 
 
 def model_shape(model) -> ModelShape:
@@ -110,21 +113,21 @@ def _states_lower_bound(c: Candidate, dense: int, experts: int, grad_bytes: int 
 def plan(model, *, gpus: int, global_batch: int, seq_len: int, gpu="h100", dtype="bf16",
          topology=None, micro_batches=(1, 2, 4), recompute=(None, "selective", "full"),
          zero=(0, 1, 3), virtual_stages=(1, 2, 4), max_cp: int = 8, top: int = 10,
-         execution="eager", optimizer="adamw", progress=None) -> PlanSearch:
+         execution="eager", optimizer="adamw", progress=None, workers=None) -> PlanSearch:
     """Search the parallel plans for training ``model`` on ``gpus`` GPUs of kind ``gpu``,
     ``global_batch`` sequences of ``seq_len`` tokens per optimizer step.
 
     Returns a :class:`PlanSearch` with the ``top`` fastest plans that fit (all of them if
     ``top`` is None). ``progress``: a progress bar on standard error (default: when it is
-    a terminal).
+    a terminal). ``workers``: processes costing the captures' groups of plans at once
+    (default: one per CPU core, where the platform forks; 1: in this process); the result
+    does not depend on it.
 
     Raises:
         ValueError: sizes that are not positive integers, more GPUs than the topology holds,
             a GPU or dtype fxshape does not know, or a model with nothing to plan.
     """
-    import contextlib
-
-    from ..analysis.annotate import _CAPTURE_CACHE, _expert_params, analyze
+    from ..analysis.annotate import _expert_params
     from ..hardware.gpus import get_gpu
     from ..hardware.topology import default_topology, get_topology
     from ..tracing.export import check_module
@@ -135,6 +138,10 @@ def plan(model, *, gpus: int, global_batch: int, seq_len: int, gpu="h100", dtype
             raise ValueError(f"{name} must be a positive integer, got {v!r}")
     if top is not None and (isinstance(top, bool) or not isinstance(top, int) or top < 1):
         raise ValueError(f"top must be a positive integer or None, got {top!r}")
+    if workers is not None and (isinstance(workers, bool) or not isinstance(workers, int)
+                                or workers < 1):
+        raise ValueError(f"workers must be a positive integer or None (one per CPU core), "
+                         f"got {workers!r}")
     check_module(model)
     if getattr(model, "config", None) is not None:
         check_config(model.config)
@@ -163,55 +170,132 @@ def plan(model, *, gpus: int, global_batch: int, seq_len: int, gpu="h100", dtype
     dense = sum(p.numel() for p in model.parameters()) - experts
     capacity = int(spec.memory_gb * 1024 ** 3)
     show = sys.stderr.isatty() if progress is None else progress
-    results, misses = [], []
-    cache: dict = {}
-    token = _CAPTURE_CACHE.set(cache)
     todo = []
     for c in plans:
         if _states_lower_bound(c, dense, experts) > capacity:
             dropped["does not fit: parameters, gradients and optimizer state alone"] += 1
         else:
             todo.append(c)
-    try:
-        for i, c in enumerate(todo):
-            if show:
-                sys.stderr.write(f"\rplan search: {i + 1}/{len(todo)} plans costed "
-                                 f"({len(cache)} captures)")
-                sys.stderr.flush()
-            try:
-                with contextlib.redirect_stdout(None):
-                    rep = analyze(model, gpu=spec, dtype=dtype, batch_size=c.micro_batch,
-                                  seq_len=seq_len, mode="train", parallel=c.parallel,
-                                  recompute=c.recompute, topology=topo, provenance=None,
-                                  execution=execution, optimizer=optimizer)
-            except ValueError as exc:
-                dropped["refused: " + str(exc).split(":")[0][:80]] += 1
-                continue
-            step, mem = rep.step, rep.memory
-            tokens = global_batch * seq_len
-            r = PlanResult(candidate=c, step_s=step.time_s,
-                           tokens_per_s_per_gpu=tokens / step.time_s / gpus,
-                           mfu=step.mfu, peak_bytes=int(mem.peak), capacity_bytes=capacity,
-                           bubble_s=step.by_class.get("pipeline_bubble", 0.0),
-                           exposed_comm_s=step.by_class.get("communication", 0.0))
+    # one group per capture (per-rank shapes: tp, cp, ep, micro-batch), costed together
+    groups: dict = {}
+    for c in todo:
+        p = c.parallel
+        groups.setdefault((p.tp, p.cp, p.ep, c.micro_batch), []).append(c)
+    job = dict(model=model, spec=spec, dtype=dtype, seq_len=seq_len, topo=topo,
+               execution=execution, optimizer=optimizer, gpus=gpus,
+               global_batch=global_batch, capacity=capacity)
+    n = _workers(workers, len(groups))
+    results, misses = [], []
+    done = 0
+    for got, refused in _run_groups(list(groups.values()), job, n):
+        for r in got:
             if r.fits:
                 results.append(r)
             else:
                 dropped["does not fit: peak memory over the GPU's"] += 1
                 misses.append(r)
-    finally:
-        _CAPTURE_CACHE.reset(token)
+        dropped.update(refused)
+        done += len(got) + sum(refused.values())
         if show:
-            sys.stderr.write("\n")
+            sys.stderr.write(f"\rplan search: {done}/{len(todo)} plans costed")
+            sys.stderr.flush()
+    if show:
+        sys.stderr.write("\n")
     results.sort(key=lambda r: (r.step_s, r.candidate.label()))
     nearest = None
     if not results and misses:
         nearest = min(misses, key=lambda r: (r.peak_bytes, r.step_s, r.candidate.label()))
-    notes = (f"{len(plans)} plans enumerated, {len(todo)} costed from {len(cache)} captures "
+    notes = (f"{len(plans)} plans enumerated, {len(todo)} costed from {len(groups)} captures "
              "(one per distinct tp, cp, ep and micro-batch size); sequence parallelism on "
              "wherever tp > 1",)
     return PlanSearch(gpus=gpus, gpu=spec.name, global_batch=global_batch, seq_len=seq_len,
                       results=tuple(results[:top] if top else results), nearest=nearest,
                       dropped=tuple(sorted(dropped.items(), key=lambda x: (-x[1], x[0]))),
-                      enumerated=len(plans), costed=len(todo), captures=len(cache),
-                      notes=notes)
+                      enumerated=len(plans), costed=len(todo), captures=len(groups),
+                      notes=notes, workers=n)
+
+
+def _cost_group(group, job) -> tuple:
+    """Cost one capture's plans with ``analyze`` (one capture, the rest re-costed from it:
+    ``fxshape.analysis.annotate._CAPTURE_CACHE``); ``(results, Counter of refusals)``."""
+    import contextlib
+
+    from ..analysis.annotate import _CAPTURE_CACHE, analyze
+
+    results, refused = [], Counter()
+    token = _CAPTURE_CACHE.set(dict(_SHARED))
+    try:
+        for c in group:
+            try:
+                with contextlib.redirect_stdout(None):
+                    rep = analyze(job["model"], gpu=job["spec"], dtype=job["dtype"],
+                                  batch_size=c.micro_batch, seq_len=job["seq_len"],
+                                  mode="train", parallel=c.parallel, recompute=c.recompute,
+                                  topology=job["topo"], provenance=None,
+                                  execution=job["execution"], optimizer=job["optimizer"])
+            except ValueError as exc:
+                refused["refused: " + str(exc).split(":")[0][:80]] += 1
+                continue
+            step, mem = rep.step, rep.memory
+            tokens = job["global_batch"] * job["seq_len"]
+            results.append(PlanResult(
+                candidate=c, step_s=step.time_s,
+                tokens_per_s_per_gpu=tokens / step.time_s / job["gpus"], mfu=step.mfu,
+                peak_bytes=int(mem.peak), capacity_bytes=job["capacity"],
+                bubble_s=step.by_class.get("pipeline_bubble", 0.0),
+                exposed_comm_s=step.by_class.get("communication", 0.0)))
+        # what holds for every capture of the model (its layer stacks, the verdict that one
+        # layer stands for its group) goes on to the next group
+        cache = _CAPTURE_CACHE.get()
+        _SHARED.update({k: v for k, v in cache.items()
+                        if isinstance(k, tuple) and k and k[0] in ("stacks", "sound")})
+    finally:
+        _CAPTURE_CACHE.reset(token)
+    return results, refused
+
+
+#: shared between the groups of one search (in each process): the model's layer stacks and
+#: the layer-reduction verdicts (``fxshape.analysis.annotate``)
+_SHARED: dict = {}
+#: the job a forked worker reads (set before the pool forks: nothing large is pickled)
+_JOB: dict = {}
+
+
+def _in_worker(i: int) -> tuple:
+    return _cost_group(_JOB["groups"][i], _JOB)
+
+
+def _workers(workers, groups: int) -> int:
+    import multiprocessing
+    import os
+
+    if workers is None:
+        if "fork" not in multiprocessing.get_all_start_methods():
+            return 1
+        workers = os.cpu_count() or 1
+    return max(1, min(workers, groups))
+
+
+def _run_groups(groups, job, n):
+    """Each group's ``(results, refusals)``; ``n`` processes (forked: the model is not
+    pickled; only the results come back)."""
+    _SHARED.clear()
+    if n == 1:
+        for g in groups:
+            yield _cost_group(g, job)
+        _SHARED.clear()
+        return
+    import multiprocessing
+
+    _JOB.clear()
+    _JOB.update(job)
+    _JOB["groups"] = groups
+    ctx = multiprocessing.get_context("fork")
+    try:
+        with ctx.Pool(n) as pool:
+            # biggest groups first, so that the last one to finish is short
+            order = sorted(range(len(groups)), key=lambda i: (-len(groups[i]), i))
+            yield from pool.imap(_in_worker, order)
+    finally:
+        _JOB.clear()
+        _SHARED.clear()

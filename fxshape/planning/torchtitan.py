@@ -1,0 +1,312 @@
+"""torchtitan job configurations: the run a torchtitan user is about to launch, as fxshape
+sees it (a model, a :class:`~fxshape.parallelism.plan.Parallel`, the batch, the sequence
+length, the dtype, the recomputation and the execution).
+
+:func:`read_torchtitan` reads a job file in torchtitan's TOML format (``[model] name`` and
+``flavor``, ``[training]``, ``[parallelism]``, ``[activation_checkpoint]``, ``[compile]``,
+``[float8]`` / ``[quantize.linear.float8]`` and ``[model] converters``: the files under
+``torchtitan/models/*/train_configs/`` up to torchtitan 0.2, and what users keep), or the JSON
+torchtitan 0.3 writes with ``--debug.save_config_file`` (0.3 builds its configurations in
+Python, ``config_registry.py``; the same sections, ``model_spec`` naming the model).
+torchtitan itself is not needed.
+
+What is read and how it maps (torchtitan 0.3's ``torchtitan/config/configs.py``,
+``torchtitan/distributed/pipeline_parallel.py``):
+
+- ``local_batch_size`` (``batch_size`` in older files) sequences per data-parallel rank;
+  ``global_batch_size`` (-1: local × data-parallel ranks) larger than that means gradient
+  accumulation; under a pipeline, ``pipeline_parallel_microbatch_size`` sequences per
+  micro-batch. fxshape's micro-batches per step are the pipeline's times the accumulation.
+- ``data_parallel_shard_degree`` (-1: what the other degrees leave of the GPUs) > 1 is FSDP
+  (``zero=3``), over ``dp_shard`` ranks, replicated ``data_parallel_replicate_degree`` times
+  (HSDP); replicate alone is DDP. ``fsdp_reshard_after_forward`` "default" reshards unless
+  there is a pipeline.
+- ``pipeline_parallel_schedule``: 1F1B, GPipe, Interleaved1F1B (two virtual stages per rank
+  unless ``pipeline_parallel_layers_per_stage`` says otherwise); other schedules are refused.
+- ``activation_checkpoint.mode``: none, full, selective with ``selective_ac_option = "op"``
+  (predicted as fxshape's selective recomputation, Megatron's attention core: torchtitan's
+  op-level policy keeps matmul outputs and recomputes every second one and the pointwise ops,
+  which the note says); a layer-interval option ("2": every second layer) is refused.
+- ``mixed_precision_param`` the compute dtype (bfloat16 by default), ``mixed_precision_reduce``
+  the gradients' (fp32); ``compile`` on: ``execution="compiled"``.
+- Float8 converters and async tensor parallelism are read and said to be not modelled (the
+  prediction is of the bf16, synchronous run).
+
+Models: ``llama3`` (debugmodel, 8B, 70B, 405B as torchtitan 0.3 defines them), ``qwen3``
+(30B-A3B) and ``deepseek_v3`` (671B) through fxshape's presets; any other is refused with
+the list.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass, field
+
+__all__ = ["TitanJob", "read_torchtitan", "TITAN_MODELS"]
+
+#: torchtitan (name, flavor) -> (fxshape preset, or Llama config values; description). The
+#: Llama 3 values are torchtitan 0.3's ``torchtitan/models/llama3/__init__.py`` (hidden
+#: sizes from ``compute_ffn_hidden_dim``: 70B int(1.3 × int(8 × 8192 / 3)) rounded up to
+#: 4096 = 28672; 405B int(1.2 × int(8 × 16384 / 3)) to 4096 = 53248; debugmodel
+#: int(8 × 256 / 3) to 256 = 768)
+TITAN_MODELS = {
+    ("llama3", "debugmodel"): (dict(hidden_size=256, intermediate_size=768,
+                                    num_hidden_layers=6, num_attention_heads=16,
+                                    num_key_value_heads=16, vocab_size=2048,
+                                    max_position_embeddings=131072, rope_theta=500000.0),
+                               "Llama 3 debug model (6 layers, dim 256)"),
+    ("llama3", "8B"): ("llama-3-8b", "Llama 3 8B"),
+    ("llama3", "70B"): (dict(hidden_size=8192, intermediate_size=28672,
+                             num_hidden_layers=80, num_attention_heads=64,
+                             num_key_value_heads=8, vocab_size=128256,
+                             max_position_embeddings=131072, rope_theta=500000.0),
+                        "Llama 3 70B"),
+    ("llama3", "405B"): (dict(hidden_size=16384, intermediate_size=53248,
+                              num_hidden_layers=126, num_attention_heads=128,
+                              num_key_value_heads=8, vocab_size=128256,
+                              max_position_embeddings=131072, rope_theta=500000.0),
+                         "Llama 3 405B"),
+    ("qwen3", "30B-A3B"): ("qwen3-30b-a3b", "Qwen3 30B-A3B"),
+    ("deepseek_v3", "671B"): ("deepseek-v3", "DeepSeek-V3 671B"),
+}
+
+_SCHEDULES = {"1f1b": "1f1b", "gpipe": "gpipe", "interleaved1f1b": "interleaved"}
+_DTYPES = {"bfloat16": "bf16", "float32": "fp32", "float16": "fp16"}
+
+
+@dataclass(frozen=True)
+class TitanJob:
+    """A torchtitan job as fxshape predicts it. ``micro_batch``: sequences per micro-batch on
+    one rank; ``global_batch``: sequences per optimizer step over all GPUs; ``notes``: what
+    the job sets that the prediction does not model, or models differently."""
+
+    source: str
+    name: str
+    flavor: str
+    parallel: object
+    gpus: int
+    micro_batch: int
+    global_batch: int
+    seq_len: int
+    dtype: str
+    recompute: str | None
+    execution: str
+    notes: tuple = field(default=())
+
+    def describe(self) -> str:
+        return (f"torchtitan {self.name} {self.flavor} on {self.gpus} GPUs: "
+                f"{self.parallel.describe()}, micro-batch {self.micro_batch} x "
+                f"{self.seq_len} tokens, global batch {self.global_batch}, {self.dtype}, "
+                f"recompute {self.recompute or 'none'}, {self.execution}")
+
+    def model(self):
+        """The job's model, on the meta device (no weights)."""
+        from ..presets import build_preset
+
+        spec = TITAN_MODELS[(self.name, self.flavor)][0]
+        if isinstance(spec, str):
+            return build_preset(spec)
+        import torch
+        import transformers
+
+        with torch.device("meta"):
+            return transformers.LlamaForCausalLM(transformers.LlamaConfig(**spec))
+
+
+def _load(path: str) -> dict:
+    if not isinstance(path, (str, os.PathLike)) or not os.path.isfile(path):
+        raise ValueError(f"torchtitan config {path!r}: no such file (a job .toml, or the "
+                         ".json torchtitan 0.3 writes with --debug.save_config_file)")
+    text = open(path, "rb").read()
+    if str(path).endswith(".json"):
+        try:
+            data = json.loads(text)
+        except ValueError as exc:
+            raise ValueError(f"torchtitan config {path}: not valid JSON ({exc})") from None
+        spec = data.get("model_spec") or {}
+        data.setdefault("model", {"name": spec.get("name"), "flavor": spec.get("flavor")})
+        return data
+    try:
+        import tomllib
+    except ImportError:  # Python 3.10
+        try:
+            import tomli as tomllib
+        except ImportError:
+            raise ValueError("reading a torchtitan .toml needs Python 3.11 (tomllib) or the "
+                             "tomli package: pip install tomli") from None
+    try:
+        return tomllib.loads(text.decode())
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+        raise ValueError(f"torchtitan config {path}: not valid TOML ({exc})") from None
+
+
+def _int(section: dict, key: str, default, path: str, minimum=1, allow=()):
+    v = section.get(key, default)
+    if v in allow:
+        return v
+    if isinstance(v, bool) or not isinstance(v, int) or v < minimum:
+        raise ValueError(f"torchtitan config {path}: {key} = {v!r}; accepted: an integer "
+                         f">= {minimum}" + "".join(f" or {a}" for a in allow))
+    return v
+
+
+def read_torchtitan(path, *, gpus: int | None = None) -> TitanJob:
+    """The torchtitan job at ``path`` as fxshape predicts it; ``gpus``: the world size
+    (``torchrun --nproc_per_node × nodes``), needed when ``data_parallel_shard_degree`` is
+    -1 and checked against the degrees otherwise.
+
+    Raises:
+        ValueError: a file that is not a torchtitan job, a model or flavor fxshape has no
+            definition of, degrees that do not multiply to ``gpus``, batch sizes that do not
+            divide, or settings fxshape cannot express (named, with what is accepted).
+    """
+    from ..parallelism.plan import Parallel
+
+    path = str(path)
+    cfg = _load(path)
+    model = cfg.get("model") or {}
+    name, flavor = model.get("name"), model.get("flavor")
+    if (name, flavor) not in TITAN_MODELS:
+        known = ", ".join(f"{n} {f}" for n, f in TITAN_MODELS)
+        raise ValueError(f"torchtitan config {path}: model {name!r} flavor {flavor!r} is not "
+                         f"one fxshape defines; accepted: {known}")
+    training = cfg.get("training") or {}
+    par = cfg.get("parallelism") or {}
+    notes = []
+    tp = _int(par, "tensor_parallel_degree", 1, path)
+    pp = _int(par, "pipeline_parallel_degree", 1, path)
+    cp = _int(par, "context_parallel_degree", 1, path)
+    ep = _int(par, "expert_parallel_degree", 1, path)
+    rep = _int(par, "data_parallel_replicate_degree", 1, path)
+    shard = _int(par, "data_parallel_shard_degree", -1, path, allow=(-1,))
+    if gpus is not None and (isinstance(gpus, bool) or not isinstance(gpus, int) or gpus < 1):
+        raise ValueError(f"gpus must be a positive integer, got {gpus!r}")
+    others = tp * pp * cp * rep
+    if shard == -1:
+        if gpus is None:
+            raise ValueError(f"torchtitan config {path}: data_parallel_shard_degree = -1 "
+                             "takes what the other degrees leave of the GPUs: give the "
+                             "number of GPUs (--gpus)")
+        if gpus % others:
+            raise ValueError(f"torchtitan config {path}: {gpus} GPUs are not a multiple of "
+                             f"tp x pp x cp x dp_replicate = {others}")
+        shard = gpus // others
+    world = others * shard
+    if gpus is not None and gpus != world:
+        raise ValueError(f"torchtitan config {path}: its degrees multiply to {world} GPUs "
+                         f"(dp_replicate {rep} x dp_shard {shard} x cp {cp} x tp {tp} x pp "
+                         f"{pp}), not {gpus}")
+    dp = rep * shard
+    local = _int(training, "local_batch_size", training.get("batch_size", 8), path)
+    seq = _int(training, "seq_len", 2048, path)
+    glob = _int(training, "global_batch_size", -1, path, allow=(-1,))
+    glob = local * dp if glob == -1 else glob
+    if glob % (local * dp):
+        raise ValueError(f"torchtitan config {path}: global_batch_size {glob} is not a "
+                         f"multiple of local_batch_size x data-parallel ranks = {local * dp}")
+    accumulation = glob // (local * dp)
+    micro = local
+    pipe_micro = 1
+    virtual = 1
+    schedule = "1f1b"
+    if pp > 1:
+        micro = _int(par, "pipeline_parallel_microbatch_size", 1, path)
+        if local % micro:
+            raise ValueError(f"torchtitan config {path}: local_batch_size {local} is not a "
+                             f"multiple of pipeline_parallel_microbatch_size {micro}")
+        pipe_micro = local // micro
+        raw = str(par.get("pipeline_parallel_schedule", "1F1B"))
+        schedule = _SCHEDULES.get(raw.lower())
+        if schedule is None:
+            raise ValueError(f"torchtitan config {path}: pipeline_parallel_schedule {raw!r} "
+                             "is not modelled; accepted: 1F1B, GPipe, Interleaved1F1B")
+        if schedule == "interleaved":
+            per = par.get("pipeline_parallel_layers_per_stage")
+            layers = _layers(name, flavor)
+            virtual = 2 if per is None else max(1, -(-layers // int(per)) // pp)
+            if virtual < 2:
+                raise ValueError(f"torchtitan config {path}: Interleaved1F1B needs at least "
+                                 "two stages per rank")
+    reshard = str(par.get("fsdp_reshard_after_forward", "default"))
+    if reshard not in ("default", "always", "never"):
+        raise ValueError(f"torchtitan config {path}: fsdp_reshard_after_forward {reshard!r}; "
+                         "accepted: default, always, never")
+    reshard_after = reshard == "always" or (reshard == "default" and pp == 1)
+    dtype = _DTYPES.get(str(training.get("mixed_precision_param", "bfloat16")))
+    if dtype is None:
+        raise ValueError(f"torchtitan config {path}: mixed_precision_param "
+                         f"{training.get('mixed_precision_param')!r}; accepted: bfloat16, "
+                         "float32")
+    reduce = _DTYPES.get(str(training.get("mixed_precision_reduce", "float32")), "fp32")
+    recompute = _recompute(cfg.get("activation_checkpoint", {}), path, notes)
+    comp = cfg.get("compile") or {}
+    compiled = bool(comp.get("enable", training.get("compile", False)))
+    if par.get("enable_async_tensor_parallel") or comp.get("enable_async_tensor_parallel"):
+        notes.append("async tensor parallelism (collectives fused into the GEMMs) is not "
+                     "modelled: predicted with synchronous tensor-parallel collectives")
+    if _float8(cfg):
+        notes.append("float8 training (torchao converters) is not modelled yet: predicted "
+                     f"as the {dtype} run")
+    if name == "llama3":
+        notes.append("torchtitan fuses the Q, K and V projections into one GEMM; fxshape's "
+                     "Llama runs them as three (the same FLOPs)")
+    zero = 3 if shard > 1 else 0
+    par_obj = Parallel(tp=tp, cp=cp, pp=pp, dp=dp, zero=zero, virtual_stages=virtual,
+                       microbatches=pipe_micro * accumulation, schedule=schedule,
+                       sequence_parallel=tp > 1 and bool(par.get("enable_sequence_parallel",
+                                                                 True)),
+                       dp_shard=shard if zero and rep > 1 else None,
+                       reshard_after_forward=reshard_after, grad_dtype=reduce, ep=ep)
+    return TitanJob(source=path, name=name, flavor=flavor, parallel=par_obj, gpus=world,
+                    micro_batch=micro, global_batch=glob, seq_len=seq, dtype=dtype,
+                    recompute=recompute, execution="compiled" if compiled else "eager",
+                    notes=tuple(notes))
+
+
+def _layers(name, flavor) -> int:
+    spec = TITAN_MODELS[(name, flavor)][0]
+    if isinstance(spec, dict):
+        return spec["num_hidden_layers"]
+    from ..presets import PRESETS
+
+    kw = PRESETS[spec][2]
+    return kw.get("num_hidden_layers", kw.get("n_layer", 12))
+
+
+def _recompute(ac: dict, path: str, notes: list):
+    if ac is None:  # 0.3's JSON: no checkpointing
+        return None
+    if "mode" not in ac:  # 0.3's JSON: the policy's fields say which
+        if not ac:
+            return "full"
+        if "memory_budget" in ac:
+            raise ValueError(f"torchtitan config {path}: the memory-budget activation "
+                             "checkpointing (compiler-chosen) is not modelled; accepted: "
+                             "none, full, selective")
+        mode = "selective" if "force_recompute_mm_shapes_by_fqns" in ac else "full"
+    else:
+        mode = str(ac["mode"])
+    if mode == "none":
+        return None
+    if mode == "full":
+        return "full"
+    if mode == "selective":
+        option = str(ac.get("selective_ac_option", "op"))
+        if option != "op":
+            raise ValueError(f"torchtitan config {path}: selective_ac_option {option!r} (a "
+                             "layer interval) is not modelled; accepted: 'op', or mode "
+                             "'full' / 'none'")
+        notes.append("torchtitan's op-level selective checkpointing is predicted as "
+                     "Megatron's selective recomputation (the attention core again in the "
+                     "backward): torchtitan also recomputes every second matmul and the "
+                     "pointwise ops")
+        return "selective"
+    raise ValueError(f"torchtitan config {path}: activation_checkpoint mode {mode!r}; "
+                     "accepted: none, selective, full")
+
+
+def _float8(cfg: dict) -> bool:
+    conv = (cfg.get("model") or {}).get("converters") or []
+    conv = [conv] if isinstance(conv, str) else list(conv)
+    return any("float8" in str(c).lower() or "mx" == str(c).lower() for c in conv)

@@ -1,0 +1,163 @@
+"""torchtitan jobs (``fxshape.read_torchtitan``, ``--torchtitan``): the TOML and JSON job
+files read into the plan, batch, dtype, recomputation and execution torchtitan runs, checked
+against torchtitan's own rules by hand; bad input; the CLI on the smallest job."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+import fxshape
+from fxshape.planning.torchtitan import read_torchtitan
+
+pytest.importorskip("transformers")
+
+DEBUG = """
+[model]
+name = "llama3"
+flavor = "debugmodel"
+
+[training]
+local_batch_size = 8
+seq_len = 256
+
+[parallelism]
+data_parallel_shard_degree = -1
+tensor_parallel_degree = 2
+pipeline_parallel_degree = 2
+pipeline_parallel_schedule = "1F1B"
+
+[activation_checkpoint]
+mode = "selective"
+selective_ac_option = "op"
+"""
+
+
+def _write(tmp_path, text, name="job.toml"):
+    path = tmp_path / name
+    path.write_text(text)
+    return str(path)
+
+
+def test_a_toml_job_as_torchtitan_runs_it(tmp_path):
+    job = read_torchtitan(_write(tmp_path, DEBUG), gpus=8)
+    p = job.parallel
+    # dp_shard -1 takes what tp 2 x pp 2 leave of 8 GPUs: 2 ranks, so FSDP (zero 3) over 2
+    assert (p.tp, p.pp, p.dp, p.cp, p.zero) == (2, 2, 2, 1, 3) and job.gpus == 8
+    # a pipeline: micro-batches of pipeline_parallel_microbatch_size (default 1) sequences,
+    # local_batch_size / 1 = 8 of them; the global batch 8 per rank x 2 ranks = 16
+    assert (job.micro_batch, p.microbatches, job.global_batch) == (1, 8, 16)
+    # "default" resharding is off under a pipeline; sequence parallelism on with tp
+    assert p.reshard_after_forward is False and p.sequence_parallel is True
+    assert (job.dtype, job.recompute, job.execution, job.seq_len) == \
+        ("bf16", "selective", "eager", 256)
+    # the op-level policy is not Megatron's: said
+    assert any("op-level selective" in n for n in job.notes)
+    model = job.model()
+    assert model.config.num_hidden_layers == 6 and model.config.hidden_size == 256
+    # torchtitan 0.3's debugmodel SwiGLU width: int(2 x 4 x 256 / 3) = 682, up to 256: 768
+    assert model.config.intermediate_size == 768
+
+
+def test_accumulation_hsdp_ddp_and_float8(tmp_path):
+    text = """
+[model]
+name = "llama3"
+flavor = "8B"
+converters = ["float8"]
+[training]
+local_batch_size = 2
+global_batch_size = 64
+seq_len = 1024
+mixed_precision_param = "float32"
+[compile]
+enable = true
+[parallelism]
+data_parallel_replicate_degree = 2
+data_parallel_shard_degree = 4
+[activation_checkpoint]
+mode = "full"
+"""
+    job = read_torchtitan(_write(tmp_path, text))
+    p = job.parallel
+    # replicate 2 x shard 4 = 8 data-parallel ranks: HSDP, one copy sharded over 4
+    assert (p.dp, p.dp_shard, p.zero, job.gpus) == (8, 4, 3, 8)
+    # 64 sequences = 2 per rank x 8 ranks x 4 accumulation steps
+    assert (job.micro_batch, p.microbatches, job.global_batch) == (2, 4, 64)
+    assert (job.dtype, job.recompute, job.execution) == ("fp32", "full", "compiled")
+    assert any("float8" in n for n in job.notes)
+    # replicate only: DDP
+    ddp = read_torchtitan(_write(tmp_path, DEBUG.replace(
+        "data_parallel_shard_degree = -1", "data_parallel_replicate_degree = 2\n"
+        "data_parallel_shard_degree = 1")))
+    assert (ddp.parallel.dp, ddp.parallel.zero, ddp.gpus) == (2, 0, 8)
+
+
+def test_a_torchtitan_0_3_json_dump(tmp_path):
+    # what `--debug.save_config_file` writes: Trainer.Config.to_dict(), the model under
+    # model_spec; the checkpointing policy known by its fields (SelectiveAC's
+    # force_recompute_mm_shapes_by_fqns; FullAC has none of its own; null: none)
+    base = {"model_spec": {"name": "llama3", "flavor": "debugmodel", "model": {}},
+            "training": {"local_batch_size": 4, "seq_len": 128},
+            "parallelism": {"data_parallel_shard_degree": 2, "tensor_parallel_degree": 1},
+            "compile": {"enable": False}}
+    for ac, want in (({"force_recompute_mm_shapes_by_fqns": ["moe.router.gate"]},
+                      "selective"), ({}, "full"), (None, None)):
+        path = _write(tmp_path, json.dumps({**base, "activation_checkpoint": ac}), "j.json")
+        job = read_torchtitan(path)
+        assert job.recompute == want
+        assert (job.parallel.dp, job.parallel.zero, job.micro_batch) == (2, 3, 4)
+
+
+@pytest.mark.parametrize("edit,match", [
+    (('flavor = "debugmodel"', 'flavor = "3B"'), "flavor '3B' is not one fxshape defines"),
+    (('pipeline_parallel_schedule = "1F1B"', 'pipeline_parallel_schedule = "ZBVZeroBubble"'),
+     "ZBVZeroBubble' is not modelled; accepted: 1F1B, GPipe, Interleaved1F1B"),
+    (('selective_ac_option = "op"', 'selective_ac_option = "2"'),
+     "selective_ac_option '2'.*accepted: 'op'"),
+    (('local_batch_size = 8', 'local_batch_size = 0'),
+     "local_batch_size = 0; accepted: an integer >= 1"),
+    (('local_batch_size = 8', 'local_batch_size = 8\nglobal_batch_size = 20'),
+     "global_batch_size 20 is not a multiple of local_batch_size x data-parallel ranks = 16"),
+    (('[model]', '[model'), "not valid TOML"),
+])
+def test_bad_jobs(tmp_path, edit, match):
+    path = _write(tmp_path, DEBUG.replace(*edit))
+    with pytest.raises(ValueError, match=match):
+        read_torchtitan(path, gpus=8)
+
+
+def test_world_size_errors(tmp_path):
+    path = _write(tmp_path, DEBUG)
+    with pytest.raises(ValueError, match=r"-1 .*give the number of GPUs \(--gpus\)"):
+        read_torchtitan(path)
+    with pytest.raises(ValueError, match="6 GPUs are not a multiple of tp x pp x cp x "
+                                         "dp_replicate = 4"):
+        read_torchtitan(path, gpus=6)
+    fixed = _write(tmp_path, DEBUG.replace("= -1", "= 2"), "fixed.toml")
+    with pytest.raises(ValueError, match="multiply to 8 GPUs .* not 16"):
+        read_torchtitan(fixed, gpus=16)
+    with pytest.raises(ValueError, match="no such file"):
+        read_torchtitan(str(tmp_path / "missing.toml"))
+
+
+def test_analyze_a_job_from_the_command_line(tmp_path):
+    path = _write(tmp_path, DEBUG)
+    out = subprocess.run([sys.executable, "-m", "fxshape", "analyze", "--torchtitan", path,
+                          "--gpus", "8", "--format", "json"], capture_output=True,
+                         text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    doc = json.loads(out.stdout)
+    assert doc["torchtitan"]["parallel"]["pp"] == 2 and doc["step"]["microbatches"] == 8
+    # the CLI's report is analyze's for the job's plan
+    job = read_torchtitan(path, gpus=8)
+    rep = fxshape.analyze(job.model(), batch_size=job.micro_batch, seq_len=job.seq_len,
+                          mode="train", parallel=job.parallel, recompute=job.recompute,
+                          provenance=None)
+    assert doc["step"]["time_s"] == rep.step.time_s
+    # a plan option beside the job: refused, naming it
+    bad = subprocess.run([sys.executable, "-m", "fxshape", "analyze", "--torchtitan", path,
+                          "--gpus", "8", "--tp", "4"], capture_output=True, text=True,
+                         timeout=120)
+    assert bad.returncode != 0 and "drop --tp" in bad.stderr
