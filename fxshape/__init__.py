@@ -23,10 +23,11 @@ from .cost.memops import MemOpPrediction, predict_memop
 from .hardware.dtypes import canonical_dtype
 from .hardware.gpus import GPUSpec, Peaks, get_gpu, list_gpus
 from .parallelism.plan import Parallel
-from .planning import PlanResult, PlanSearch, TitanJob, plan, read_torchtitan
+from .planning import PlanResult, PlanSearch, plan
 from .padding.plan import PadDecision, PaddingPlan, can_pad, plan_padding
 from .padding.rewrite import PaddedConv1D, PaddedLinear, pad
 from .tracing.export import CaptureError, capture
+from .torchtitan import TitanJob, read_torchtitan
 
 __all__ = [
     "Parallel",

@@ -523,8 +523,9 @@ def _plan_advice(model, found, args, dtype) -> dict | None:
 
 def _advice_text(advice: dict) -> str:
     if not advice["recommendations"]:
-        return (f"advice for {advice['plan']}: no shape change makes it faster"
-                if advice["plan"] else "advice: " + advice["note"])
+        return (f"advice for the best plan ({advice['plan']}): no shape change is "
+                "predicted to make it faster" if advice["plan"] else
+                "advice: " + advice["note"])
     rows = [(r["hyperparameter"], r["current"], r["suggested"],
              f"{100 * (r['step_gain'] or 0):+.1f}%", f"{r['param_delta'] or 0:+,}",
              r["reason"]) for r in advice["recommendations"]]
@@ -576,7 +577,7 @@ def _titan_job(args, gpus=None):
     if args.target is not None:
         raise ValueError(f"--torchtitan sets the model, but a target ({args.target}) was "
                          "given too: give one of them")
-    from .planning.torchtitan import read_torchtitan
+    from .torchtitan import read_torchtitan
 
     return read_torchtitan(args.torchtitan, gpus=gpus)
 

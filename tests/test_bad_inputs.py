@@ -608,7 +608,8 @@ CLI_VALUES = {
                 "provenance": ["matched", "none"], "plot": ["@out.png"],
                 "pp": ["2"], "zero": ["1"], "dp_shard": ["2"], "microbatches": ["2"],
                 "virtual_stages": ["2"], "schedule": ["gpipe"], "recompute": ["selective"],
-                "grad_dtype": ["bf16"], "cp": ["2"], "ep": ["2"], "capacity_factor": ["1.25"]},
+                "grad_dtype": ["bf16"], "cp": ["2"], "ep": ["2"], "capacity_factor": ["1.25"],
+                "torchtitan": ["@job.toml"], "gpus": ["8"]},
     "advise": {**_SHARED, "mode": ["inference", "train", "decode"], "tolerance": ["0.05"],
                "min_speedup": ["0.02"], "format": ["json", "table", "markdown"]},
     "sweep": {**_SHARED, "mode": ["inference", "train", "decode"], "out": ["@out.svg"]},
@@ -619,7 +620,8 @@ CLI_VALUES = {
     "gpus": {}, "presets": {},
     "plan": {"gpu": ["a100"], "dtype": ["fp16"], "topology": ["dgx-a100"],
              "micro_batches": ["1,2"], "zero": ["0,1"], "recompute": ["none"], "top": ["3"],
-             "format": ["json", "table"], "verbose": [True]},
+             "format": ["json", "table"], "verbose": [True], "torchtitan": ["@job.toml"],
+             "advise": [True]},
 }
 #: what every case of a command is given (required options, the target)
 _REQUIRED = {"predict": ["--m", "64", "--n", "64", "--k", "64"],
@@ -656,6 +658,8 @@ def _plan_refused(case, mode) -> bool:
         return True  # Megatron: micro-batches a multiple of pp when interleaved
     if mode != "train" and (pp > 1 or zero or m > 1 or cp > 1 or "grad_dtype" in case):
         return True  # pipelines, CP, ZeRO, micro-batches, gradients are a training step's
+    if "recompute" in case:
+        return True  # the tiny config's one layer is no stack: nothing to recompute by layer
     return pp > 1  # the tiny config has 1 layer: no pipeline splits it
 
 
@@ -683,6 +687,10 @@ def _cli_conflict(command, case) -> bool:
     mode = case.get("mode") or ("train" if case.get("train") else None)
     if command == "calibrate":
         return True  # no GPU here: every case is the one-line "needs a GPU"
+    if command in ("analyze", "plan") and "torchtitan" in case:
+        return True  # the job sets the model: a target beside it is refused
+    if command == "analyze" and "gpus" in case:
+        return True  # the world size of a torchtitan job, given without one
     if command not in ("analyze", "advise", "sweep"):
         return False
     mode = mode or {"advise": "train"}.get(command, "inference")
@@ -769,6 +777,9 @@ def _stated(command, case, out: str, folder) -> None:
             assert all("rc-none" in lb for lb in labels)
         if "micro_batches" in case:
             assert all("mb4" not in lb for lb in labels)
+        if case.get("advise"):
+            assert ("advice" in d) if case.get("format") == "json" else \
+                ("advice for the best plan" in out), out[-2000:]
         return
     for dest, value in case.items():
         if isinstance(value, str) and value.startswith("@"):

@@ -107,6 +107,14 @@ def test_plan_bad_input():
         plan(model, gpus=16, global_batch=16, seq_len=64, topology="dgx-h100:1")
     with pytest.raises(ValueError, match="expected a torch.nn.Module"):
         plan("llama-3-8b", gpus=2, global_batch=4, seq_len=64)
+    # one layer is no stack: selective recomputation has no layer to re-run (it was a no-op,
+    # the search listed it as a plan of its own), refused as full recomputation is
+    with pytest.raises(ValueError, match="recompute='selective' .* no stack of repeated"):
+        fxshape.analyze(model, seq_len=64, mode="train", recompute="selective")
+    found = plan(model, gpus=1, global_batch=1, seq_len=64, micro_batches=(1,), zero=(0,),
+                 progress=False)
+    assert [r.candidate.label() for r in found.results] == ["tp1 pp1 dp1 zero0 mb1x1 rc-none"]
+    assert sum(n for r, n in found.dropped if r.startswith("refused: recompute=")) == 2
 
 
 def test_processes_do_not_change_the_result():

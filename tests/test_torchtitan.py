@@ -9,7 +9,7 @@ import sys
 import pytest
 
 import fxshape
-from fxshape.planning.torchtitan import read_torchtitan
+from fxshape.torchtitan import read_torchtitan
 
 pytest.importorskip("transformers")
 

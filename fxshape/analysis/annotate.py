@@ -949,6 +949,10 @@ def _prepared(model, gm, rows, records, walk, stacks, all_stacks, step_notes,
     elif recompute == "selective":
         from .step import recompute_records, selective_nodes
 
+        if not _stack_layers(all_stacks):
+            raise ValueError("recompute='selective' re-runs each layer's attention core in its "
+                             f"backward, but {type(model).__name__} has no stack of repeated "
+                             "layers")
         selective = selective_nodes(records, gm)
         records = recompute_records(records, _stack_layers(all_stacks),
                                     select=lambda r: r.node in selective["all"])

@@ -222,7 +222,8 @@ def plan_step(records, optimizer_records, *, plan, topo, stacks, layers, stage_p
     weight casts) over all the parameters one GPU of a pipeline-less replica holds, scaled
     here to each rank's share; ``stage_params``: trained parameter elements per virtual
     stage; ``unit_params``: per virtual stage, the elements of each FSDP unit in forward
-    order (``{layer index: elements}``, the rest of the stage under None, last); ``item``: the compute dtype's bytes;
+    order (``{layer index: elements}``, the rest of the stage under None, last); ``item``:
+    the compute dtype's bytes;
     ``hidden_tokens_bytes``: one micro-batch's activation between stages;
     ``stage_experts``, ``unit_experts``: the expert-parallel experts' share of
     ``stage_params`` and of each layer's unit (reduced and sharded over ``dp × cp / ep``

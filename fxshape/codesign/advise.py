@@ -480,9 +480,7 @@ def advise(model_or_config, *, gpu="h100", dtype=torch.bfloat16, batch_size=None
             raise ValueError(f"parallel, recompute and topology price a training plan; mode "
                              f"{mode!r} was given: use mode='train'")
         if parallel is not None:
-            from ..parallelism.plan import Parallel
-
-            if not isinstance(parallel, Parallel):
+            if not isinstance(getattr(parallel, "tp", None), int):
                 raise ValueError(f"parallel must be a fxshape.Parallel plan, got "
                                  f"{type(parallel).__name__}")
             if tp != 1:

@@ -1,15 +1,14 @@
 """The plan search (``fxshape plan``, ``fxshape.plan``): which parallel plan trains a model
 fastest on N GPUs, and does it fit? ``space`` enumerates the plans a model and a machine
 allow (pure); ``search`` costs each with the step and memory models of the analysis wing
-(each distinct per-rank shape set captured once) and ranks them; ``torchtitan`` reads a
-torchtitan job into the plan and workload it runs.
+(each distinct per-rank shape set captured once) and ranks them (``fxshape.torchtitan``,
+at the top level beside the presets, reads a torchtitan job into the plan it runs).
 
 May import: hardware, cost, tracing, parallelism, analysis.
 """
 
 from .search import PlanResult, PlanSearch, model_shape, plan
 from .space import Candidate, ModelShape, candidates
-from .torchtitan import TitanJob, read_torchtitan
 
 __all__ = ["plan", "PlanSearch", "PlanResult", "Candidate", "ModelShape", "candidates",
-           "model_shape", "TitanJob", "read_torchtitan"]
+           "model_shape"]

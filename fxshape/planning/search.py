@@ -113,15 +113,17 @@ def _states_lower_bound(c: Candidate, dense: int, experts: int, grad_bytes: int 
 def plan(model, *, gpus: int, global_batch: int, seq_len: int, gpu="h100", dtype="bf16",
          topology=None, micro_batches=(1, 2, 4), recompute=(None, "selective", "full"),
          zero=(0, 1, 3), virtual_stages=(1, 2, 4), max_cp: int = 8, top: int = 10,
-         execution="eager", optimizer="adamw", progress=None, workers=None) -> PlanSearch:
+         execution="eager", optimizer="adamw", attention="flash", progress=None,
+         workers=None) -> PlanSearch:
     """Search the parallel plans for training ``model`` on ``gpus`` GPUs of kind ``gpu``,
     ``global_batch`` sequences of ``seq_len`` tokens per optimizer step.
 
     Returns a :class:`PlanSearch` with the ``top`` fastest plans that fit (all of them if
     ``top`` is None). ``progress``: a progress bar on standard error (default: when it is
-    a terminal). ``workers``: processes costing the captures' groups of plans at once
-    (default: one per CPU core, where the platform forks; 1: in this process); the result
-    does not depend on it.
+    a terminal). ``execution``, ``optimizer``, ``attention``: as for
+    :func:`fxshape.analyze`, for every plan. ``workers``: processes costing the captures'
+    groups of plans at once (default: one per CPU core, where the platform forks; 1: in
+    this process); the result does not depend on it.
 
     Raises:
         ValueError: sizes that are not positive integers, more GPUs than the topology holds,
@@ -182,7 +184,7 @@ def plan(model, *, gpus: int, global_batch: int, seq_len: int, gpu="h100", dtype
         p = c.parallel
         groups.setdefault((p.tp, p.cp, p.ep, c.micro_batch), []).append(c)
     job = dict(model=model, spec=spec, dtype=dtype, seq_len=seq_len, topo=topo,
-               execution=execution, optimizer=optimizer, gpus=gpus,
+               execution=execution, optimizer=optimizer, attention=attention, gpus=gpus,
                global_batch=global_batch, capacity=capacity)
     n = _workers(workers, len(groups))
     results, misses = [], []
@@ -232,7 +234,8 @@ def _cost_group(group, job) -> tuple:
                                   batch_size=c.micro_batch, seq_len=job["seq_len"],
                                   mode="train", parallel=c.parallel, recompute=c.recompute,
                                   topology=job["topo"], provenance=None,
-                                  execution=job["execution"], optimizer=job["optimizer"])
+                                  execution=job["execution"], optimizer=job["optimizer"],
+                                  attention=job["attention"])
             except ValueError as exc:
                 refused["refused: " + str(exc).split(":")[0][:80]] += 1
                 continue

@@ -102,7 +102,7 @@ class TitanJob:
 
     def model(self):
         """The job's model, on the meta device (no weights)."""
-        from ..presets import build_preset
+        from .presets import build_preset
 
         spec = TITAN_MODELS[(self.name, self.flavor)][0]
         if isinstance(spec, str):
@@ -161,7 +161,7 @@ def read_torchtitan(path, *, gpus: int | None = None) -> TitanJob:
             definition of, degrees that do not multiply to ``gpus``, batch sizes that do not
             divide, or settings fxshape cannot express (named, with what is accepted).
     """
-    from ..parallelism.plan import Parallel
+    from .parallelism.plan import Parallel
 
     path = str(path)
     cfg = _load(path)
@@ -268,7 +268,7 @@ def _layers(name, flavor) -> int:
     spec = TITAN_MODELS[(name, flavor)][0]
     if isinstance(spec, dict):
         return spec["num_hidden_layers"]
-    from ..presets import PRESETS
+    from .presets import PRESETS
 
     kw = PRESETS[spec][2]
     return kw.get("num_hidden_layers", kw.get("n_layer", 12))
