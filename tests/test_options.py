@@ -70,8 +70,8 @@ def _check(mode, names):
     """The run of ``names`` in ``mode`` against the runs without each of them."""
     names = tuple(sorted(names))
     # one layer keeps each run to one capture; dedup needs two identical layers to trace one,
-    # and the matrix's plan (pp=2) two layers to split into stages
-    layers = 2 if {"dedup", "parallel"} & set(names) else 1
+    # the matrix's plan (pp=2) two layers to split into stages, recomputation a layer stack
+    layers = 2 if {"dedup", "parallel", "recompute"} & set(names) else 1
     status, got = _run(mode, names, layers)
     if _refused(mode, names):
         assert status == "refused", f"{names} in {mode} should be refused"
