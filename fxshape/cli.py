@@ -410,10 +410,12 @@ def _cmd_plan(args) -> int:
 
     job = _titan_job(args, gpus=args.gpus)
     if job is not None:
+        # --dtype defaults to bf16: only another value is known to be the user's
+        given_dtype = None if args.dtype == "bf16" else args.dtype
         for opt, given, theirs in (("--global-batch", args.global_batch, job.global_batch),
                                    ("--seq-len", args.seq_len, job.seq_len),
-                                   ("--dtype", args.dtype, job.dtype)):
-            if given is not None and opt != "--dtype" and given != theirs:
+                                   ("--dtype", given_dtype, job.dtype)):
+            if given is not None and given != theirs:
                 raise ValueError(f"{opt} {given} differs from the torchtitan job's {theirs}: "
                                  f"drop {opt} (the job sets it)")
         model, name = job.model(), f"torchtitan {job.name} {job.flavor}"

@@ -45,28 +45,26 @@ from dataclasses import dataclass, field
 
 __all__ = ["TitanJob", "read_torchtitan", "TITAN_MODELS"]
 
-#: torchtitan (name, flavor) -> (fxshape preset, or Llama config values; description). The
-#: Llama 3 values are torchtitan 0.3's ``torchtitan/models/llama3/__init__.py`` (hidden
-#: sizes from ``compute_ffn_hidden_dim``: 70B int(1.3 × int(8 × 8192 / 3)) rounded up to
-#: 4096 = 28672; 405B int(1.2 × int(8 × 16384 / 3)) to 4096 = 53248; debugmodel
-#: int(8 × 256 / 3) to 256 = 768)
+def _llama3(dim, layers, heads, kv_heads, vocab, multiple_of, multiplier=None) -> dict:
+    """A Llama 3 flavor as torchtitan 0.3 defines it (``torchtitan/models/llama3/__init__.py``),
+    as Hugging Face Llama config values; the SwiGLU width as its ``compute_ffn_hidden_dim``:
+    ``int(8 × dim / 3)``, times the multiplier, rounded up to ``multiple_of``."""
+    hidden = int(2 * 4 * dim / 3)
+    if multiplier is not None:
+        hidden = int(multiplier * hidden)
+    return dict(hidden_size=dim, intermediate_size=-(-hidden // multiple_of) * multiple_of,
+                num_hidden_layers=layers, num_attention_heads=heads,
+                num_key_value_heads=kv_heads, vocab_size=vocab,
+                max_position_embeddings=131072, rope_theta=500000.0)
+
+
+#: torchtitan (name, flavor) -> (fxshape preset, or Llama config values; description)
 TITAN_MODELS = {
-    ("llama3", "debugmodel"): (dict(hidden_size=256, intermediate_size=768,
-                                    num_hidden_layers=6, num_attention_heads=16,
-                                    num_key_value_heads=16, vocab_size=2048,
-                                    max_position_embeddings=131072, rope_theta=500000.0),
+    ("llama3", "debugmodel"): (_llama3(256, 6, 16, 16, 2048, 256),
                                "Llama 3 debug model (6 layers, dim 256)"),
     ("llama3", "8B"): ("llama-3-8b", "Llama 3 8B"),
-    ("llama3", "70B"): (dict(hidden_size=8192, intermediate_size=28672,
-                             num_hidden_layers=80, num_attention_heads=64,
-                             num_key_value_heads=8, vocab_size=128256,
-                             max_position_embeddings=131072, rope_theta=500000.0),
-                        "Llama 3 70B"),
-    ("llama3", "405B"): (dict(hidden_size=16384, intermediate_size=53248,
-                              num_hidden_layers=126, num_attention_heads=128,
-                              num_key_value_heads=8, vocab_size=128256,
-                              max_position_embeddings=131072, rope_theta=500000.0),
-                         "Llama 3 405B"),
+    ("llama3", "70B"): (_llama3(8192, 80, 64, 8, 128256, 4096, 1.3), "Llama 3 70B"),
+    ("llama3", "405B"): (_llama3(16384, 126, 128, 8, 128256, 4096, 1.2), "Llama 3 405B"),
     ("qwen3", "30B-A3B"): ("qwen3-30b-a3b", "Qwen3 30B-A3B"),
     ("deepseek_v3", "671B"): ("deepseek-v3", "DeepSeek-V3 671B"),
 }

@@ -12,11 +12,11 @@ from fxshape.planning import ModelShape, candidates, plan
 transformers = pytest.importorskip("transformers")
 
 
-def _llama(layers=2):
-    cfg = transformers.LlamaConfig(hidden_size=128, intermediate_size=256,
-                                   num_hidden_layers=layers, num_attention_heads=4,
-                                   num_key_value_heads=2, vocab_size=512,
-                                   max_position_embeddings=256)
+def _llama(layers=2, **config):
+    cfg = transformers.LlamaConfig(**{**dict(hidden_size=128, intermediate_size=256,
+                                             num_hidden_layers=layers, num_attention_heads=4,
+                                             num_key_value_heads=2, vocab_size=512,
+                                             max_position_embeddings=256), **config})
     with torch.device("meta"):
         return transformers.LlamaForCausalLM(cfg).eval()
 
@@ -138,12 +138,9 @@ def test_advice_priced_on_a_plan():
     # unevenly); advise, given the plan, prices the change on that plan's whole step
     from fxshape.codesign.advise import advise
 
-    cfg = transformers.LlamaConfig(hidden_size=512, intermediate_size=1024,
-                                   num_hidden_layers=2, num_attention_heads=8,
-                                   num_key_value_heads=4, vocab_size=32001,
-                                   max_position_embeddings=1024)
-    with torch.device("meta"):
-        model = transformers.LlamaForCausalLM(cfg).eval()
+    sizes = dict(hidden_size=512, intermediate_size=1024, num_attention_heads=8,
+                 num_key_value_heads=4, max_position_embeddings=1024)
+    model = _llama(vocab_size=32001, **sizes)
     par = fxshape.Parallel(tp=2, pp=2, microbatches=2, sequence_parallel=True)
     adv = advise(model, batch_size=4, seq_len=512, mode="train", parallel=par,
                  topology="dgx-h100:1")
@@ -154,9 +151,7 @@ def test_advice_priced_on_a_plan():
     # the gain is the step's under the plan: re-derive it from two analyses
     base = fxshape.analyze(model, batch_size=4, seq_len=512, mode="train", parallel=par,
                            topology="dgx-h100:1", provenance=None)
-    cfg2 = transformers.LlamaConfig(**{**cfg.to_dict(), "vocab_size": vocab[0].suggested})
-    with torch.device("meta"):
-        changed = transformers.LlamaForCausalLM(cfg2).eval()
+    changed = _llama(vocab_size=vocab[0].suggested, **sizes)
     new = fxshape.analyze(changed, batch_size=4, seq_len=512, mode="train", parallel=par,
                           topology="dgx-h100:1", provenance=None)
     assert vocab[0].predicted_speedup == pytest.approx(base.step.time_s / new.step.time_s - 1,

@@ -58,6 +58,9 @@ def test_a_toml_job_as_torchtitan_runs_it(tmp_path):
     assert model.config.num_hidden_layers == 6 and model.config.hidden_size == 256
     # torchtitan 0.3's debugmodel SwiGLU width: int(2 x 4 x 256 / 3) = 682, up to 256: 768
     assert model.config.intermediate_size == 768
+    # the 70B: int(8 x 8192 / 3) = 21845, x 1.3 = 28398, up to 4096: 28672 (Llama 3 70B's)
+    from fxshape.torchtitan import TITAN_MODELS
+    assert TITAN_MODELS[("llama3", "70B")][0]["intermediate_size"] == 28672
 
 
 def test_accumulation_hsdp_ddp_and_float8(tmp_path):
@@ -161,3 +164,14 @@ def test_analyze_a_job_from_the_command_line(tmp_path):
                           "--gpus", "8", "--tp", "4"], capture_output=True, text=True,
                          timeout=120)
     assert bad.returncode != 0 and "drop --tp" in bad.stderr
+
+
+def test_plan_refuses_what_the_job_sets(tmp_path, capsys):
+    from fxshape.cli import main
+
+    path = _write(tmp_path, DEBUG)
+    # the job's sequence length is 256 and its dtype bf16: other values are the user's
+    assert main(["plan", "--torchtitan", path, "--gpus", "8", "--seq-len", "512"]) != 0
+    assert "--seq-len 512 differs from the torchtitan job's 256" in capsys.readouterr().err
+    assert main(["plan", "--torchtitan", path, "--gpus", "8", "--dtype", "fp16"]) != 0
+    assert "--dtype fp16 differs from the torchtitan job's bf16" in capsys.readouterr().err

@@ -933,11 +933,14 @@ def _prepared(model, gm, rows, records, walk, stacks, all_stacks, step_notes,
         memo["expanded"] = (rows, records, walk, saved_traced, workload)
     rows, records, walk, saved_traced, workload = memo["expanded"]
     layers = _checkpointed_layers(model) if mode == "train" else ()
+    stacked = _stack_layers(all_stacks) if recompute else ()
+    if recompute and not stacked:
+        what = "forward" if recompute == "full" else "attention core"
+        raise ValueError(f"recompute={recompute!r} re-runs each layer's {what} in its "
+                         f"backward, but {type(model).__name__} has no stack of repeated "
+                         "layers")
     if recompute == "full":
-        layers = _stack_layers(all_stacks)
-        if not layers:
-            raise ValueError("recompute='full' re-runs each layer's forward in its backward, "
-                             f"but {type(model).__name__} has no stack of repeated layers")
+        layers = stacked
     selective = ()
     if layers:
         from .step import recompute_records
@@ -949,12 +952,8 @@ def _prepared(model, gm, rows, records, walk, stacks, all_stacks, step_notes,
     elif recompute == "selective":
         from .step import recompute_records, selective_nodes
 
-        if not _stack_layers(all_stacks):
-            raise ValueError("recompute='selective' re-runs each layer's attention core in its "
-                             f"backward, but {type(model).__name__} has no stack of repeated "
-                             "layers")
         selective = selective_nodes(records, gm)
-        records = recompute_records(records, _stack_layers(all_stacks),
+        records = recompute_records(records, stacked,
                                     select=lambda r: r.node in selective["all"])
         step_notes = tuple(step_notes) + (
             "selective recomputation (Megatron): each layer's attention core (QKᵀ, softmax, "

@@ -163,25 +163,24 @@ def units_of(records, stacks) -> Units:
     :class:`Units`; ``stacks``: ``[(name, length)]``."""
     fwd: dict = {}
     bwd: dict = {}
-    outside = {"pre_f": [], "post_f": [], "pre_b": [], "post_b": []}
-    seen = {"forward": False, "backward": False}
-    for r in records:
-        i = layer_of(r.module, stacks)
-        phase = "backward" if r.phase == "backward" else "forward"
+    # outside the layers, by pass and by where placed() puts it among two stages (0: the
+    # first stage's, 1: the last's): the program order within each is kept
+    outside = {(back, end): [] for back in (False, True) for end in (0, 1)}
+    layers = max((n for _, n in stacks), default=0)
+    for r, (i, end) in zip(records, placed(((r.module, r.phase) for r in records), stacks,
+                                           layers, 2)):
+        back = r.phase == "backward"
         if i is not None:
-            seen[phase] = True
-            (bwd if phase == "backward" else fwd).setdefault(i, []).append(r)
-        elif phase == "forward":
-            outside["post_f" if seen["forward"] else "pre_f"].append(r)
+            (bwd if back else fwd).setdefault(i, []).append(r)
         else:
-            outside["post_b" if seen["backward"] else "pre_b"].append(r)
-    # as placed(): before the stack in the forward, and after it in the backward, the first
-    # stage; the rest the last (both when there is one)
+            outside[(back, end)].append(r)
+    # a stage that is the first and/or the last runs those parts, in program order (the
+    # forward's first-stage part comes before its last-stage part; the backward's after)
     roots = {}
     for first in (False, True):
         for last in (False, True):
-            f = (outside["pre_f"] if first else []) + (outside["post_f"] if last else [])
-            b = (outside["pre_b"] if last else []) + (outside["post_b"] if first else [])
+            f = (outside[(False, 0)] if first else []) + (outside[(False, 1)] if last else [])
+            b = (outside[(True, 1)] if last else []) + (outside[(True, 0)] if first else [])
             roots[(first, last)] = (Unit.of(f), Unit.of(b))
     return Units(forward={i: Unit.of(v) for i, v in fwd.items()},
                  backward={i: Unit.of(v) for i, v in bwd.items()}, roots=roots,
