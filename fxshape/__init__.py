@@ -24,12 +24,18 @@ from .hardware.dtypes import canonical_dtype
 from .hardware.gpus import GPUSpec, Peaks, get_gpu, list_gpus
 from .parallelism.plan import Parallel
 from .planning import PlanResult, PlanSearch, plan
+from .serving import ServeResult, serve
+from .cost.allreduce import AllReduceTime, predict_allreduce
 from .padding.plan import PadDecision, PaddingPlan, can_pad, plan_padding
 from .padding.rewrite import PaddedConv1D, PaddedLinear, pad
 from .tracing.export import CaptureError, capture
 from .torchtitan import TitanJob, read_torchtitan
 
 __all__ = [
+    "serve",
+    "ServeResult",
+    "predict_allreduce",
+    "AllReduceTime",
     "Parallel",
     "plan",
     "read_torchtitan",

@@ -192,7 +192,7 @@ def _cmd_analyze(args) -> int:
                          dp=dp, topology=args.topology, sequence_parallel=sp,
                          context_len=args.context_len, kv_dtype=args.kv_dtype,
                          page_size=args.page_size, parallel=parallel,
-                         recompute=args.recompute)
+                         recompute=args.recompute, allreduce=args.allreduce)
     except CaptureError as exc:
         raise ValueError(_capture_failure(exc, args.verbose)) from None
     if args.plot:
@@ -381,6 +381,49 @@ def _kv_args(p) -> None:
     p.add_argument("--page-size", type=_positive_int, default=None,
                    help="decode: tokens per page of a paged KV cache (vLLM 16); default "
                         "a contiguous cache")
+
+
+def _allreduce_arg(p, default) -> None:
+    from .cost.allreduce import ALGORITHMS
+
+    p.add_argument("--allreduce", choices=ALGORITHMS, default=default,
+                   help="how tensor parallelism's all-reduces run under CUDA graphs: auto "
+                        "(vLLM's choice: one-shot / two-shot for small buffers on NVLink, "
+                        "NCCL otherwise), one-shot, two-shot, or nccl (LL / LL128 / Simple "
+                        "by size)" + ("; default: auto in decode, NCCL as measured from "
+                                      "eager PyTorch otherwise" if default is None else ""))
+
+
+def _cmd_serve(args) -> int:
+    import json
+
+    from .presets import load_target
+    from .serving import serve
+
+    model = load_target(args.target)
+    r = serve(model, gpu=args.gpu, prompt_len=args.prompt_len, output_len=args.output_len,
+              batch_size=args.batch_size, tp=args.tp, dtype=args.dtype,
+              allreduce=args.allreduce, topology=args.topology, attention=args.attention,
+              kv_dtype=args.kv_dtype, page_size=args.page_size)
+    if args.format == "json":
+        print(json.dumps(r.to_dict(), indent=1, sort_keys=True))
+        return 0
+    steps = r.decode_steps_s
+    rows = [("time to first token", f"{r.time_to_first_token_s * 1e3:.2f} ms"),
+            ("inter-token latency (mean)", f"{r.inter_token_latency_s * 1e3:.2f} ms")]
+    if steps:
+        rows += [(f"first decode step ({r.prompt_len + 1:,} tokens)", f"{steps[0] * 1e3:.2f} ms"),
+                 (f"last decode step ({r.prompt_len + r.output_len - 1:,} tokens)",
+                  f"{steps[-1] * 1e3:.2f} ms")]
+    rows += [("request latency", f"{r.latency_s * 1e3:.1f} ms"),
+             ("output tokens/s (batch)", f"{r.output_tokens_per_s:,.1f}"),
+             ("output tokens/s per request", f"{r.output_tokens_per_s / r.batch_size:,.1f}")]
+    print(f"{r.model} on {r.tp} x {r.gpu}, batch {r.batch_size}, prompt {r.prompt_len:,}, "
+          f"output {r.output_len:,}, all-reduce {r.allreduce}")
+    print(tabulate(rows, headers=("", "predicted")))
+    for n in r.notes:
+        print(f"note: {n}")
+    return 0
 
 
 def _int_list(text: str) -> tuple:
@@ -636,6 +679,7 @@ def build_parser() -> argparse.ArgumentParser:
                     help="inference (= prefill: a prompt's forward; the default), train, or "
                          "decode: one token per sequence over a KV cache of --context-len")
     _kv_args(pa)
+    _allreduce_arg(pa, None)
     pa.add_argument("--dp", type=_positive_int, default=1,
                     help="data-parallel degree: the gradient all-reduce of a --train step")
     pa.add_argument("--topology", type=_topology_arg, default=None,
@@ -751,6 +795,37 @@ def build_parser() -> argparse.ArgumentParser:
     pn.add_argument("--verbose", action="store_true",
                     help="show warnings and log lines from torch and transformers")
     pn.set_defaults(func=_cmd_plan)
+
+    pw = sub.add_parser("serve", help="a batch of requests end to end: time to first token, "
+                                      "inter-token latency, latency, throughput",
+                        description="Predict batch-size requests of --prompt-len tokens "
+                                    "generating --output-len tokens each, as a serving "
+                                    "engine runs them: the prefill (time to the first "
+                                    "token), then every decode step at its own context.")
+    pw.add_argument("target", help="a causal LM: preset name, config.json path, cached Hub id "
+                                   "or package.module:factory")
+    pw.add_argument("--gpu", default="h100", help="GPU name or alias (default h100)")
+    pw.add_argument("--dtype", default="bf16", help="dtype the model runs in (default bf16)")
+    pw.add_argument("--prompt-len", type=_positive_int, required=True,
+                    help="prompt tokens per request")
+    pw.add_argument("--output-len", type=_positive_int, required=True,
+                    help="tokens each request generates")
+    pw.add_argument("--batch-size", type=_positive_int, default=1,
+                    help="requests run together (default 1)")
+    pw.add_argument("--tp", type=_positive_int, default=1,
+                    help="tensor-parallel GPUs (default 1)")
+    pw.add_argument("--topology", default=None, choices=sorted(TOPOLOGIES),
+                    help="the machine (default: the one --gpu usually comes in)")
+    pw.add_argument("--attention", choices=ATTENTION_CHOICES, default="flash",
+                    help="attention kernel (default flash)")
+    pw.add_argument("--kv-dtype", default=None, help="the KV cache's dtype (e.g. fp8)")
+    pw.add_argument("--page-size", type=_positive_int, default=None,
+                    help="tokens per page of a paged KV cache (vLLM 16)")
+    _allreduce_arg(pw, "auto")
+    pw.add_argument("--format", choices=("table", "json"), default="table")
+    pw.add_argument("--verbose", action="store_true",
+                    help="show warnings and log lines from torch and transformers")
+    pw.set_defaults(func=_cmd_serve)
 
     pl = sub.add_parser("presets", help="list the built-in model presets")
     pl.set_defaults(func=_cmd_presets)

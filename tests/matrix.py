@@ -38,6 +38,9 @@ VALUES = {
     "params": "PARAMS", "provenance": "matched", "kv_dtype": "fp8", "page_size": 16,
     # a 2-stage pipeline over 2 micro-batches (the matrix's Llama has 2 layers)
     "parallel": Parallel(pp=2, microbatches=2), "recompute": "selective",
+    # NCCL's protocols under CUDA graphs (decode's default is vLLM's choice; other modes'
+    # the eager NCCL model)
+    "allreduce": "nccl",
 }
 _DECODE_ONLY = {"context_len", "kv_dtype", "page_size"}
 #: what every run of the matrix is given besides its options: a short prompt (the default

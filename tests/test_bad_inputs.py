@@ -609,7 +609,11 @@ CLI_VALUES = {
                 "pp": ["2"], "zero": ["1"], "dp_shard": ["2"], "microbatches": ["2"],
                 "virtual_stages": ["2"], "schedule": ["gpipe"], "recompute": ["selective"],
                 "grad_dtype": ["bf16"], "cp": ["2"], "ep": ["2"], "capacity_factor": ["1.25"],
-                "torchtitan": ["@job.toml"], "gpus": ["8"]},
+                "torchtitan": ["@job.toml"], "gpus": ["8"], "allreduce": ["nccl"]},
+    "serve": {"gpu": ["a100"], "dtype": ["fp16"], "batch_size": ["2"], "tp": ["2"],
+              "topology": ["pcie4"], "attention": ["math"], "kv_dtype": ["fp8"],
+              "page_size": ["16"], "allreduce": ["nccl", "one-shot"],
+              "format": ["json", "table"], "verbose": [True]},
     "advise": {**_SHARED, "mode": ["inference", "train", "decode"], "tolerance": ["0.05"],
                "min_speedup": ["0.02"], "format": ["json", "table", "markdown"]},
     "sweep": {**_SHARED, "mode": ["inference", "train", "decode"], "out": ["@out.svg"]},
@@ -626,10 +630,11 @@ CLI_VALUES = {
 #: what every case of a command is given (required options, the target)
 _REQUIRED = {"predict": ["--m", "64", "--n", "64", "--k", "64"],
              "sweep": ["--param", "intermediate_size", "--range", "128:192:64"],
-             "plan": ["--gpus", "2", "--global-batch", "4", "--seq-len", "32"]}
+             "plan": ["--gpus", "2", "--global-batch", "4", "--seq-len", "32"],
+             "serve": ["--prompt-len", "8", "--output-len", "3"]}
 _WORKLOAD = {"gpu", "dtype", "batch_size", "seq_len", "tp", "attention", "execution",
              "optimizer", "context_len", "kv_dtype", "page_size", "dp", "topology",
-             "sequence_parallel", "provenance", "params", "recompute"}
+             "sequence_parallel", "provenance", "params", "recompute", "allreduce"}
 #: the options the command line builds a fxshape.Parallel plan from (stated as parallel=)
 _PLAN = {"pp", "zero", "dp_shard", "microbatches", "virtual_stages", "schedule",
          "grad_dtype", "cp", "ep", "capacity_factor"}
@@ -687,6 +692,9 @@ def _cli_conflict(command, case) -> bool:
     mode = case.get("mode") or ("train" if case.get("train") else None)
     if command == "calibrate":
         return True  # no GPU here: every case is the one-line "needs a GPU"
+    if command == "serve":  # one-shot reads peers over NVLink; PCIe GPUs have none
+        return case.get("allreduce") == "one-shot" and case.get("topology") == "pcie4" \
+            and "tp" in case
     if command in ("analyze", "plan") and "torchtitan" in case:
         return True  # the job sets the model: a target beside it is refused
     if command == "analyze" and "gpus" in case:
@@ -711,7 +719,8 @@ def _cli_conflict(command, case) -> bool:
 
 
 def _argv(command, case, folder, target):
-    argv = [command] + ([target] if command in ("analyze", "advise", "sweep", "plan") else [])
+    argv = [command] + ([target] if command in ("analyze", "advise", "sweep", "plan", "serve")
+                        else [])
     argv += _REQUIRED.get(command, [])
     opts = _parser_options(command)
     for dest, value in case.items():
@@ -758,6 +767,16 @@ def _stated(command, case, out: str, folder) -> None:
         return
     if command in ("gpus", "presets"):
         assert out.strip()
+        return
+    if command == "serve":
+        d = json.loads(out) if case.get("format") == "json" else None
+        text = json.dumps(d) if d else out
+        assert ("a100" in text) == (case.get("gpu") == "a100"), text[:500]
+        assert (d["tp"] if d else int(out.split(" on ")[1].split(" x ")[0])) == \
+            int(case.get("tp", 1))
+        assert (d["batch_size"] if d else int(out.split("batch ")[1].split(",")[0])) == \
+            int(case.get("batch_size", 1))
+        assert case.get("allreduce", "auto") in text
         return
     if command == "plan":
         if case.get("format") == "json":

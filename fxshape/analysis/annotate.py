@@ -501,7 +501,7 @@ def analyze(model, example_inputs=None, example_kwargs=None, *, gpu="h100",
             moe_routing=None, attention="flash", dedup=True, params=None,
             provenance="traced", execution=None, optimizer="adamw", dp=1, topology=None,
             sequence_parallel=False, context_len=None, kv_dtype=None, page_size=None,
-            parallel=None, recompute=None):
+            parallel=None, recompute=None, allreduce=None):
     """Capture ``model`` and predict every GEMM in it on ``gpu``.
 
     Args:
@@ -568,6 +568,12 @@ def analyze(model, example_inputs=None, example_kwargs=None, *, gpu="h100",
             says: Hugging Face's ``gradient_checkpointing_enable()`` is ``"full"``),
             ``"full"`` (every layer's forward again in its backward) or ``"selective"`` (the
             attention core only, Megatron's selective recomputation).
+        allreduce: how tensor parallelism's all-reduces run (``fxshape.cost.allreduce``):
+            ``"auto"`` (what vLLM does: its one-shot / two-shot kernel for small buffers on
+            NVLink, NCCL otherwise; the default of ``mode="decode"``), ``"one-shot"``,
+            ``"two-shot"`` or ``"nccl"`` (NCCL's LL / LL128 / Simple protocol by size), all
+            under CUDA graphs. Default in other modes: NCCL as measured from eager PyTorch
+            (``fxshape.cost.comm``).
 
     Returns:
         A :class:`fxshape.analysis.report.Report`.
@@ -585,6 +591,10 @@ def analyze(model, example_inputs=None, example_kwargs=None, *, gpu="h100",
     check_options(mode=mode, tp=tp, sequence_parallel=sequence_parallel)
     check_mode(plan, mode)
     check_recompute(recompute, mode)
+    if allreduce is not None:
+        from ..cost.allreduce import check_algorithm
+
+        check_algorithm(allreduce)
     ctx: dict = {"plan": plan}
     if mode == "decode":
         report = _analyze_decode(model, example_inputs, example_kwargs, gpu=gpu, dtype=dtype,
@@ -593,7 +603,8 @@ def analyze(model, example_inputs=None, example_kwargs=None, *, gpu="h100",
                                  context_len=context_len, dp=dp, topology=topology,
                                  kv_dtype=kv_dtype, page_size=page_size,
                                  sequence_parallel=sequence_parallel, dedup=dedup,
-                                 moe_routing=moe_routing, optimizer=optimizer, ctx=ctx)
+                                 moe_routing=moe_routing, optimizer=optimizer, ctx=ctx,
+                                 allreduce="auto" if allreduce is None else allreduce)
     else:
         for name, v, what in (("context_len", context_len, "the tokens in the KV cache"),
                               ("kv_dtype", kv_dtype, "the KV cache's dtype"),
@@ -608,13 +619,13 @@ def analyze(model, example_inputs=None, example_kwargs=None, *, gpu="h100",
                               execution="eager" if execution is None else execution,
                               optimizer=optimizer, dp=dp, topology=topology,
                               sequence_parallel=sequence_parallel, ctx=ctx, plan=plan,
-                              recompute=recompute)
+                              recompute=recompute, allreduce=allreduce)
     given = _given_options(report, ctx, gpu=gpu, dtype=dtype, batch_size=batch_size,
                            seq_len=seq_len, moe_routing=moe_routing, attention=attention,
                            dedup=dedup, provenance=provenance, execution=execution,
                            optimizer=optimizer, topology=topology, context_len=context_len,
                            kv_dtype=kv_dtype, page_size=page_size, parallel=parallel,
-                           recompute=recompute, **shorthands)
+                           recompute=recompute, allreduce=allreduce, **shorthands)
     if mode_default:
         report = dataclasses.replace(report, workload=dataclasses.replace(
             report.workload, mode_default=True))
@@ -624,7 +635,7 @@ def analyze(model, example_inputs=None, example_kwargs=None, *, gpu="h100",
 def _given_options(report, ctx, *, gpu, dtype, batch_size, seq_len, tp, moe_routing,
                    attention, dedup, provenance, execution, optimizer, dp, topology,
                    sequence_parallel, context_len, kv_dtype, page_size, parallel=None,
-                   recompute=None) -> dict:
+                   recompute=None, allreduce=None) -> dict:
     """The options whose values differ from the defaults the analysis would have used
     (``fxshape.analysis.options``): name -> value as given."""
     import os
@@ -675,6 +686,8 @@ def _given_options(report, ctx, *, gpu, dtype, batch_size, seq_len, tp, moe_rout
         given["parallel"] = parallel
     if recompute is not None:
         given["recompute"] = recompute
+    if allreduce is not None and allreduce != ctx.get("default_allreduce"):
+        given["allreduce"] = allreduce
     return given
 
 
@@ -715,7 +728,8 @@ def _params_cover(path, gpu) -> bool:
 
 def _analyze(model, example_inputs, example_kwargs, *, gpu, dtype, batch_size, seq_len, mode,
              tp, moe_routing, attention, dedup, provenance, execution, optimizer, dp, topology,
-             sequence_parallel, kv=(None, None), ctx=None, plan=None, recompute=None):
+             sequence_parallel, kv=(None, None), ctx=None, plan=None, recompute=None,
+             allreduce=None):
     from ..cost.optimizer import check_optimizer
     from ..parallelism.plan import Parallel, check_plan
     from .report import Report
@@ -899,8 +913,9 @@ def _analyze(model, example_inputs, example_kwargs, *, gpu, dtype, batch_size, s
     step, records = _step(records, model, spec, dkey, mode, tp, execution, optimizer,
                           workload, step_notes, dp=dp, topology=topo,
                           sequence_parallel=sequence_parallel, shards=shards, plan=plan,
-                          stacks=all_stacks, groups=groups,
-                          memo=memo.setdefault(("step", recompute, provenance, optimizer), {}))
+                          stacks=all_stacks, groups=groups, allreduce=allreduce,
+                          memo=memo.setdefault(("step", recompute, provenance, optimizer,
+                                                allreduce), {}))
     step = dataclasses.replace(step, mode=shown)
     memory = _memory(model, walk, saved_traced, spec, dkey, mode, tp, optimizer, layers,
                      workload, shards=shards, sequence_parallel=sequence_parallel, plan=plan,
@@ -966,7 +981,7 @@ def _prepared(model, gm, rows, records, walk, stacks, all_stacks, step_notes,
 def _analyze_decode(model, example_inputs, example_kwargs, *, gpu, dtype, batch_size,
                     seq_len, tp, attention, params, execution, context_len, dp, topology,
                     kv_dtype, page_size, sequence_parallel, dedup=True, moe_routing=None,
-                    optimizer="adamw", ctx=None):
+                    optimizer="adamw", ctx=None, allreduce="auto"):
     """One decode step (``mode="decode"``): the model wrapped with a static KV cache
     (``fxshape.tracing.decode``), analyzed as a forward of one token per sequence."""
     from ..cost.decode_attention import check_page_size
@@ -1001,6 +1016,7 @@ def _analyze_decode(model, example_inputs, example_kwargs, *, gpu, dtype, batch_
     wrapper.config = model.config  # heads and features for tp sharding, as the model's
     if ctx is not None:
         ctx["default_execution"] = "cudagraphs"
+        ctx["default_allreduce"] = "auto"
         ctx["default_context_len"] = _seq_len(model.config, None)
     execution = "cudagraphs" if execution is None else execution
     with decode_capture():
@@ -1011,7 +1027,7 @@ def _analyze_decode(model, example_inputs, example_kwargs, *, gpu, dtype, batch_
                                   provenance=None, execution=execution, optimizer=optimizer,
                                   dp=dp, topology=topology,
                                   sequence_parallel=sequence_parallel,
-                                  kv=(kv_key, page_size), ctx=ctx)
+                                  kv=(kv_key, page_size), ctx=ctx, allreduce=allreduce)
         except CaptureError as exc:
             raise CaptureError(f"could not capture one decode step of {type(model).__name__} "
                                "through transformers' static KV cache\n"
@@ -1402,7 +1418,7 @@ def _topology_of(topology, spec):
 
 def _step(records, model, spec, dkey, mode, tp, execution, optimizer, workload, notes, *,
           dp=1, topology=None, sequence_parallel=False, shards, plan=None, stacks=(),
-          groups=None, memo=None):
+          groups=None, memo=None, allreduce=None):
     """The step (``fxshape.analysis.step.step_of``) with the optimizer's and the
     collectives' records added; returns (step, records). A plan with a pipeline, ZeRO or
     micro-batches is played out by ``fxshape.analysis.pipeline.plan_step``. ``memo``: a
@@ -1448,7 +1464,8 @@ def _step(records, model, spec, dkey, mode, tp, execution, optimizer, workload, 
         records, comm_notes, dp_total = comm_records(records, tp=tp, dp=dp_records,
                                                      topology=topology, item=item,
                                                      grad_bytes=grads,
-                                                     sequence_parallel=sequence_parallel)
+                                                     sequence_parallel=sequence_parallel,
+                                                     allreduce=allreduce)
         notes.extend(comm_notes)
     if kept is None:
         kept = memo[(scaled, dp_records)] = [records, notes[before:], dp_total, None]

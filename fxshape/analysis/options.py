@@ -182,8 +182,17 @@ def _recompute(v, report, ctx):
         " (a fused attention kernel keeps only its output and log-sum-exp: no memory freed)")
 
 
+def _allreduce(v, report, ctx):
+    ars = [o for o in report.ops if o.cls == "communication" and o.op == "tp all_reduce"]
+    if not ars:
+        return False, "no tensor-parallel all-reduce (tp 1, or sequence parallelism's " \
+                      "reduce-scatter and all-gather)"
+    ran = sorted({o.family for o in ars})
+    return True, f"{len(ars)} tp all-reduces run as {', '.join(ran)} under CUDA graphs"
+
+
 #: one rule per option of ``analyze``: (value shown, report, context) -> (applied, effect)
-RULES = {"gpu": _gpu, "dtype": _dtype, "batch_size": _batch_size, "seq_len": _seq_len,
+RULES = {"allreduce": _allreduce, "gpu": _gpu, "dtype": _dtype, "batch_size": _batch_size, "seq_len": _seq_len,
          "context_len": _context_len, "tp": _tp, "sequence_parallel": _sequence_parallel,
          "dp": _dp, "topology": _topology, "optimizer": _optimizer, "execution": _execution,
          "attention": _attention, "moe_routing": _moe_routing, "dedup": _dedup,

@@ -634,7 +634,8 @@ def optimizer_records(optimizer, numels, *, spec, mixed: bool):
     return out
 
 
-def comm_records(records, *, tp, dp, topology, item, grad_bytes, sequence_parallel=False):
+def comm_records(records, *, tp, dp, topology, item, grad_bytes, sequence_parallel=False,
+                 allreduce=None):
     """``(records, notes, dp_total_s)``: ``records`` with the collectives of tensor and data
     parallelism added (``fxshape.cost.comm``), notes, and the data-parallel all-reduce's
     whole time (its record holds the exposed part; 0 without one).
@@ -644,12 +645,17 @@ def comm_records(records, *, tp, dp, topology, item, grad_bytes, sequence_parall
     hidden); in the backward one more per row-parallel layer, for the input gradient of the
     column-parallel layers feeding it. With ``sequence_parallel`` each all-reduce is a
     reduce-scatter and an all-gather of the same buffer. These sit on the critical path.
+    ``allreduce`` (``fxshape.cost.allreduce``: ``"auto"``,
+    ``"nccl"``, ``"one-shot"``, ``"two-shot"``): the all-reduces run as a serving engine runs
+    them under CUDA graphs (inside one node); None: NCCL as measured from eager PyTorch
+    (``fxshape.cost.comm``).
 
     Data parallelism (DDP): the gradients, ``grad_bytes`` per GPU, all-reduced in 25 MiB
     buckets (DDP's ``bucket_cap_mb``) as the backward produces them, on a stream of their
     own. A bucket is ready when the backward has done its share of the work (the gradients
     are taken to appear in proportion to the backward's GPU time); only what runs past the
     backward's end is exposed, and that is the record's time."""
+    from ..cost.allreduce import predict_allreduce
     from ..cost.comm import predict_collective
     from .parallel import layer_kind
 
@@ -677,6 +683,14 @@ def comm_records(records, *, tp, dp, topology, item, grad_bytes, sequence_parall
                 placed.add(r.module)
             nbytes = sizes[r.module]
             for kind in kinds:
+                if allreduce is not None and kind == "all_reduce":
+                    a = predict_allreduce(nbytes, tp, algorithm=allreduce, topology=topology)
+                    out.append(OpRecord(f"{r.node}.{kind}", f"tp {kind}", r.module, r.phase,
+                                        "communication", 1, nbytes, 0, a.time_s, 0.0,
+                                        family=a.algorithm,
+                                        note=f"{nbytes / 2**10:.1f} KiB over {tp} GPUs "
+                                             f"({a.link}): {a.why}"))
+                    continue
                 p = predict_collective(kind, nbytes, tp, topology=topology, per_node=tp)
                 out.append(OpRecord(f"{r.node}.{kind}", f"tp {kind}", r.module, r.phase,
                                     "communication", 1, nbytes, 0, p.time_s, 0.0,
@@ -687,7 +701,9 @@ def comm_records(records, *, tp, dp, topology, item, grad_bytes, sequence_parall
         notes.append(f"tp {tp}: Megatron all-reduces after each row-parallel GEMM"
                      + (", forward and backward" if both else "")
                      + (" (sequence parallel: reduce-scatter + all-gather)"
-                        if sequence_parallel else "") + f", on {topology.name}")
+                        if sequence_parallel else "") + f", on {topology.name}"
+                     + (f"; all-reduce {allreduce!r} under CUDA graphs "
+                        "(fxshape.cost.allreduce)" if allreduce is not None else ""))
     else:
         out = list(records)
     dp_total = 0.0
