@@ -15,7 +15,7 @@ Method: each row predicted as the faster of one-shot and two-shot (the kernels c
 size); ``stage_s`` and ``peer_efficiency`` minimise the squared log error
 over the ``fit`` rows (scipy). The ``held-out`` rows (vLLM's kernel, which in this benchmark
 also copies its input into the registered buffer) are reported, not fitted. End-to-end
-checks of the constants are in ``bench/validate_tp_decode.py``. Deterministic; a second.
+checks of the constants are in ``bench/validate_serving.py``. Deterministic; a second.
 """
 
 from __future__ import annotations

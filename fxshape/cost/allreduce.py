@@ -28,11 +28,12 @@ engines run them under CUDA graphs, with kernels of their own:
   fitted NCCL ring efficiency of the link class (``fxshape.cost.comm``).
 
 ``stage_s`` (a kernel launch and a barrier across the GPUs: the two are not told apart by
-the data) and ``peer_efficiency`` are fitted by ``bench/fit_allreduce.py``
-to a published kernel benchmark (TensorRT-LLM's custom all-reduce on H100, tp 2/4/8, 512 B
-to 1 MiB: ``bench/allreduce_published.csv``) and checked on what it was not fitted to (vLLM's
-kernel in the same benchmark; tensor-parallel decode end to end, ``bench/validate_tp_decode.py``)
-; written to ``fxshape/data/allreduce_params.json``.
+the data) and ``peer_efficiency`` are fitted by ``bench/fit_allreduce.py`` to a published
+kernel benchmark (sglang's port of TensorRT-LLM's custom all-reduce on 8 H100 SXM, tp 2/4/8,
+2 KiB to 4 MiB: ``bench/allreduce_published.csv``), written to
+``fxshape/data/allreduce_params.json``, and checked on what they were not fitted to (vLLM's
+kernel in the same benchmark; tensor-parallel decode end to end,
+``bench/validate_serving.py``).
 
 Which one runs (:data:`ALGORITHMS`):
 
