@@ -685,18 +685,16 @@ def comm_records(records, *, tp, dp, topology, item, grad_bytes, sequence_parall
             for kind in kinds:
                 if allreduce is not None and kind == "all_reduce":
                     a = predict_allreduce(nbytes, tp, algorithm=allreduce, topology=topology)
-                    out.append(OpRecord(f"{r.node}.{kind}", f"tp {kind}", r.module, r.phase,
-                                        "communication", 1, nbytes, 0, a.time_s, 0.0,
-                                        family=a.algorithm,
-                                        note=f"{nbytes / 2**10:.1f} KiB over {tp} GPUs "
-                                             f"({a.link}): {a.why}"))
-                    continue
-                p = predict_collective(kind, nbytes, tp, topology=topology, per_node=tp)
+                    t, family = a.time_s, a.algorithm
+                    note = f"{nbytes / 2**10:.1f} KiB over {tp} GPUs ({a.link}): {a.why}"
+                else:
+                    p = predict_collective(kind, nbytes, tp, topology=topology, per_node=tp)
+                    t, family = p.time_s, p.link_class
+                    note = (f"{nbytes / 2**20:.2f} MiB over {tp} GPUs "
+                            f"({p.link}, {p.busbw_gbs:.0f} GB/s bus)")
                 out.append(OpRecord(f"{r.node}.{kind}", f"tp {kind}", r.module, r.phase,
-                                    "communication", 1, nbytes, 0, p.time_s, 0.0,
-                                    family=p.link_class,
-                                    note=f"{nbytes / 2**20:.2f} MiB over {tp} GPUs "
-                                         f"({p.link}, {p.busbw_gbs:.0f} GB/s bus)"))
+                                    "communication", 1, nbytes, 0, t, 0.0, family=family,
+                                    note=note))
         both = any(r.phase == "backward" for r in records)
         notes.append(f"tp {tp}: Megatron all-reduces after each row-parallel GEMM"
                      + (", forward and backward" if both else "")

@@ -170,12 +170,10 @@ def vllm_choice(nbytes: int, n: int, *, nvlink_all: bool) -> tuple:
         return "nccl", "buffer beyond vLLM's 8 MiB custom all-reduce: NCCL"
     if n == 2:
         return "one-shot", "vLLM, 2 GPUs: one-shot"
-    for most, below in VLLM_ONE_STAGE_BELOW:
-        if n <= most:
-            if nbytes < below:
-                return "one-shot", f"vLLM, {n} GPUs, under {below // 1024} KiB: one-shot"
-            return "two-shot", f"vLLM, {n} GPUs, {below // 1024} KiB or more: two-shot"
-    return "nccl", f"vLLM's custom all-reduce takes at most 8 GPUs, not {n}: NCCL"
+    below = next(b for most, b in VLLM_ONE_STAGE_BELOW if n <= most)  # n is 4, 6 or 8
+    if nbytes < below:
+        return "one-shot", f"vLLM, {n} GPUs, under {below // 1024} KiB: one-shot"
+    return "two-shot", f"vLLM, {n} GPUs, {below // 1024} KiB or more: two-shot"
 
 
 def predict_allreduce(nbytes: int, gpus: int, *, algorithm: str = "auto",
@@ -188,12 +186,10 @@ def predict_allreduce(nbytes: int, gpus: int, *, algorithm: str = "auto",
             more GPUs than a node holds; one-shot or two-shot on GPUs that do not all reach
             each other over NVLink.
     """
-    from .comm import comm_params, param_key
+    from .comm import _count, comm_params, param_key
 
     check_algorithm(algorithm)
-    for name, v, least in (("bytes", nbytes, 0), ("gpus", gpus, 1)):
-        if isinstance(v, bool) or not isinstance(v, int) or v < least:
-            raise ValueError(f"all-reduce {name} must be an integer >= {least}, got {v!r}")
+    nbytes, gpus = _count("bytes", nbytes, 0), _count("gpus", gpus, 1)
     topo: Topology = get_topology(topology)
     if gpus > topo.gpus_per_node:
         raise ValueError(f"an all-reduce inside one node: {gpus} GPUs exceed the "
@@ -202,11 +198,6 @@ def predict_allreduce(nbytes: int, gpus: int, *, algorithm: str = "auto",
         return AllReduceTime(algorithm, "none", 1, nbytes, "none", 0.0, "one GPU")
     link = topo.link_for(gpus, gpus)
     nvlink_all = link.startswith("nvlink") and (topo.switch or gpus == 2)
-    cls = topo.link_class(gpus, gpus)
-    ring = comm_params(params_path=None)
-    own = param_key("nvswitch" if cls == "nvswitch_nvls" else cls, "all_reduce")
-    busbw = float(ring[own]["efficiency"]) * LINKS[link]
-    hop = "nvlink" if link.startswith("nvlink") else "pcie"
     if algorithm == "auto":
         chosen, why = vllm_choice(nbytes, gpus, nvlink_all=nvlink_all)
     else:
@@ -216,6 +207,11 @@ def predict_allreduce(nbytes: int, gpus: int, *, algorithm: str = "auto",
                              f"{gpus} GPUs of {topo.name} do not all reach each other over "
                              "it: use allreduce='nccl' (or 'auto')")
     if chosen == "nccl":
+        # the ring's Simple bus bandwidth: the fitted NCCL ring efficiency of the link class
+        cls = topo.link_class(gpus, gpus)
+        own = param_key("nvswitch" if cls == "nvswitch_nvls" else cls, "all_reduce")
+        busbw = float(comm_params()[own]["efficiency"]) * LINKS[link]
+        hop = "nvlink" if link.startswith("nvlink") else "pcie"
         times = nccl_protocols(nbytes, gpus, busbw, hop)
         proto = min(times, key=lambda k: (times[k], k))
         return AllReduceTime(algorithm, f"nccl-{proto}", gpus, nbytes, link, times[proto],

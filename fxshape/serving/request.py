@@ -79,12 +79,6 @@ class ServeResult:
                 "tokens/s")
 
 
-def _count(name, v) -> int:
-    if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-        raise ValueError(f"{name} must be a positive integer, got {v!r}")
-    return v
-
-
 def serve(model, *, gpu="h100", prompt_len: int, output_len: int, batch_size: int = 1,
           tp: int = 1, dtype=torch.bfloat16, allreduce: str = "auto", topology=None,
           attention: str = "flash", kv_dtype=None, page_size=None) -> ServeResult:
@@ -110,10 +104,11 @@ def serve(model, *, gpu="h100", prompt_len: int, output_len: int, batch_size: in
     from ..analysis.annotate import analyze
     from ..cost.allreduce import check_algorithm
     from ..tracing.decode import check_decoder, max_positions
+    from ..tracing.export import check_size
 
-    prompt_len = _count("prompt_len", prompt_len)
-    output_len = _count("output_len", output_len)
-    batch_size = _count("batch_size", batch_size)
+    prompt_len = check_size("prompt_len", prompt_len, optional=False)
+    output_len = check_size("output_len", output_len, optional=False)
+    batch_size = check_size("batch_size", batch_size, optional=False)
     check_algorithm(allreduce)
     check_decoder(model)
     positions = max_positions(model.config)
