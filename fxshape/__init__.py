@@ -24,7 +24,8 @@ from .hardware.dtypes import canonical_dtype
 from .hardware.gpus import GPUSpec, Peaks, get_gpu, list_gpus
 from .parallelism.plan import Parallel
 from .planning import PlanResult, PlanSearch, plan
-from .serving import ServeResult, serve
+from .serving import (CapacityPlan, Request, ServeResult, ServingSimulation,
+                      SpeculationResult, plan_capacity, serve, simulate_serving, speculate)
 from .cost.allreduce import AllReduceTime, predict_allreduce
 from .padding.plan import PadDecision, PaddingPlan, can_pad, plan_padding
 from .padding.rewrite import PaddedConv1D, PaddedLinear, pad
@@ -34,6 +35,13 @@ from .torchtitan import TitanJob, read_torchtitan
 __all__ = [
     "serve",
     "ServeResult",
+    "simulate_serving",
+    "ServingSimulation",
+    "speculate",
+    "SpeculationResult",
+    "plan_capacity",
+    "CapacityPlan",
+    "Request",
     "predict_allreduce",
     "AllReduceTime",
     "Parallel",

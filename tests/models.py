@@ -81,3 +81,16 @@ class EinsumBmm(nn.Module):
 class NoMatmul(nn.Module):
     def forward(self, x):
         return torch.relu(x) * 2
+
+
+def tiny_llama(layers=2, positions=512):
+    """A Hugging Face Llama on the meta device small enough for any test of the serving
+    wing: hidden 256, 8 heads over 2 KV heads, 1,000 tokens."""
+    import transformers
+
+    cfg = transformers.LlamaConfig(num_hidden_layers=layers, hidden_size=256,
+                                   intermediate_size=512, num_attention_heads=8,
+                                   num_key_value_heads=2, vocab_size=1000,
+                                   max_position_embeddings=positions)
+    with torch.device("meta"):
+        return transformers.LlamaForCausalLM(cfg)

@@ -613,7 +613,18 @@ CLI_VALUES = {
     "serve": {"gpu": ["a100"], "dtype": ["fp16"], "batch_size": ["2"], "tp": ["2"],
               "topology": ["pcie4"], "attention": ["math"], "kv_dtype": ["fp8"],
               "page_size": ["16"], "allreduce": ["nccl", "one-shot"],
-              "format": ["json", "table"], "verbose": [True]},
+              "format": ["json", "table"], "verbose": [True],
+              # a server under load (--num-requests switches it on)
+              "num_requests": ["3"], "rate": ["50"], "trace": ["@trace.csv"],
+              "max_concurrency": ["2"], "max_num_seqs": ["2"],
+              "max_num_batched_tokens": ["16"], "block_size": ["8"],
+              "gpu_memory_utilization": ["0.5"], "seed": ["7"],
+              # speculative decoding (--draft switches it on)
+              "draft": ["eagle"], "num_speculative_tokens": ["2"], "acceptance": ["0.6"],
+              "acceptance_length": ["2.5"],
+              # capacity planning (--slo-ttft or --slo-itl switch it on)
+              "slo_ttft": ["200ms"], "slo_itl": ["30ms"], "slo_percentile": ["90"],
+              "tp_choices": ["1,2"]},
     "advise": {**_SHARED, "mode": ["inference", "train", "decode"], "tolerance": ["0.05"],
                "min_speedup": ["0.02"], "format": ["json", "table", "markdown"]},
     "sweep": {**_SHARED, "mode": ["inference", "train", "decode"], "out": ["@out.svg"]},
@@ -627,6 +638,9 @@ CLI_VALUES = {
              "format": ["json", "table"], "verbose": [True], "torchtitan": ["@job.toml"],
              "advise": [True]},
 }
+#: the options of fxshape serve under load
+_SERVE_LOAD = ("num_requests", "rate", "trace", "max_concurrency", "max_num_seqs",
+               "max_num_batched_tokens", "block_size", "gpu_memory_utilization", "seed")
 #: what every case of a command is given (required options, the target)
 _REQUIRED = {"predict": ["--m", "64", "--n", "64", "--k", "64"],
              "sweep": ["--param", "intermediate_size", "--range", "128:192:64"],
@@ -692,9 +706,34 @@ def _cli_conflict(command, case) -> bool:
     mode = case.get("mode") or ("train" if case.get("train") else None)
     if command == "calibrate":
         return True  # no GPU here: every case is the one-line "needs a GPU"
-    if command == "serve":  # one-shot reads peers over NVLink; PCIe GPUs have none
-        return case.get("allreduce") == "one-shot" and case.get("topology") == "pcie4" \
-            and "tp" in case
+    if command == "serve":
+        # one-shot reads peers over NVLink; PCIe GPUs have none
+        if case.get("allreduce") == "one-shot" and case.get("topology") == "pcie4" \
+                and "tp" in case:
+            return True
+        if "trace" in case:
+            return True  # the trace gives the requests: --prompt-len is always given here
+        if "slo_ttft" in case or "slo_itl" in case:
+            # capacity planning: Poisson trials over --tp-choices, one batch size each step
+            return bool(set(case) & {"trace", "max_concurrency", "draft", "batch_size",
+                                     "page_size", "num_speculative_tokens", "acceptance",
+                                     "acceptance_length", "tp"}) \
+                or case.get("attention") == "math"
+        if set(case) & {"slo_percentile", "tp_choices"}:
+            return True  # capacity planning's options without an SLO
+        load = "num_requests" in case
+        spec = set(case) & {"num_speculative_tokens", "acceptance", "acceptance_length"}
+        if "draft" not in case and spec:
+            return True  # speculation's options without a draft
+        if "draft" in case and (load or set(case) & set(_SERVE_LOAD) or "page_size" in case
+                                or case.get("attention") == "math"
+                                or {"acceptance", "acceptance_length"} <= set(case)):
+            # one batch, vLLM's KV blocks, a fused kernel; one way to give the acceptance
+            return True
+        if not load:  # the options of a server under load, for one batch
+            return bool(set(case) & set(_SERVE_LOAD))
+        # one batch's options under load; a fused kernel is what engines run
+        return "batch_size" in case or "page_size" in case or case.get("attention") == "math"
     if command in ("analyze", "plan") and "torchtitan" in case:
         return True  # the job sets the model: a target beside it is refused
     if command == "analyze" and "gpus" in case:
@@ -767,6 +806,65 @@ def _stated(command, case, out: str, folder) -> None:
         return
     if command in ("gpus", "presets"):
         assert out.strip()
+        return
+    if command == "serve" and ("slo_ttft" in case or "slo_itl" in case):
+        d = json.loads(out) if case.get("format") == "json" else None
+        first = out.splitlines()[0]
+        pct = int(case.get("slo_percentile", 99))
+        assert (d["percentile"] if d else int(first.split(": p")[1].split()[0])) == pct
+        for dest, key, label in (("slo_ttft", "slo_ttft_s", "TTFT"),
+                                 ("slo_itl", "slo_itl_s", "ITL")):
+            if dest in case:
+                ms = float(case[dest].rstrip("ms"))
+                if d:
+                    assert d[key] == pytest.approx(ms / 1e3)
+                else:
+                    assert f"{label} {ms:g} ms" in first, first
+        tried = sorted(int(x) for x in case.get("tp_choices", "1,2,4,8").split(","))
+        if d:
+            assert [o["tp"] for o in d["options"]] == tried
+            assert ("a100" in d["gpu"]) == (case.get("gpu") == "a100")
+            if "rate" in case:
+                assert d["rate"] == float(case["rate"])
+        else:
+            assert ("a100" in first) == (case.get("gpu") == "a100")
+            if "rate" in case:
+                assert f"target {float(case['rate']):g} requests/s" in first
+        return
+    if command == "serve" and "draft" in case:
+        d = json.loads(out) if case.get("format") == "json" else None
+        text = json.dumps(d) if d else out
+        assert ("a100" in text) == (case.get("gpu") == "a100"), text[:500]
+        k = int(case.get("num_speculative_tokens", 3))
+        assert (d["k"] if d else int(out.split(", k ")[1].split(",")[0])) == k
+        assert (d["batch_size"] if d else int(out.split("batch ")[1].split(",")[0])) == \
+            int(case.get("batch_size", 1))
+        alpha = d["acceptance"] if d else float(out.split("acceptance ")[1].split()[0])
+        if "acceptance" in case:
+            assert alpha == pytest.approx(float(case["acceptance"]), abs=1e-3)
+        if "acceptance_length" in case:  # 1 + α + ... + α^k = the length given
+            assert sum(alpha ** i for i in range(k + 1)) == \
+                pytest.approx(float(case["acceptance_length"]), abs=1e-2)
+        return
+    if command == "serve" and "num_requests" in case:
+        d = json.loads(out) if case.get("format") == "json" else None
+        text = json.dumps(d) if d else out
+        assert ("a100" in text) == (case.get("gpu") == "a100"), text[:500]
+        assert (d["tp"] if d else int(out.split(" on ")[1].split(" x ")[0])) == \
+            int(case.get("tp", 1))
+        assert (d["num_requests"] if d else int(out.split(" x ")[1].split(", ")[1].split()[0])) \
+            == int(case["num_requests"])
+        assert case.get("allreduce", "auto") in text
+        for dest, label in (("max_num_seqs", "max_num_seqs"), ("block_size", "block_size"),
+                            ("max_concurrency", "max_concurrency"),
+                            ("max_num_batched_tokens", "max_num_batched_tokens"),
+                            ("gpu_memory_utilization", "gpu_memory_utilization"),
+                            ("seed", "seed")):
+            if dest in case:
+                if d:
+                    assert float(d[label]) == float(case[dest]), (dest, d[label])
+                else:
+                    assert case[dest] in out.splitlines()[0], (dest, out.splitlines()[0])
         return
     if command == "serve":
         d = json.loads(out) if case.get("format") == "json" else None

@@ -14,16 +14,12 @@ from fxshape.cost.allreduce import (NCCL_TUNING, allreduce_params, nccl_protocol
 
 transformers = pytest.importorskip("transformers")
 
+from models import tiny_llama  # noqa: E402
+
 MiB = 2**20
 
 
-def _llama(layers=2, positions=512):
-    cfg = transformers.LlamaConfig(num_hidden_layers=layers, hidden_size=256,
-                                   intermediate_size=512, num_attention_heads=8,
-                                   num_key_value_heads=2, vocab_size=1000,
-                                   max_position_embeddings=positions)
-    with torch.device("meta"):
-        return transformers.LlamaForCausalLM(cfg)
+_llama = tiny_llama
 
 
 # --- all-reduce algorithms -------------------------------------------------------------

@@ -45,7 +45,7 @@ from ..hardware.gpus import GPUSpec, get_gpu
 from .paramfile import read_json
 
 __all__ = ["DecodeAttentionParams", "DecodeAttentionPrediction", "decode_attention_params",
-           "predict_decode", "num_splits", "kv_block_tokens", "check_page_size", "is_decode_shape", "DECODE_MAX_SEQ_Q"]
+           "predict_decode", "predict_decode_ragged", "num_splits", "kv_block_tokens", "check_page_size", "is_decode_shape", "DECODE_MAX_SEQ_Q"]
 
 #: attention calls with at most this many query tokens per sequence run the decode path
 #: (decode, and the few tokens of speculative decoding's verification)
@@ -205,10 +205,19 @@ def _predict(b, h, hk, sq, sk, d, dv, item, kv_item, page, peak, spec: GPUSpec,
     t_cta = max(t_cta, 2 * _BLOCK_M * tokens * (d + dv) / (peak / spec.sm_count))
     kv_bytes = b * hk * sk * (d + dv) * kv_item
     qo_bytes = b * h * sq * (d + dv) * item
-    t = p.fixed_s + waves * t_cta + qo_bytes / (p.dram_efficiency * bw)
+    return _finish(p, waves * t_cta, kv_bytes, qo_bytes, b * h * sq, dv, splits, ctas, waves,
+                   rate, concurrent, slots, bw)
+
+
+def _finish(p, main, kv_bytes, qo_bytes, rows, dv, splits, ctas, waves, rate, concurrent,
+            slots, bw) -> DecodeAttentionPrediction:
+    """The call from its main kernel's time: the fixed cost, the queries and outputs, the
+    split partials and the combine kernel; ``rows``: query rows (sequences x heads x
+    tokens)."""
+    t = p.fixed_s + main + qo_bytes / (p.dram_efficiency * bw)
     kernels, partial = 1, 0
     if splits > 1:
-        partial = 2 * b * h * sq * splits * (dv + 1) * 4  # written, then read back
+        partial = 2 * rows * splits * (dv + 1) * 4  # written, then read back
         t += p.combine_s + partial / (p.dram_efficiency * bw)
         kernels = 2
     total = kv_bytes + qo_bytes + partial
@@ -222,3 +231,79 @@ def _predict(b, h, hk, sq, sk, d, dv, item, kv_item, page, peak, spec: GPUSpec,
         time_s=float(t), splits=splits, ctas=ctas, waves=waves, kernels=kernels,
         bytes=int(total), kv_bytes=int(kv_bytes), bandwidth_fraction=total / t / bw,
         bound=bound)
+
+
+def predict_decode_ragged(contexts, heads: int, kv_heads: int, seq_q: int, head_dim: int, *,
+                          gpu="h100", itemsize: int = 2, kv_itemsize: int | None = None,
+                          page_size: int | None = None, head_dim_v: int | None = None,
+                          peak_tflops: float | None = None,
+                          params: DecodeAttentionParams | None = None
+                          ) -> DecodeAttentionPrediction:
+    """One decode attention call over sequences of different lengths (a serving engine's
+    batch: ``contexts[i]`` cached tokens for sequence ``i``), as a varlen split-KV kernel
+    runs it (FlashAttention's ``flash_attn_varlen_func`` with a paged cache, FlashInfer's
+    batch decode): the model of :func:`predict_decode` with each sequence's CTAs streaming
+    its own cache. The split count follows the longest sequence (the kernel's
+    ``max_seqlen_k``); the main kernel takes its waves times the mean CTA time, and never
+    less than the longest CTA. With every context equal it is :func:`predict_decode`
+    exactly.
+
+    Raises:
+        ValueError: no contexts, a context or size that is not a positive integer.
+    """
+    contexts = list(contexts) if not isinstance(contexts, list) else contexts
+    if not contexts:
+        raise ValueError("decode attention needs at least one sequence's context")
+    total_ctx = sum(contexts)  # an int only if every context is one (checked in one pass)
+    if type(total_ctx) is not int or min(contexts) <= 0:
+        bad = next(c for c in contexts if type(c) is not int or c <= 0)
+        raise ValueError(f"decode attention contexts must be positive integers, got {bad!r}")
+    for name, v in (("heads", heads), ("kv_heads", kv_heads), ("seq_q", seq_q),
+                    ("head_dim", head_dim), ("itemsize", itemsize)):
+        if isinstance(v, bool) or not isinstance(v, int) or v <= 0:
+            raise ValueError(f"decode attention {name} must be a positive integer, got {v!r}")
+    if heads % kv_heads:
+        raise ValueError(f"{heads} query heads cannot share {kv_heads} KV heads (kv_heads must "
+                         "divide heads)")
+    check_page_size(page_size)
+    spec = get_gpu(gpu)
+    p = params or decode_attention_params()
+    kv_item = kv_itemsize or itemsize
+    d, dv = head_dim, head_dim_v or head_dim
+    peak = (peak_tflops or spec.peak_tflops("bf16")) * 1e12
+    n = len(contexts)
+    m_blocks = -(-(heads // kv_heads * seq_q) // _BLOCK_M)
+    units = n * kv_heads * m_blocks
+    slots = 2 * spec.sm_count
+    bn = kv_block_tokens(max(d, dv))
+    longest = max(contexts)
+    splits = num_splits(units, slots, -(-longest // bn))
+    ctas = units * splits
+    waves = -(-ctas // slots)
+    concurrent = min(ctas, slots)
+    bw = spec.memory_bandwidth_gbs * 1e9
+    rate = min(p.cta_bytes_per_clk * spec.boost_clock_mhz * 1e6,
+               p.dram_efficiency * bw / concurrent)
+    per_token = (d + dv) * kv_item / rate
+    compute_token = 2 * _BLOCK_M * (d + dv) / (peak / spec.sm_count)
+    # one CTA's share of each sequence: whole KV blocks of its split
+    tokens = contexts if splits == 1 else [min(c, -(-(-(-c // bn)) // splits) * bn)
+                                           for c in contexts]
+
+    def cta_s(t):
+        pages = -(-t // page_size) if page_size else 0
+        return max(t * per_token + pages * p.page_s, t * compute_token)
+
+    if compute_token <= per_token:  # the memory side is the CTA's time at every length
+        total = per_token * (total_ctx if splits == 1 else sum(tokens))
+        if page_size:
+            total += p.page_s * sum(-(-t // page_size) for t in tokens)
+        longest_cta = cta_s(max(tokens))
+    else:
+        times = [cta_s(t) for t in tokens]
+        total, longest_cta = sum(times), max(times)
+    main = max(waves * total / n, longest_cta)
+    kv_bytes = kv_heads * (d + dv) * kv_item * total_ctx
+    qo_bytes = n * heads * seq_q * (d + dv) * itemsize
+    return _finish(p, main, kv_bytes, qo_bytes, n * heads * seq_q, dv, splits, ctas, waves,
+                   rate, concurrent, slots, bw)
