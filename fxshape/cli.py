@@ -459,9 +459,6 @@ def _cmd_serve(args) -> int:
     spec = [f"--{f.replace('_', '-')}" for f in _SPEC_FLAGS if getattr(args, f) is not None]
     if spec and args.draft is None:
         raise ValueError(f"{', '.join(spec)}: only with --draft (speculative decoding)")
-    if args.draft is not None and load:
-        raise ValueError("--draft (speculative decoding) prices one batch; it is not "
-                         "simulated under load (--rate, --num-requests, --trace) yet")
     if not load and given:
         raise ValueError(f"{', '.join(given)}: only for a server under load; give --rate and "
                          "--num-requests, or --trace")
@@ -492,8 +489,8 @@ def _serve_capacity(args, load_target) -> int:
 
     from .serving import plan_capacity
 
-    bad = [f"--{f.replace('_', '-')}" for f in ("trace", "max_concurrency", "draft",
-                                                 "batch_size", "page_size", *_SPEC_FLAGS)
+    bad = [f"--{f.replace('_', '-')}" for f in ("trace", "max_concurrency", "batch_size",
+                                                 "page_size")
            if getattr(args, f) is not None]
     if args.tp != 1:
         bad.append("--tp (give the degrees to try with --tp-choices)")
@@ -509,6 +506,7 @@ def _serve_capacity(args, load_target) -> int:
         engine["block_size"] = args.block_size
     if args.gpu_memory_utilization is not None:
         engine["gpu_memory_utilization"] = args.gpu_memory_utilization
+    engine.update(_draft_options(args, load_target))
     r = plan_capacity(
         load_target(args.target), gpu=args.gpu, prompt_len=args.prompt_len,
         output_len=args.output_len, slo_ttft=args.slo_ttft, slo_itl=args.slo_itl,
@@ -526,7 +524,9 @@ def _serve_capacity(args, load_target) -> int:
           + (f" TTFT {r.slo_ttft_s * 1e3:g} ms" if r.slo_ttft_s else "")
           + (f" ITL {r.slo_itl_s * 1e3:g} ms" if r.slo_itl_s else "")
           + (f", target {r.rate:g} requests/s" if r.rate is not None else "")
-          + f"; {r.num_requests} Poisson requests a trial")
+          + f"; {r.num_requests} Poisson requests a trial"
+          + (f"; speculative decoding: {r.draft}, k {r.num_speculative_tokens}" if r.draft
+             else ""))
     rows = []
     for o in r.options:
         rows.append((o.tp, f"{o.max_rate:.2f}" if o.possible else "-",
@@ -576,9 +576,20 @@ def _serve_speculative(args, model) -> int:
     return 0
 
 
+def _draft_options(args, load_target) -> dict:
+    """Speculative decoding's options of a server under load (none without --draft)."""
+    if args.draft is None:
+        return {}
+    return {"draft": "eagle" if args.draft == "eagle" else load_target(args.draft),
+            "num_speculative_tokens": 3 if args.num_speculative_tokens is None
+            else args.num_speculative_tokens, "acceptance": args.acceptance,
+            "acceptance_length": args.acceptance_length}
+
+
 def _serve_load(args, model) -> int:
     import json
 
+    from .presets import load_target
     from .serving import simulate_serving
 
     trace = args.trace
@@ -602,7 +613,8 @@ def _serve_load(args, model) -> int:
         gpu_memory_utilization=(0.9 if args.gpu_memory_utilization is None
                                 else args.gpu_memory_utilization),
         dtype=args.dtype, allreduce=args.allreduce, topology=args.topology,
-        attention=args.attention, kv_dtype=args.kv_dtype)
+        attention=args.attention, kv_dtype=args.kv_dtype,
+        **_draft_options(args, load_target))
     if args.format == "json":
         print(json.dumps(r.to_dict(), indent=1, sort_keys=True))
         return 0
@@ -620,7 +632,12 @@ def _serve_load(args, model) -> int:
                     ("steps", f"{r.steps:,}"),
                     ("requests running (mean)", f"{r.mean_running:,.1f}"),
                     ("KV cache in use (mean / peak)", f"{r.kv_mean:.0%} / {r.kv_peak:.0%}"),
-                    ("preemptions", f"{r.preemptions:,}")], headers=("", "predicted")))
+                    ("preemptions", f"{r.preemptions:,}")]
+                   + ([("speculative decoding", f"{r.draft}, k {r.num_speculative_tokens}, "
+                                                f"acceptance {r.acceptance:.3f}"),
+                       ("tokens per verification (drawn)", f"{r.acceptance_length:.2f}"
+                        if r.acceptance_length else "-")] if r.draft else []),
+                   headers=("", "predicted")))
     print()
     rows = [(name, *(f"{getattr(s, k) * 1e3:,.2f}" for k in ("mean", "p50", "p90", "p99")))
             for name, s in (("time to first token", r.ttft_s),

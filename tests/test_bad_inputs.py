@@ -713,23 +713,22 @@ def _cli_conflict(command, case) -> bool:
             return True
         if "trace" in case:
             return True  # the trace gives the requests: --prompt-len is always given here
-        if "slo_ttft" in case or "slo_itl" in case:
-            # capacity planning: Poisson trials over --tp-choices, one batch size each step
-            return bool(set(case) & {"trace", "max_concurrency", "draft", "batch_size",
-                                     "page_size", "num_speculative_tokens", "acceptance",
-                                     "acceptance_length", "tp"}) \
-                or case.get("attention") == "math"
-        if set(case) & {"slo_percentile", "tp_choices"}:
-            return True  # capacity planning's options without an SLO
-        load = "num_requests" in case
         spec = set(case) & {"num_speculative_tokens", "acceptance", "acceptance_length"}
         if "draft" not in case and spec:
             return True  # speculation's options without a draft
-        if "draft" in case and (load or set(case) & set(_SERVE_LOAD) or "page_size" in case
-                                or case.get("attention") == "math"
+        if "draft" in case and ("page_size" in case or case.get("attention") == "math"
                                 or {"acceptance", "acceptance_length"} <= set(case)):
-            # one batch, vLLM's KV blocks, a fused kernel; one way to give the acceptance
+            # vLLM's KV blocks, a fused kernel; one way to give the acceptance
             return True
+        if "slo_ttft" in case or "slo_itl" in case:
+            # capacity planning: Poisson trials over --tp-choices, one batch size each step
+            return bool(set(case) & {"trace", "max_concurrency", "batch_size", "page_size",
+                                     "tp"}) or case.get("attention") == "math"
+        if set(case) & {"slo_percentile", "tp_choices"}:
+            return True  # capacity planning's options without an SLO
+        load = "num_requests" in case
+        if "draft" in case and not load and set(case) & set(_SERVE_LOAD):
+            return True  # the options of a server under load, for one batch
         if not load:  # the options of a server under load, for one batch
             return bool(set(case) & set(_SERVE_LOAD))
         # one batch's options under load; a fused kernel is what engines run
@@ -820,6 +819,11 @@ def _stated(command, case, out: str, folder) -> None:
                     assert d[key] == pytest.approx(ms / 1e3)
                 else:
                     assert f"{label} {ms:g} ms" in first, first
+        if "draft" in case:  # every trial speculates: the draft and its k stated
+            k = int(case.get("num_speculative_tokens", 3))
+            assert (d["num_speculative_tokens"] if d else
+                    int(first.split("speculative decoding")[1].split(", k ")[1].split(";")[0])) \
+                == k
         tried = sorted(int(x) for x in case.get("tp_choices", "1,2,4,8").split(","))
         if d:
             assert [o["tp"] for o in d["options"]] == tried
@@ -830,6 +834,31 @@ def _stated(command, case, out: str, folder) -> None:
             assert ("a100" in first) == (case.get("gpu") == "a100")
             if "rate" in case:
                 assert f"target {float(case['rate']):g} requests/s" in first
+        return
+    if command == "serve" and "num_requests" in case:
+        d = json.loads(out) if case.get("format") == "json" else None
+        text = json.dumps(d) if d else out
+        assert ("a100" in text) == (case.get("gpu") == "a100"), text[:500]
+        assert (d["tp"] if d else int(out.split(" on ")[1].split(" x ")[0])) == \
+            int(case.get("tp", 1))
+        assert (d["num_requests"] if d else int(out.split(" x ")[1].split(", ")[1].split()[0])) \
+            == int(case["num_requests"])
+        assert case.get("allreduce", "auto") in text
+        if "draft" in case:  # speculative decoding under load: the draft and its k stated
+            k = int(case.get("num_speculative_tokens", 3))
+            assert (d["num_speculative_tokens"] if d else
+                    int(out.split("speculative decoding")[1].split(", k ")[1].split(",")[0])) \
+                == k
+        for dest, label in (("max_num_seqs", "max_num_seqs"), ("block_size", "block_size"),
+                            ("max_concurrency", "max_concurrency"),
+                            ("max_num_batched_tokens", "max_num_batched_tokens"),
+                            ("gpu_memory_utilization", "gpu_memory_utilization"),
+                            ("seed", "seed")):
+            if dest in case:
+                if d:
+                    assert float(d[label]) == float(case[dest]), (dest, d[label])
+                else:
+                    assert case[dest] in out.splitlines()[0], (dest, out.splitlines()[0])
         return
     if command == "serve" and "draft" in case:
         d = json.loads(out) if case.get("format") == "json" else None
@@ -845,26 +874,6 @@ def _stated(command, case, out: str, folder) -> None:
         if "acceptance_length" in case:  # 1 + α + ... + α^k = the length given
             assert sum(alpha ** i for i in range(k + 1)) == \
                 pytest.approx(float(case["acceptance_length"]), abs=1e-2)
-        return
-    if command == "serve" and "num_requests" in case:
-        d = json.loads(out) if case.get("format") == "json" else None
-        text = json.dumps(d) if d else out
-        assert ("a100" in text) == (case.get("gpu") == "a100"), text[:500]
-        assert (d["tp"] if d else int(out.split(" on ")[1].split(" x ")[0])) == \
-            int(case.get("tp", 1))
-        assert (d["num_requests"] if d else int(out.split(" x ")[1].split(", ")[1].split()[0])) \
-            == int(case["num_requests"])
-        assert case.get("allreduce", "auto") in text
-        for dest, label in (("max_num_seqs", "max_num_seqs"), ("block_size", "block_size"),
-                            ("max_concurrency", "max_concurrency"),
-                            ("max_num_batched_tokens", "max_num_batched_tokens"),
-                            ("gpu_memory_utilization", "gpu_memory_utilization"),
-                            ("seed", "seed")):
-            if dest in case:
-                if d:
-                    assert float(d[label]) == float(case[dest]), (dest, d[label])
-                else:
-                    assert case[dest] in out.splitlines()[0], (dest, out.splitlines()[0])
         return
     if command == "serve":
         d = json.loads(out) if case.get("format") == "json" else None

@@ -511,3 +511,63 @@ def test_plan_capacity_bad_input(kw, match):
     args.update(kw)
     with pytest.raises(ValueError, match=match):
         plan_capacity(_llama(), **args)
+
+
+# --- speculative decoding under load -----------------------------------------------------
+
+class SpecStep(LinearStep):
+    """``a + b x tokens`` with q tokens per decode request."""
+
+    def time_s(self, decode, chunks=(), q=1):
+        self.calls.append((list(decode), list(chunks), q))
+        return self.a + self.b * (q * len(decode) + sum(n for n, _ in chunks))
+
+
+def test_speculation_in_the_scheduler_by_hand():
+    # prompt 10, output 7, k = 2 drafts all accepted: the prefill gives the first token,
+    # then each verification of 3 tokens (the last one and 2 drafts) gives 3: 2 steps
+    step = SpecStep()
+    run = run_engine(step, [Request(0.0, 10, 7)], _config(), spec_k=2, acceptance=1.0)
+    assert [c[2] for c in step.calls] == [3, 3, 3] and step.calls[0][1] == [(10, 0)]
+    # the verifications see the 10 cached tokens plus 3, then 13 plus 3
+    assert [c[0] for c in step.calls[1:]] == [[13], [16]]
+    r = run.requests[0]
+    assert r.ttft_s == pytest.approx(0.010 + 0.010)  # 10 ms + 10 tokens x 1 ms
+    assert r.latency_s == pytest.approx(0.020 + 2 * (0.010 + 0.003))
+    assert run.drafts == 4 and run.accepted == 4
+    # nothing accepted: one token a verification, six of them
+    step = SpecStep()
+    run = run_engine(step, [Request(0.0, 10, 7)], _config(), spec_k=2, acceptance=0.0)
+    assert run.steps == 7 and run.accepted == 0
+
+
+def test_speculation_in_the_scheduler_draws_the_expected_acceptance():
+    reqs = [Request(0.0, 16, 200)] * 40
+    run = run_engine(SpecStep(), reqs, _config(), spec_k=3, acceptance=0.6, seed=5)
+    proposals = run.drafts / 3
+    # tokens a verification: 1 + the drafts accepted, against 1 + 0.6 + 0.36 + 0.216
+    assert 1 + run.accepted / proposals == pytest.approx(expected_tokens(0.6, 3), rel=0.03)
+    again = run_engine(SpecStep(), reqs, _config(), spec_k=3, acceptance=0.6, seed=5)
+    assert again == run
+
+
+@pytest.mark.parametrize("kw,match", [({"spec_k": 16}, "spec_k"), ({"spec_k": -1}, "spec_k"),
+                                      ({"acceptance": 1.5}, "acceptance")])
+def test_run_engine_speculation_bad_input(kw, match):
+    with pytest.raises(ValueError, match=match):
+        run_engine(SpecStep(), [Request(0.0, 4, 4)], _config(), **kw)
+
+
+def test_a_server_under_load_with_speculation():
+    model = _llama(layers=12)  # a one-layer draft is a twelfth of the target
+    kw = dict(num_requests=16, prompt_len=64, output_len=48, max_concurrency=4)
+    plain = simulate_serving(model, **kw)
+    spec = simulate_serving(model, draft="eagle", num_speculative_tokens=3, acceptance=0.8,
+                            **kw)
+    assert spec.draft == "EAGLE (one layer)" and spec.num_speculative_tokens == 3
+    assert spec.tpot_s.mean < plain.tpot_s.mean
+    assert spec.acceptance_length == pytest.approx(expected_tokens(0.8, 3), rel=0.1)
+    # the draft's weights and cache come out of the KV blocks
+    assert spec.kv_blocks < plain.kv_blocks
+    with pytest.raises(ValueError, match="give a draft"):
+        simulate_serving(model, acceptance=0.5, **kw)

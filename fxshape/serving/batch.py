@@ -192,10 +192,11 @@ class BatchStep:
             self._memo_tail[requests] = self._price(self._tail, requests)
         return self._memo_tail[requests]
 
-    def attention_s(self, decode_contexts, chunks=()) -> float:
+    def attention_s(self, decode_contexts, chunks=(), q: int = 1) -> float:
         """The step's attention: the decode requests' calls over their own contexts (keys
-        per request, the new token's included), each prefill chunk ``(tokens, cached)``
-        as a causal chunk over itself plus the chunk over its cached tokens."""
+        per request, its ``q`` new tokens included; ``q > 1``: speculative verification),
+        each prefill chunk ``(tokens, cached)`` as a causal chunk over itself plus the chunk
+        over its cached tokens."""
         total = 0.0
         kv_item = itemsize(canonical_dtype(self._kv_dtype)) if self._kv_dtype else None
         for c in self._calls:
@@ -205,73 +206,60 @@ class BatchStep:
                 ctx = (decode_contexts if c.window is None
                        else [min(x, c.window) for x in decode_contexts])
                 one += predict_decode_ragged(
-                    ctx, c.heads, c.kv_heads, 1, c.head_dim, gpu=self.spec, itemsize=item,
+                    ctx, c.heads, c.kv_heads, q, c.head_dim, gpu=self.spec, itemsize=item,
                     kv_itemsize=kv_item, page_size=self._page, head_dim_v=c.head_dim_v,
                     peak_tflops=self.spec.peak_tflops(c.dtype)).time_s
-            for q, cached in chunks:
+            for n, cached in chunks:
                 keys = cached if c.window is None else min(cached, c.window)
                 one += predict_attention(
-                    AttentionShape(1, c.heads, c.kv_heads, q, q, c.head_dim, c.head_dim_v,
+                    AttentionShape(1, c.heads, c.kv_heads, n, n, c.head_dim, c.head_dim_v,
                                    causal=True), attention=self._attention, dtype=c.dtype,
                     gpu=self.spec).time_s
                 if keys:
                     one += predict_attention(
-                        AttentionShape(1, c.heads, c.kv_heads, q, keys, c.head_dim,
+                        AttentionShape(1, c.heads, c.kv_heads, n, keys, c.head_dim,
                                        c.head_dim_v), attention=self._attention,
                         dtype=c.dtype, gpu=self.spec, kv_dtype=self._kv_dtype,
                         page_size=self._page).time_s
             total += one * c.count
         return total
 
-    def _gpu(self, decode_contexts, chunks) -> tuple:
-        n_tokens = len(decode_contexts) + sum(q for q, _ in chunks)
+    def _gpu(self, decode_contexts, chunks, q, logits_rows) -> tuple:
+        if isinstance(q, bool) or not isinstance(q, int) or q < 1:
+            raise ValueError(f"q (tokens per decode request) must be a positive integer, got "
+                             f"{q!r}")
+        n_tokens = q * len(decode_contexts) + sum(n for n, _ in chunks)
         requests = len(decode_contexts) + len(chunks)
         if requests == 0:
             raise ValueError("a step needs at least one decode request or prefill chunk")
         body, kb = self.body_s(n_tokens)
-        tail, kt = self.logits_s(requests)
-        return body + tail + self.attention_s(decode_contexts, chunks), kb + kt, n_tokens
+        tail, kt = self.logits_s(requests if logits_rows is None else logits_rows)
+        return body + tail + self.attention_s(decode_contexts, chunks, q), kb + kt, n_tokens
 
-    def verify_s(self, contexts, tokens: int, logits_rows: int | None = None) -> float:
-        """A step in which each request feeds ``tokens`` new tokens over its cache
-        (``contexts``: cached tokens per request): speculative decoding's verification of
-        ``tokens - 1`` drafts (or a draft model's first pass over them). The GEMMs run at
-        ``len(contexts) x tokens`` rows; the logits at ``logits_rows`` (default every
-        token: verification scores each draft); attention on the decode path with
-        ``tokens`` queries per request over its cache and them
-        (``predict_decode_ragged``)."""
-        if isinstance(tokens, bool) or not isinstance(tokens, int) or tokens < 1:
-            raise ValueError(f"tokens must be a positive integer, got {tokens!r}")
-        n = len(contexts)
-        if n == 0:
-            raise ValueError("a verification step needs at least one request")
-        total = n * tokens
-        body, kb = self.body_s(total)
-        tail, kt = self.logits_s(total if logits_rows is None else logits_rows)
-        keys = [c + tokens for c in contexts]
-        kv_item = itemsize(canonical_dtype(self._kv_dtype)) if self._kv_dtype else None
-        att = 0.0
-        for c in self._calls:
-            ctx = keys if c.window is None else [min(x, c.window) for x in keys]
-            att += c.count * predict_decode_ragged(
-                ctx, c.heads, c.kv_heads, tokens, c.head_dim, gpu=self.spec,
-                itemsize=itemsize(c.dtype), kv_itemsize=kv_item, page_size=self._page,
-                head_dim_v=c.head_dim_v, peak_tflops=self.spec.peak_tflops(c.dtype)).time_s
-        gpu = body + tail + att
-        if padded_tokens(total) <= GRAPH_SIZES[-1]:
-            return gpu + self._graph_host
-        return max(gpu, (kb + kt + self._kernels_attention) * self._kernel_host
-                   + self._graph_call)
-
-    def gpu_s(self, decode_contexts=(), chunks=()) -> float:
+    def gpu_s(self, decode_contexts=(), chunks=(), *, q: int = 1, logits_rows=None) -> float:
         """The step's GPU time alone (its kernels back to back, no host)."""
-        return self._gpu(decode_contexts, chunks)[0]
+        return self._gpu(decode_contexts, chunks, q, logits_rows)[0]
 
-    def time_s(self, decode_contexts=(), chunks=()) -> float:
-        """One step: ``decode_contexts`` (keys per decode request, its new token included)
-        and prefill ``chunks`` (``(tokens, cached tokens)`` per request)."""
-        gpu, kernels, n_tokens = self._gpu(decode_contexts, chunks)
+    def time_s(self, decode_contexts=(), chunks=(), *, q: int = 1, logits_rows=None) -> float:
+        """One step: ``decode_contexts`` (keys per decode request, its new tokens included)
+        and prefill ``chunks`` (``(tokens, cached tokens)`` per request). ``q``: tokens
+        each decode request feeds (1; ``k + 1`` to verify ``k`` drafts); ``logits_rows``:
+        the rows the logits GEMM runs at (default one per request; a verification scores
+        every token)."""
+        gpu, kernels, n_tokens = self._gpu(decode_contexts, chunks, q, logits_rows)
         if padded_tokens(n_tokens) <= GRAPH_SIZES[-1]:
             return gpu + self._graph_host
         host = (kernels + self._kernels_attention) * self._kernel_host + self._graph_call
         return max(gpu, host)
+
+    def verify_s(self, contexts, tokens: int, logits_rows: int | None = None) -> float:
+        """A step in which each request feeds ``tokens`` new tokens over its cache
+        (``contexts``: cached tokens per request): speculative decoding's verification of
+        ``tokens - 1`` drafts (or a draft model's first pass over them), the logits at
+        ``logits_rows`` (default every token: verification scores each draft)."""
+        if isinstance(tokens, bool) or not isinstance(tokens, int) or tokens < 1:
+            raise ValueError(f"tokens must be a positive integer, got {tokens!r}")
+        if not contexts:
+            raise ValueError("a verification step needs at least one request")
+        rows = len(contexts) * tokens if logits_rows is None else logits_rows
+        return self.time_s([c + tokens for c in contexts], q=tokens, logits_rows=rows)

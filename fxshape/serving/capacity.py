@@ -91,6 +91,9 @@ class CapacityPlan:
     options: tuple  # TpCapacity per degree tried
     best: TpCapacity | None
     closest: TpCapacity | None  # when none meets: the degree that came closest
+    #: speculative decoding in every trial (the engine's draft; None: none)
+    draft: str | None = None
+    num_speculative_tokens: int = 0
 
     def to_dict(self) -> dict:
         return {"model": self.model, "gpu": self.gpu, "slo_ttft_s": self.slo_ttft_s,
@@ -100,6 +103,7 @@ class CapacityPlan:
                 "options": [o.to_dict() for o in self.options],
                 "best_tp": self.best.tp if self.best else None,
                 "closest_tp": self.closest.tp if self.closest else None,
+                "draft": self.draft, "num_speculative_tokens": self.num_speculative_tokens,
                 "summary": self.summary()}
 
     def summary(self) -> str:
@@ -176,7 +180,7 @@ def plan_capacity(model, *, gpu="h100", prompt_len, output_len, slo_ttft=None, s
         return server.run(reqs)
 
     options = []
-    gpu_name = str(gpu)
+    gpu_name, draft_name, spec_k = str(gpu), None, 0
     for d in sorted(set(degrees)):
         try:
             server = Server(model, gpu=gpu, tp=d, **engine)
@@ -184,7 +188,7 @@ def plan_capacity(model, *, gpu="h100", prompt_len, output_len, slo_ttft=None, s
             options.append(TpCapacity(d, False, False, 0.0, 0.0, 0.0, 0.0, 0.0,
                                       note=f"not possible: {exc}"))
             continue
-        gpu_name = server.decode.gpu
+        gpu_name, draft_name, spec_k = server.decode.gpu, server.draft_name, server.spec_k
         lone = server.run(poisson_requests(1, rate=1.0, prompt_len=prompt_len,
                                            output_len=output_len, seed=seed))
         lt, li = _pct(lone.ttft_s, percentile), _pct(lone.itl_s, percentile)
@@ -230,4 +234,5 @@ def plan_capacity(model, *, gpu="h100", prompt_len, output_len, slo_ttft=None, s
     return CapacityPlan(
         model=type(model).__name__, gpu=gpu_name, slo_ttft_s=ttft_slo, slo_itl_s=itl_slo,
         percentile=percentile, prompt_len=prompt_len, output_len=output_len, rate=rate,
-        num_requests=num_requests, options=tuple(options), best=best, closest=closest)
+        num_requests=num_requests, options=tuple(options), best=best, closest=closest,
+        draft=draft_name, num_speculative_tokens=spec_k)

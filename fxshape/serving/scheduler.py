@@ -27,6 +27,7 @@ count from then. The clock jumps over idle gaps to the next arrival.
 from __future__ import annotations
 
 import math
+import random
 from collections import deque
 from dataclasses import dataclass
 
@@ -91,6 +92,8 @@ class EngineRun:
     kv_peak: float
     mean_running: float  # time-weighted requests running over the busy time
     busy_s: float  # time the engine was running steps
+    drafts: int = 0  # speculative tokens proposed
+    accepted: int = 0  # ... and accepted
 
 
 class _Req:
@@ -105,16 +108,34 @@ class _Req:
         self.first = self.last = self.finish = -1.0
 
 
-def run_engine(step, requests, config: EngineConfig) -> EngineRun:
+def run_engine(step, requests, config: EngineConfig, *, spec_k: int = 0,
+               acceptance: float = 0.0, seed: int = 0) -> EngineRun:
     """Play ``requests`` (``fxshape.serving.traffic.Request``, sorted by arrival) through the
     scheduler (module docstring), each step priced by ``step.time_s(decode_contexts,
     chunks)``.
 
+    With ``spec_k`` drafts (speculative decoding, as vLLM V1 schedules it), each decode
+    request feeds its last token and ``spec_k`` drafts (``spec_k + 1`` tokens of the budget
+    and of KV slots), the step is priced by ``step.time_s(decode_contexts, chunks,
+    q=spec_k + 1)`` (``fxshape.serving.speculative.SpeculativeStep``), and the request
+    gains ``1 + a`` tokens, ``a`` the drafts accepted before the first rejection, each with
+    probability ``acceptance`` (drawn from a generator seeded with ``seed``).
+
     Raises:
-        ValueError: no requests; a request whose KV cache alone exceeds the blocks.
+        ValueError: no requests; a request whose KV cache alone exceeds the blocks; a bad
+            ``spec_k`` or acceptance.
     """
     if not requests:
         raise ValueError("no requests to serve")
+    if isinstance(spec_k, bool) or not isinstance(spec_k, int) or not 0 <= spec_k <= 15:
+        raise ValueError(f"spec_k must be an integer from 0 (no speculation) to 15, got "
+                         f"{spec_k!r}")
+    if isinstance(acceptance, bool) or not isinstance(acceptance, (int, float)) or \
+            not 0 <= acceptance <= 1:
+        raise ValueError(f"acceptance must be in [0, 1], got {acceptance!r}")
+    width = spec_k + 1
+    rng = random.Random(seed)
+    drafts = accepted = 0
     bs, total_blocks = config.block_size, config.kv_blocks
     for i, r in enumerate(requests):
         need = -(-(r.prompt_len + r.output_len - 1) // bs)
@@ -157,12 +178,18 @@ def run_engine(step, requests, config: EngineConfig) -> EngineRun:
             q = running[i]
             c = q.computed
             want = q.prompt + q.generated - c
-            if want == 1:  # decode: a new block when the cache fills its last (blocks
-                need = 0 if c % bs else 1  # hold ceil(computed / block) between steps)
+            spec = spec_k and want == 1 and q.generated
+            if spec:  # its last token and the drafts, all or nothing
+                if budget < width:
+                    break
+                want = width
+                need = max(0, -(-(c + width) // bs) - q.blocks)
+            elif want == 1 and not spec_k:  # decode: a new block when the cache fills its
+                need = 0 if c % bs else 1  # last (blocks hold ceil(computed / block))
             else:
                 if want > budget:
                     want = budget
-                need = -(-(c + want) // bs) - q.blocks
+                need = max(0, -(-(c + want) // bs) - q.blocks)
             itself = False
             while need > free:
                 v = running.pop()
@@ -180,9 +207,9 @@ def run_engine(step, requests, config: EngineConfig) -> EngineRun:
             free -= need
             q.blocks += need
             budget -= want
-            sched.append((q, want))
-            if want == 1:
-                decode.append(c + 1)
+            sched.append((q, want, bool(spec)))
+            if spec or (want == 1 and not spec_k):
+                decode.append(c + want)
             else:
                 chunks.append((want, c))
             i += 1
@@ -198,14 +225,14 @@ def run_engine(step, requests, config: EngineConfig) -> EngineRun:
                 free -= need
                 q.blocks = need
                 budget -= want
-                sched.append((q, want))
-                if want == 1:
+                sched.append((q, want, False))
+                if want == 1 and not spec_k:
                     decode.append(1)
                 else:
                     chunks.append((want, 0))
         if not sched:
             raise RuntimeError("the scheduler could not place a request (a bug: report it)")
-        dt = step.time_s(decode, chunks)
+        dt = step.time_s(decode, chunks, q=width) if spec_k else step.time_s(decode, chunks)
         used = total_blocks - free
         peak_used = max(peak_used, used)
         kv_area += used * dt
@@ -215,10 +242,20 @@ def run_engine(step, requests, config: EngineConfig) -> EngineRun:
         steps += 1
         finished = False
         gaps = 0
-        for q, want in sched:
-            q.computed += want
-            if q.computed < q.prompt + q.generated:
-                continue
+        for q, want, spec in sched:
+            if spec:
+                a = 0
+                while a < spec_k and rng.random() < acceptance:
+                    a += 1
+                drafts += spec_k
+                accepted += a
+                take = min(1 + a, q.output - q.generated)
+                q.computed += take  # the token fed and the drafts accepted
+                q.generated += take - 1  # (one more below: the token sampled)
+            else:
+                q.computed += want
+                if q.computed < q.prompt + q.generated:
+                    continue
             q.generated += 1
             if q.generated == 1:
                 q.first = now
@@ -248,7 +285,7 @@ def run_engine(step, requests, config: EngineConfig) -> EngineRun:
                                   latency_s=q.finish - q.sent, preemptions=q.preempted)
                     for q in reqs)
     return EngineRun(requests=results, duration_s=duration, steps=steps,
-                     preemptions=preemptions, itl=itl,
+                     preemptions=preemptions, itl=itl, drafts=drafts, accepted=accepted,
                      kv_mean=kv_area / total_blocks / duration if duration > 0 else 0.0,
                      kv_peak=peak_used / total_blocks,
                      mean_running=run_area / busy if busy > 0 else 0.0, busy_s=busy)

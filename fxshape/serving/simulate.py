@@ -98,6 +98,12 @@ class ServingSimulation:
     gpu_memory_utilization: float = 0.9
     #: the seed of generated requests (None for a trace or given requests)
     seed: int | None = None
+    #: speculative decoding: the draft (None: none), its tokens per step, the acceptance
+    #: per draft token, and the mean tokens per verification the run drew
+    draft: str | None = None
+    num_speculative_tokens: int = 0
+    acceptance: float | None = None
+    acceptance_length: float | None = None
     notes: tuple = ()
     run: object = field(default=None, repr=False, compare=False)
     decode: object = field(default=None, repr=False, compare=False)
@@ -109,6 +115,8 @@ class ServingSimulation:
             "max_num_seqs": c.max_num_seqs, "max_num_batched_tokens": c.max_num_batched_tokens,
             "block_size": c.block_size, "max_concurrency": c.max_concurrency,
             "gpu_memory_utilization": self.gpu_memory_utilization, "seed": self.seed,
+            "draft": self.draft, "num_speculative_tokens": self.num_speculative_tokens,
+            "acceptance": self.acceptance, "acceptance_length": self.acceptance_length,
             "num_requests": self.num_requests, "duration_s": self.duration_s,
             "request_throughput": self.request_throughput,
             "output_tokens_per_s": self.output_tokens_per_s,
@@ -140,7 +148,11 @@ class ServingSimulation:
             f"end-to-end latency: {ms(self.latency_s)}",
             f"KV cache: {self.kv_mean:.0%} in use on average, {self.kv_peak:.0%} at the peak; "
             f"{self.preemptions:,} preemptions; {self.mean_running:,.1f} requests running on "
-            "average"])
+            "average"] + ([
+                f"speculative decoding: {self.draft} draft, {self.num_speculative_tokens} "
+                f"tokens a step, acceptance {self.acceptance:.2f} (the run drew "
+                f"{self.acceptance_length or 1:.2f} tokens a verification)"]
+                if self.draft else []))
 
 
 def engine_defaults(spec) -> tuple:
@@ -183,7 +195,8 @@ class Server:
                  max_num_batched_tokens=None, block_size: int = 16,
                  gpu_memory_utilization: float = 0.9, dtype=torch.bfloat16,
                  allreduce: str = "auto", topology=None, attention: str = "flash",
-                 kv_dtype=None):
+                 kv_dtype=None, draft=None, num_speculative_tokens: int = 3,
+                 acceptance=None, acceptance_length=None):
         from ..analysis.annotate import analyze
         from ..analysis.serving import capacity_of
         from ..cost.allreduce import check_algorithm
@@ -195,6 +208,17 @@ class Server:
             raise ValueError("attention='math' is refused under load: serving engines run a "
                              "fused attention kernel (accepted: 'flash', 'fa2', 'fa3')")
         check_decoder(model)
+        if draft is None and (acceptance is not None or acceptance_length is not None):
+            raise ValueError("acceptance and acceptance_length apply to speculative decoding: "
+                             "give a draft ('eagle' or a draft causal LM)")
+        self.spec_k, self.acceptance, self.draft_name = 0, None, None
+        if draft is not None:
+            from .speculative import draft_model, resolve_acceptance
+
+            self.acceptance = resolve_acceptance(num_speculative_tokens, acceptance,
+                                                 acceptance_length)
+            self.spec_k = num_speculative_tokens
+            drafter, self.draft_name = draft_model(model, draft)
         u = gpu_memory_utilization
         if isinstance(u, bool) or not isinstance(u, (int, float)) or not 0 < u <= 1:
             raise ValueError(f"gpu_memory_utilization must be in (0, 1], got {u!r}")
@@ -215,14 +239,26 @@ class Server:
             block_size=block_size, kv_blocks=1)
         cap = capacity_of(decode)
         activations = decode.memory.activations * config.max_num_batched_tokens // _BASE_BATCH
+        weights, kv_token = cap.weights, cap.kv_bytes_per_token
+        draft_rep = None
+        if self.spec_k:  # the draft's weights (unless the target drafts for itself) and cache
+            d_pos = max_positions(drafter.config)
+            draft_rep = analyze(drafter, mode="decode", batch_size=_BASE_BATCH,
+                                context_len=min(context, d_pos) if d_pos else context,
+                                gpu=spec, dtype=dtype, tp=tp, topology=topology,
+                                attention=attention, kv_dtype=kv_dtype, page_size=block_size,
+                                allreduce=allreduce, provenance=None)
+            d_cap = capacity_of(draft_rep)
+            weights += d_cap.weights if drafter is not model else 0
+            kv_token += d_cap.kv_bytes_per_token
         usable = int(decode.memory.capacity * u)
-        free = usable - cap.weights - activations
-        blocks = free // (cap.kv_bytes_per_token * block_size) if free > 0 else 0
+        free = usable - weights - activations
+        blocks = free // (kv_token * block_size) if free > 0 else 0
         if blocks < 1:
             raise ValueError(
                 f"no room for a KV cache on {spec.name} at tp {tp}: {u:.0%} of "
                 f"{decode.memory.capacity / _GIB:.1f} GiB less the weights "
-                f"({cap.weights / _GIB:.1f} GiB) and a {config.max_num_batched_tokens:,}-token "
+                f"({weights / _GIB:.1f} GiB) and a {config.max_num_batched_tokens:,}-token "
                 f"forward's activations ({activations / _GIB:.1f} GiB) leaves nothing; raise "
                 "tp or lower max_num_batched_tokens")
         self.config = dataclasses.replace(config, kv_blocks=int(blocks))
@@ -231,6 +267,11 @@ class Server:
         head = next((name for name, m in model.named_modules() if m is out_emb), None)
         self.step = BatchStep(decode, allreduce=allreduce, topology=topology,
                               logits_module=head)
+        if self.spec_k:
+            from .speculative import SpeculativeStep
+
+            self.step = SpeculativeStep(self.step, BatchStep(draft_rep, allreduce=allreduce,
+                                                             topology=topology), self.spec_k)
         self.decode = decode
         self.notes = (f"vLLM V1's scheduler: FCFS, chunked prefill, preemption by "
                       f"recomputation; steps priced from one decode capture of {_BASE_BATCH} "
@@ -249,7 +290,8 @@ class Server:
                                      f"{r.output_len:,} exceed {self.model_name}'s "
                                      f"{self.positions:,} positions")
         config = dataclasses.replace(self.config, max_concurrency=max_concurrency)
-        run = run_engine(self.step, reqs, config)
+        run = run_engine(self.step, reqs, config, spec_k=self.spec_k,
+                         acceptance=self.acceptance or 0.0, seed=seed or 0)
         dur = run.duration_s
         out_tokens = sum(r.output_len for r in reqs)
         in_tokens = sum(r.prompt_len for r in reqs)
@@ -264,8 +306,10 @@ class Server:
             itl_s=Stats.of_pairs(run.itl), latency_s=Stats.of(r.latency_s for r in results),
             kv_blocks=config.kv_blocks, kv_mean=run.kv_mean, kv_peak=run.kv_peak,
             preemptions=run.preemptions, steps=run.steps, mean_running=run.mean_running,
-            gpu_memory_utilization=self.utilization, seed=seed, notes=self.notes, run=run,
-            decode=self.decode)
+            gpu_memory_utilization=self.utilization, seed=seed, draft=self.draft_name,
+            num_speculative_tokens=self.spec_k, acceptance=self.acceptance,
+            acceptance_length=(1 + run.accepted * self.spec_k / run.drafts) if run.drafts
+            else None, notes=self.notes, run=run, decode=self.decode)
 
 
 def simulate_serving(model, *, gpu="h100", tp: int = 1, requests=None, num_requests=None,
@@ -273,7 +317,9 @@ def simulate_serving(model, *, gpu="h100", tp: int = 1, requests=None, num_reque
                      max_num_seqs=None, max_num_batched_tokens=None, max_concurrency=None,
                      block_size: int = 16, gpu_memory_utilization: float = 0.9,
                      dtype=torch.bfloat16, allreduce: str = "auto", topology=None,
-                     attention: str = "flash", kv_dtype=None) -> ServingSimulation:
+                     attention: str = "flash", kv_dtype=None, draft=None,
+                     num_speculative_tokens: int = 3, acceptance=None,
+                     acceptance_length=None) -> ServingSimulation:
     """Serve requests with continuous batching on ``tp`` GPUs (module docstring).
 
     Args:
@@ -288,6 +334,9 @@ def simulate_serving(model, *, gpu="h100", tp: int = 1, requests=None, num_reque
             share of the GPU's memory vLLM takes.
         max_concurrency: at most this many requests in flight (the client's cap).
         gpu, dtype, tp, topology, attention, kv_dtype, allreduce: as in ``fxshape.serve``.
+        draft, num_speculative_tokens, acceptance, acceptance_length: speculative decoding
+            (``fxshape.speculate``'s arguments; ``draft=None``: none): each decode request
+            verifies its drafts in the step, accepting each with that probability.
 
     Raises:
         ValueError: bad requests or limits (named); a request longer than the model's
@@ -299,6 +348,8 @@ def simulate_serving(model, *, gpu="h100", tp: int = 1, requests=None, num_reque
                     max_num_batched_tokens=max_num_batched_tokens, block_size=block_size,
                     gpu_memory_utilization=gpu_memory_utilization, dtype=dtype,
                     allreduce=allreduce, topology=topology, attention=attention,
-                    kv_dtype=kv_dtype)
+                    kv_dtype=kv_dtype, draft=draft,
+                    num_speculative_tokens=num_speculative_tokens, acceptance=acceptance,
+                    acceptance_length=acceptance_length)
     return server.run(reqs, max_concurrency=max_concurrency,
                       seed=seed if requests is None else None)

@@ -43,8 +43,8 @@ import torch
 
 from .batch import BatchStep
 
-__all__ = ["speculate", "SpeculationResult", "expected_tokens", "acceptance_from_length",
-           "DEFAULT_ACCEPTANCE"]
+__all__ = ["speculate", "SpeculationResult", "SpeculativeStep", "expected_tokens",
+           "acceptance_from_length", "resolve_acceptance", "draft_model", "DEFAULT_ACCEPTANCE"]
 
 #: 1 + α + α² = 1.89 (vLLM PR #16035: EAGLE-1, Llama-3-8B-Instruct, MT-bench, k = 2)
 DEFAULT_ACCEPTANCE = 0.57
@@ -151,6 +151,68 @@ def _eagle_draft(model):
         return type(model)(cfg)
 
 
+class SpeculativeStep:
+    """An engine step with speculative decoding, for ``fxshape.serving.scheduler.run_engine``:
+    the target runs the step with each decode request's last token and ``k`` drafts
+    (``q = k + 1`` tokens, logits at every one), beside the prefill chunks; then the draft
+    runs its first pass over the same tokens (logits per request) and ``k - 1`` one-token
+    passes for every request of the step (vLLM V1's EAGLE proposer drafts for all of them).
+
+    Args:
+        target, draft: :class:`~fxshape.serving.batch.BatchStep` of each model.
+        k: drafts per request.
+    """
+
+    def __init__(self, target: BatchStep, draft: BatchStep, k: int):
+        _check_k(k)
+        self.target, self.draft, self.k = target, draft, k
+
+    def time_s(self, decode_contexts=(), chunks=(), *, q: int = 1) -> float:
+        rows = q * len(decode_contexts) + len(chunks)
+        verify = self.target.time_s(decode_contexts, chunks, q=q, logits_rows=rows)
+        first = self.draft.time_s(decode_contexts, chunks, q=q)
+        keys = list(decode_contexts) + [cached + n for n, cached in chunks]
+        rest = sum(self.draft.time_s([c + j + 1 for c in keys]) for j in range(self.k - 1))
+        return verify + first + rest
+
+
+def draft_model(model, draft):
+    """``(draft model, its name)`` for ``draft="eagle"`` (one decoder layer of the target's
+    shapes) or a causal LM.
+
+    Raises:
+        ValueError: anything else.
+    """
+    from ..tracing.decode import check_decoder
+
+    if isinstance(draft, str):
+        if draft != "eagle":
+            raise ValueError(f"draft must be 'eagle' or a draft causal LM, got {draft!r}")
+        return _eagle_draft(model), "EAGLE (one layer)"
+    if isinstance(draft, torch.nn.Module):
+        check_decoder(draft)
+        return draft, type(draft).__name__
+    raise ValueError(f"draft must be 'eagle' or a draft causal LM, got {type(draft).__name__}")
+
+
+def resolve_acceptance(k: int, acceptance=None, acceptance_length=None) -> float:
+    """``α`` from ``acceptance`` or ``acceptance_length`` (default
+    :data:`DEFAULT_ACCEPTANCE`).
+
+    Raises:
+        ValueError: both given; a bad value.
+    """
+    _check_k(k)
+    if acceptance is not None and acceptance_length is not None:
+        raise ValueError("give acceptance (per draft token) or acceptance_length (tokens per "
+                         "step), not both")
+    if acceptance_length is not None:
+        return acceptance_from_length(acceptance_length, k)
+    alpha = DEFAULT_ACCEPTANCE if acceptance is None else acceptance
+    _check_alpha(alpha)
+    return alpha
+
+
 def _iteration(target: BatchStep, draft: BatchStep, contexts, k: int) -> tuple:
     verify = target.verify_s(contexts, k + 1)
     first = draft.verify_s(contexts, k + 1, logits_rows=len(contexts))
@@ -189,27 +251,10 @@ def speculate(model, *, prompt_len: int, output_len: int, draft="eagle", k: int 
     prompt_len = check_size("prompt_len", prompt_len, optional=False)
     output_len = check_size("output_len", output_len, optional=False)
     batch_size = check_size("batch_size", batch_size, optional=False)
-    _check_k(k)
-    if acceptance is not None and acceptance_length is not None:
-        raise ValueError("give acceptance (per draft token) or acceptance_length (tokens per "
-                         "step), not both")
-    if acceptance_length is not None:
-        alpha = acceptance_from_length(acceptance_length, k)
-    else:
-        alpha = DEFAULT_ACCEPTANCE if acceptance is None else acceptance
-        _check_alpha(alpha)
+    alpha = resolve_acceptance(k, acceptance, acceptance_length)
     check_algorithm(allreduce)
     check_decoder(model)
-    if isinstance(draft, str):
-        if draft != "eagle":
-            raise ValueError(f"draft must be 'eagle' or a draft causal LM, got {draft!r}")
-        draft_model, draft_name = _eagle_draft(model), "EAGLE (one layer)"
-    elif isinstance(draft, torch.nn.Module):
-        check_decoder(draft)
-        draft_model, draft_name = draft, type(draft).__name__
-    else:
-        raise ValueError(f"draft must be 'eagle' or a draft causal LM, got "
-                         f"{type(draft).__name__}")
+    drafter_model, draft_name = draft_model(model, draft)
     positions = max_positions(model.config)
     total = prompt_len + output_len + k
     if positions is not None and total > positions:
@@ -221,12 +266,12 @@ def speculate(model, *, prompt_len: int, output_len: int, draft="eagle", k: int 
                   allreduce=allreduce, provenance=None)
     ctx0 = min(1024, positions) if positions else 1024
     t_rep = analyze(model, context_len=ctx0, **common)
-    d_pos = max_positions(draft_model.config)
-    d_rep = analyze(draft_model, context_len=min(ctx0, d_pos) if d_pos else ctx0, **common)
+    d_pos = max_positions(drafter_model.config)
+    d_rep = analyze(drafter_model, context_len=min(ctx0, d_pos) if d_pos else ctx0, **common)
     target = BatchStep(t_rep, allreduce=allreduce, topology=topology)
     drafter = BatchStep(d_rep, allreduce=allreduce, topology=topology)
     t_cap, d_cap = capacity_of(t_rep), capacity_of(d_rep)
-    weights = t_cap.weights + (d_cap.weights if draft_model is not model else 0)
+    weights = t_cap.weights + (d_cap.weights if drafter_model is not model else 0)
     per_seq = (t_cap.kv_bytes_per_token + d_cap.kv_bytes_per_token) * total
     memory = t_rep.memory.capacity
 
