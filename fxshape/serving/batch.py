@@ -85,13 +85,16 @@ class BatchStep:
         allreduce: the engine's all-reduce (``fxshape.cost.allreduce``; vLLM's ``"auto"``).
         topology: the machine (default the GPU's usual one).
         logits_module: the module of the logits GEMM (default the report's last GEMM's).
+        fuse: run the GEMMs that read one activation as one GEMM of their summed ``N`` (as
+            vLLM's ``QKVParallelLinear`` and ``MergedColumnParallelLinear`` do: Q, K and V
+            in one, gate and up in one); ``self.fused`` counts the GEMMs merged away.
 
     Raises:
         ValueError: not a decode report; a collective it cannot re-price.
     """
 
     def __init__(self, report, *, allreduce: str = "auto", topology=None,
-                 logits_module: str | None = None):
+                 logits_module: str | None = None, fuse: bool = False):
         wl = report.workload
         if wl is None or wl.mode != "decode":
             raise ValueError("BatchStep needs a mode='decode' report")
@@ -118,7 +121,7 @@ class BatchStep:
             part = tail if after else body
             if o.cls == "gemm":
                 r = rows[o.node]
-                item = (r.m, r.n, r.k, r.batch, r.dtype, r.layout, r.work)
+                item = (r.m, r.n, r.k, r.batch, r.dtype, r.layout, r.work, o.node)
                 if o.module == head:
                     tail.append(("gemm", item))
                     after = True
@@ -136,6 +139,9 @@ class BatchStep:
                 raise ValueError(f"BatchStep cannot re-price a {o.cls!r} record ({o.node})")
         if not tail:
             raise ValueError(f"no GEMM of the logits module {head!r} in the report")
+        self.fused = 0
+        if fuse:
+            body, self.fused = _fuse_shared_inputs(report, gemms, rows, body)
         self._body, self._tail = tuple(body), tuple(tail)
         self.logits_module = head
         calls: dict = {}
@@ -156,13 +162,19 @@ class BatchStep:
         self._memo_body: dict = {}
         self._memo_tail: dict = {}
 
+    @property
+    def gemms(self) -> tuple:
+        """The GEMMs of a step but the logits', as ``(M, N, K)`` at the capture's batch
+        (after fusion when ``fuse``)."""
+        return tuple(it[:3] for kind, it in self._body if kind == "gemm")
+
     # -- the parts that scale with tokens (body) and with requests (tail) ------------------
     def _price(self, items, count: int) -> tuple:
         scale = count / self.base
         t, kernels = 0.0, 0
         for kind, it in items:
             if kind == "gemm":
-                m, n, k, batch, dtype, layout, work = it
+                m, n, k, batch, dtype, layout, work, _ = it
                 rows = max(1, round(m * scale))
                 t += predict_matmul(rows, n, k, batch=batch, dtype=dtype, gpu=self.spec,
                                     layout=layout).time_s * work
@@ -263,3 +275,43 @@ class BatchStep:
             raise ValueError("a verification step needs at least one request")
         rows = len(contexts) * tokens if logits_rows is None else logits_rows
         return self.time_s([c + tokens for c in contexts], q=tokens, logits_rows=rows)
+
+
+def _fuse_shared_inputs(report, gemms, rows, body) -> tuple:
+    """``body`` with the GEMMs that read the same activation (the same input node of the
+    captured graph, in the same copy of a deduplicated layer) at the same ``M``, ``K``,
+    dtype and layout merged into one of their summed ``N``, placed where the first was;
+    and the number of GEMMs merged away. GEMMs whose input the graph does not show stay
+    as they are."""
+    gm = report.graph_module
+    nodes = {n.name: n for n in gm.graph.nodes} if gm is not None else {}
+    groups: dict = {}
+    for o in gemms:
+        base, _, copy = o.node.partition("@")
+        n = nodes.get(base)
+        if n is None or not n.args or not hasattr(n.args[0], "name"):
+            continue
+        r = rows.get(o.node)
+        if r is None or r.batch != 1 or r.work != 1:
+            continue
+        key = (n.args[0].name, copy, r.m, r.k, r.dtype, r.layout)
+        groups.setdefault(key, []).append(o.node)
+    merged = {}
+    for members in groups.values():
+        if len(members) > 1:
+            for m in members:
+                merged[m] = members
+    out, done, fused = [], set(), 0
+    for kind, it in body:
+        if kind != "gemm" or it[-1] not in merged:
+            out.append((kind, it))
+            continue
+        members = merged[it[-1]]
+        if members[0] in done:
+            fused += 1
+            continue
+        done.add(members[0])
+        n_sum = sum(rows[x].n for x in members)
+        m, _, k, batch, dtype, layout, work, node = it
+        out.append(("gemm", (m, n_sum, k, batch, dtype, layout, work, node)))
+    return out, fused

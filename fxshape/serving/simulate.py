@@ -265,17 +265,20 @@ class Server:
         out_emb = (model.get_output_embeddings() if hasattr(model, "get_output_embeddings")
                    else None)
         head = next((name for name, m in model.named_modules() if m is out_emb), None)
+        # vLLM runs Q, K, V as one GEMM and gate and up as one (QKVParallelLinear,
+        # MergedColumnParallelLinear)
         self.step = BatchStep(decode, allreduce=allreduce, topology=topology,
-                              logits_module=head)
+                              logits_module=head, fuse=True)
         if self.spec_k:
             from .speculative import SpeculativeStep
 
-            self.step = SpeculativeStep(self.step, BatchStep(draft_rep, allreduce=allreduce,
-                                                             topology=topology), self.spec_k)
+            self.step = SpeculativeStep(self.step, BatchStep(
+                draft_rep, allreduce=allreduce, topology=topology, fuse=True), self.spec_k)
         self.decode = decode
         self.notes = (f"vLLM V1's scheduler: FCFS, chunked prefill, preemption by "
                       f"recomputation; steps priced from one decode capture of {_BASE_BATCH} "
-                      f"sequences at {context:,} tokens (fxshape.serving.batch)",
+                      f"sequences at {context:,} tokens (fxshape.serving.batch), the GEMMs "
+                      "reading one activation fused as vLLM runs them (Q/K/V, gate/up)",
                       "not modelled: the engine's CPU time between steps, prefix caching, "
                       "the sampler")
 

@@ -268,8 +268,9 @@ def speculate(model, *, prompt_len: int, output_len: int, draft="eagle", k: int 
     t_rep = analyze(model, context_len=ctx0, **common)
     d_pos = max_positions(drafter_model.config)
     d_rep = analyze(drafter_model, context_len=min(ctx0, d_pos) if d_pos else ctx0, **common)
-    target = BatchStep(t_rep, allreduce=allreduce, topology=topology)
-    drafter = BatchStep(d_rep, allreduce=allreduce, topology=topology)
+    # as vLLM runs them: Q, K, V in one GEMM, gate and up in one
+    target = BatchStep(t_rep, allreduce=allreduce, topology=topology, fuse=True)
+    drafter = BatchStep(d_rep, allreduce=allreduce, topology=topology, fuse=True)
     t_cap, d_cap = capacity_of(t_rep), capacity_of(d_rep)
     weights = t_cap.weights + (d_cap.weights if drafter_model is not model else 0)
     per_seq = (t_cap.kv_bytes_per_token + d_cap.kv_bytes_per_token) * total
