@@ -9,7 +9,10 @@ engine ran: gpt-fast's batch-1 decode on A100s at tp 1-8 (PyTorch's intra-node o
 all-reduce, ``ENABLE_INTRA_NODE_COMM=1``) and on one MI250X GCD; vLLM 0.2's end-to-end
 latency of 64 requests (256 in, 256 out) with its custom all-reduce and with NCCL. Each
 row is also predicted with NCCL's model (``allreduce="nccl"``) for comparison. Llama 33B is
-LLaMA-1's published sizes. About a minute on two cores.
+LLaMA-1's published sizes. The GEMMs are fused as each engine's model runs them (the
+``fuse`` column: gpt-fast's ``model.py`` has one ``wqkv`` linear and separate ``w1``, ``w3``:
+``"qkv"``; vLLM's Llama has ``QKVParallelLinear`` and ``MergedColumnParallelLinear``:
+``"all"``); each row is also predicted unfused. About two minutes on two cores.
 """
 
 from __future__ import annotations
@@ -58,19 +61,21 @@ def main(argv=None) -> int:
                   batch_size=int(r["batch_size"]), prompt_len=int(r["prompt_len"]),
                   output_len=int(r["output_len"]),
                   page_size=16 if r["source"].startswith("vllm") else None)
-        got = {a: fxshape.serve(m, allreduce=a, **kw) for a in dict.fromkeys(
-            (r["allreduce"], "nccl"))}
+        got = {(a, f): fxshape.serve(m, allreduce=a, fuse=f, **kw) for a, f in dict.fromkeys(
+            ((r["allreduce"], r["fuse"]), ("nccl", r["fuse"]), (r["allreduce"], "none")))}
         metric, meas = r["metric"], float(r["measured"])
-        pred = getattr(got[r["allreduce"]], metric)
+        pred = getattr(got[(r["allreduce"], r["fuse"])], metric)
         err = (pred - meas) / meas
         errs.setdefault(r["source"], []).append(abs(err))
-        nccl = getattr(got["nccl"], metric)
+        nccl = getattr(got[("nccl", r["fuse"])], metric)
+        unfused = getattr(got[(r["allreduce"], "none")], metric)
         out.append([r["source"], r["model"], r["gpu"], r["tp"], r["batch_size"],
-                    r["allreduce"], metric, f"{meas:g}", f"{pred:.4g}", f"{100 * err:+.1f}%",
-                    f"{100 * (nccl - meas) / meas:+.1f}%"])
+                    r["allreduce"], r["fuse"], metric, f"{meas:g}", f"{pred:.4g}",
+                    f"{100 * err:+.1f}%", f"{100 * (nccl - meas) / meas:+.1f}%",
+                    f"{100 * (unfused - meas) / meas:+.1f}%"])
     print(tabulate(out, headers=["source", "model", "gpu", "tp", "batch", "all-reduce",
-                                 "metric", "measured", "predicted", "error",
-                                 "error with nccl"], tablefmt=args.format))
+                                 "fused", "metric", "measured", "predicted", "error",
+                                 "error with nccl", "error unfused"], tablefmt=args.format))
     for src, e in errs.items():
         print(f"{src}: median |error| {100 * statistics.median(e):.1f}% over {len(e)} rows, "
               f"worst {100 * max(e):.1f}%")

@@ -507,6 +507,7 @@ def _serve_capacity(args, load_target) -> int:
     if args.gpu_memory_utilization is not None:
         engine["gpu_memory_utilization"] = args.gpu_memory_utilization
     engine.update(_draft_options(args, load_target))
+    engine["fuse"] = args.fuse or "all"
     r = plan_capacity(
         load_target(args.target), gpu=args.gpu, prompt_len=args.prompt_len,
         output_len=args.output_len, slo_ttft=args.slo_ttft, slo_itl=args.slo_itl,
@@ -524,7 +525,7 @@ def _serve_capacity(args, load_target) -> int:
           + (f" TTFT {r.slo_ttft_s * 1e3:g} ms" if r.slo_ttft_s else "")
           + (f" ITL {r.slo_itl_s * 1e3:g} ms" if r.slo_itl_s else "")
           + (f", target {r.rate:g} requests/s" if r.rate is not None else "")
-          + f"; {r.num_requests} Poisson requests a trial"
+          + f"; {r.num_requests} Poisson requests a trial; GEMMs fused: {r.fuse}"
           + (f"; speculative decoding: {r.draft}, k {r.num_speculative_tokens}" if r.draft
              else ""))
     rows = []
@@ -553,13 +554,14 @@ def _serve_speculative(args, model) -> int:
                   else args.num_speculative_tokens, acceptance=args.acceptance,
                   acceptance_length=args.acceptance_length, batch_size=args.batch_size or 1,
                   gpu=args.gpu, tp=args.tp, dtype=args.dtype, allreduce=args.allreduce,
-                  topology=args.topology, attention=args.attention, kv_dtype=args.kv_dtype)
+                  topology=args.topology, attention=args.attention, kv_dtype=args.kv_dtype,
+                  fuse=args.fuse or "all")
     if args.format == "json":
         print(json.dumps(r.to_dict(), indent=1, sort_keys=True))
         return 0
     print(f"{r.model} on {r.tp} x {r.gpu}, batch {r.batch_size}, {r.draft} draft, k {r.k}, "
           f"acceptance {r.acceptance:.3f} ({r.tokens_per_step:.2f} tokens a step), "
-          f"all-reduce {args.allreduce}")
+          f"all-reduce {args.allreduce}, GEMMs fused: {r.fuse}")
     print(tabulate([("verify step", f"{r.verify_s * 1e3:.2f} ms"),
                     ("draft passes", f"{r.draft_s * 1e3:.2f} ms"),
                     ("time per output token", f"{r.tpot_s * 1e3:.2f} ms"),
@@ -613,14 +615,15 @@ def _serve_load(args, model) -> int:
         gpu_memory_utilization=(0.9 if args.gpu_memory_utilization is None
                                 else args.gpu_memory_utilization),
         dtype=args.dtype, allreduce=args.allreduce, topology=args.topology,
-        attention=args.attention, kv_dtype=args.kv_dtype,
+        attention=args.attention, kv_dtype=args.kv_dtype, fuse=args.fuse or "all",
         **_draft_options(args, load_target))
     if args.format == "json":
         print(json.dumps(r.to_dict(), indent=1, sort_keys=True))
         return 0
     c = r.config
     print(f"{r.model} on {r.tp} x {r.gpu}, {r.num_requests:,} requests, all-reduce "
-          f"{r.allreduce}; max_num_seqs {c.max_num_seqs}, max_num_batched_tokens "
+          f"{r.allreduce}, GEMMs fused: {r.fuse}; max_num_seqs {c.max_num_seqs}, "
+          "max_num_batched_tokens "
           f"{c.max_num_batched_tokens:,}, {r.kv_blocks:,} KV blocks of {c.block_size} tokens "
           f"(gpu_memory_utilization {r.gpu_memory_utilization:g})"
           + (f", at most {c.max_concurrency} in flight" if c.max_concurrency else "")
@@ -658,7 +661,7 @@ def _serve_batch(args, model) -> int:
     r = serve(model, gpu=args.gpu, prompt_len=args.prompt_len, output_len=args.output_len,
               batch_size=args.batch_size or 1, tp=args.tp, dtype=args.dtype,
               allreduce=args.allreduce, topology=args.topology, attention=args.attention,
-              kv_dtype=args.kv_dtype, page_size=args.page_size)
+              kv_dtype=args.kv_dtype, page_size=args.page_size, fuse=args.fuse)
     if args.format == "json":
         print(json.dumps(r.to_dict(), indent=1, sort_keys=True))
         return 0
@@ -673,7 +676,7 @@ def _serve_batch(args, model) -> int:
              ("output tokens/s (batch)", f"{r.output_tokens_per_s:,.1f}"),
              ("output tokens/s per request", f"{r.output_tokens_per_s / r.batch_size:,.1f}")]
     print(f"{r.model} on {r.tp} x {r.gpu}, batch {r.batch_size}, prompt {r.prompt_len:,}, "
-          f"output {r.output_len:,}, all-reduce {r.allreduce}")
+          f"output {r.output_len:,}, all-reduce {r.allreduce}, GEMMs fused: {r.fuse}")
     print(tabulate(rows, headers=("", "predicted")))
     for n in r.notes:
         print(f"note: {n}")
@@ -1104,6 +1107,10 @@ def build_parser() -> argparse.ArgumentParser:
                     help="capacity planning: the percentile the SLOs hold at (default 99)")
     pw.add_argument("--tp-choices", type=_int_list, default=None,
                     help="capacity planning: tensor-parallel degrees to try (default 1,2,4,8)")
+    pw.add_argument("--fuse", choices=("all", "qkv", "none"), default=None,
+                    help="which GEMMs reading one activation run as one: all (engines': "
+                         "Q/K/V and gate/up, the default), qkv (gpt-fast's wqkv), none (as "
+                         "the Hugging Face model is written)")
     pw.add_argument("--draft", default=None,
                     help="speculative decoding: 'eagle' (one decoder layer of the target's "
                          "shapes) or a draft causal LM (preset, config.json, ...)")

@@ -624,7 +624,7 @@ CLI_VALUES = {
               "acceptance_length": ["2.5"],
               # capacity planning (--slo-ttft or --slo-itl switch it on)
               "slo_ttft": ["200ms"], "slo_itl": ["30ms"], "slo_percentile": ["90"],
-              "tp_choices": ["1,2"]},
+              "tp_choices": ["1,2"], "fuse": ["qkv", "none"]},
     "advise": {**_SHARED, "mode": ["inference", "train", "decode"], "tolerance": ["0.05"],
                "min_speedup": ["0.02"], "format": ["json", "table", "markdown"]},
     "sweep": {**_SHARED, "mode": ["inference", "train", "decode"], "out": ["@out.svg"]},
@@ -720,6 +720,8 @@ def _cli_conflict(command, case) -> bool:
                                 or {"acceptance", "acceptance_length"} <= set(case)):
             # vLLM's KV blocks, a fused kernel; one way to give the acceptance
             return True
+        if case.get("attention") == "math" and case.get("fuse", "none") != "none":
+            return True  # fusing re-prices the step with a fused attention kernel
         if "slo_ttft" in case or "slo_itl" in case:
             # capacity planning: Poisson trials over --tp-choices, one batch size each step
             return bool(set(case) & {"trace", "max_concurrency", "batch_size", "page_size",
@@ -806,6 +808,9 @@ def _stated(command, case, out: str, folder) -> None:
     if command in ("gpus", "presets"):
         assert out.strip()
         return
+    if command == "serve":  # the GEMMs' fusion stated in every mode
+        fused = case.get("fuse") or ("none" if case.get("attention") == "math" else "all")
+        assert f'"fuse": "{fused}"' in out or f"GEMMs fused: {fused}" in out, out[:400]
     if command == "serve" and ("slo_ttft" in case or "slo_itl" in case):
         d = json.loads(out) if case.get("format") == "json" else None
         first = out.splitlines()[0]

@@ -328,7 +328,8 @@ def test_read_trace_missing_file(tmp_path):
 def test_one_request_under_load_is_fxshape_serve_with_vllms_fused_gemms():
     model = _llama()
     sim = simulate_serving(model, num_requests=1, prompt_len=200, output_len=16)
-    one = fxshape.serve(model, prompt_len=200, output_len=16, page_size=16)
+    one = fxshape.serve(model, prompt_len=200, output_len=16, page_size=16, fuse="none")
+    fused_one = fxshape.serve(model, prompt_len=200, output_len=16, page_size=16)
     r = sim.run.requests[0]
     # the prefill: one chunk of 200 tokens, a CUDA-graph size, so the engine's step never
     # takes longer than serve's compiled prefill, launched kernel by kernel (a model this
@@ -342,12 +343,17 @@ def test_one_request_under_load_is_fxshape_serve_with_vllms_fused_gemms():
     fused = BatchStep(sim.decode, fuse=True)
     assert decode == pytest.approx(sum(fused.time_s([200 + k]) for k in range(1, 16)),
                                    rel=1e-12)
+    # and serve fuses them the same way by default (its own capture: within 1%)
+    assert fused_one.fuse == "all"
+    assert decode == pytest.approx(sum(fused_one.decode_steps_s), rel=0.01)
     assert sim.num_requests == 1 and sim.preemptions == 0
 
 
 def test_fusing_the_gemms_that_share_an_input(tiny_decode):
     _, rep = tiny_decode
     plain, fused = BatchStep(rep), BatchStep(rep, fuse=True)
+    qkv = BatchStep(rep, fuse="qkv")
+    assert qkv.fused == 2 * 2  # Q, K, V -> 1 in each of the 2 layers; gate and up apart
     # a Llama layer: Q, K, V read the normed hidden state (3 GEMMs -> 1), gate and up the
     # other (2 -> 1): 3 merged away per layer, 2 layers; O, down and the LM head alone
     assert fused.fused == 3 * 2
@@ -360,7 +366,10 @@ def test_fusing_the_gemms_that_share_an_input(tiny_decode):
         return out
     assert widths(fused) == widths(plain)
     for batch in (1, 8, 64):
-        assert fused.time_s([256] * batch) < plain.time_s([256] * batch)
+        assert fused.time_s([256] * batch) < qkv.time_s([256] * batch) < \
+            plain.time_s([256] * batch)
+    with pytest.raises(ValueError, match="fuse must be one of"):
+        BatchStep(rep, fuse="mlp")
 
 
 def test_simulate_serving_is_deterministic_and_reports_what_bench_serve_does():

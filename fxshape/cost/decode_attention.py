@@ -45,7 +45,8 @@ from ..hardware.gpus import GPUSpec, get_gpu
 from .paramfile import read_json
 
 __all__ = ["DecodeAttentionParams", "DecodeAttentionPrediction", "decode_attention_params",
-           "predict_decode", "predict_decode_ragged", "num_splits", "kv_block_tokens", "check_page_size", "is_decode_shape", "DECODE_MAX_SEQ_Q"]
+           "predict_decode", "predict_decode_ragged", "num_splits", "kv_block_tokens",
+           "check_page_size", "is_decode_shape", "DECODE_MAX_SEQ_Q"]
 
 #: attention calls with at most this many query tokens per sequence run the decode path
 #: (decode, and the few tokens of speculative decoding's verification)

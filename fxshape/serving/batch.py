@@ -45,7 +45,8 @@ from ..hardware.dtypes import canonical_dtype, itemsize
 from ..hardware.gpus import get_gpu
 from ..hardware.topology import default_topology, get_topology
 
-__all__ = ["BatchStep", "GRAPH_SIZES", "padded_tokens"]
+__all__ = ["BatchStep", "GRAPH_SIZES", "padded_tokens", "FUSE_CHOICES", "check_fuse",
+           "logits_module_of"]
 
 #: vLLM's CUDA-graph batch sizes (``CompilationConfig``: 1, 2, 4, then multiples of 8 up to
 #: ``max_capture_size`` 512): a step of at most 512 tokens runs the graph of the next size
@@ -85,16 +86,18 @@ class BatchStep:
         allreduce: the engine's all-reduce (``fxshape.cost.allreduce``; vLLM's ``"auto"``).
         topology: the machine (default the GPU's usual one).
         logits_module: the module of the logits GEMM (default the report's last GEMM's).
-        fuse: run the GEMMs that read one activation as one GEMM of their summed ``N`` (as
-            vLLM's ``QKVParallelLinear`` and ``MergedColumnParallelLinear`` do: Q, K and V
-            in one, gate and up in one); ``self.fused`` counts the GEMMs merged away.
+        fuse: which GEMMs that read one activation run as one GEMM of their summed ``N``:
+            ``"all"`` (or True; vLLM's ``QKVParallelLinear`` and
+            ``MergedColumnParallelLinear``: Q, K and V in one, gate and up in one),
+            ``"qkv"`` (only those of an attention module: gpt-fast's ``wqkv``), ``"none"``
+            (or False: as captured). ``self.fused`` counts the GEMMs merged away.
 
     Raises:
         ValueError: not a decode report; a collective it cannot re-price.
     """
 
     def __init__(self, report, *, allreduce: str = "auto", topology=None,
-                 logits_module: str | None = None, fuse: bool = False):
+                 logits_module: str | None = None, fuse="none"):
         wl = report.workload
         if wl is None or wl.mode != "decode":
             raise ValueError("BatchStep needs a mode='decode' report")
@@ -139,9 +142,13 @@ class BatchStep:
                 raise ValueError(f"BatchStep cannot re-price a {o.cls!r} record ({o.node})")
         if not tail:
             raise ValueError(f"no GEMM of the logits module {head!r} in the report")
+        fuse = check_fuse(fuse)
         self.fused = 0
-        if fuse:
-            body, self.fused = _fuse_shared_inputs(report, gemms, rows, body)
+        if fuse != "none":
+            attention_modules = ({r.module for r in report.rows if r.attention is not None}
+                                 if fuse == "qkv" else None)
+            body, self.fused = _fuse_shared_inputs(report, gemms, rows, body,
+                                                   attention_modules)
         self._body, self._tail = tuple(body), tuple(tail)
         self.logits_module = head
         calls: dict = {}
@@ -277,12 +284,30 @@ class BatchStep:
         return self.time_s([c + tokens for c in contexts], q=tokens, logits_rows=rows)
 
 
-def _fuse_shared_inputs(report, gemms, rows, body) -> tuple:
+FUSE_CHOICES = ("all", "qkv", "none")
+
+
+def check_fuse(fuse) -> str:
+    """``fuse`` as one of :data:`FUSE_CHOICES` (True: ``"all"``, False: ``"none"``).
+
+    Raises:
+        ValueError: anything else.
+    """
+    if fuse is True or fuse is False:
+        return "all" if fuse else "none"
+    if fuse not in FUSE_CHOICES:
+        raise ValueError(f"fuse must be one of 'all', 'qkv', 'none' (or a bool), got "
+                         f"{fuse!r}")
+    return fuse
+
+
+def _fuse_shared_inputs(report, gemms, rows, body, attention_modules=None) -> tuple:
     """``body`` with the GEMMs that read the same activation (the same input node of the
     captured graph, in the same copy of a deduplicated layer) at the same ``M``, ``K``,
     dtype and layout merged into one of their summed ``N``, placed where the first was;
     and the number of GEMMs merged away. GEMMs whose input the graph does not show stay
-    as they are."""
+    as they are. ``attention_modules``: only groups whose GEMMs belong to one of these
+    modules (an attention module's Q, K and V projections)."""
     gm = report.graph_module
     nodes = {n.name: n for n in gm.graph.nodes} if gm is not None else {}
     groups: dict = {}
@@ -293,6 +318,9 @@ def _fuse_shared_inputs(report, gemms, rows, body) -> tuple:
             continue
         r = rows.get(o.node)
         if r is None or r.batch != 1 or r.work != 1:
+            continue
+        if attention_modules is not None and \
+                o.module.rpartition(".")[0] not in attention_modules:
             continue
         key = (n.args[0].name, copy, r.m, r.k, r.dtype, r.layout)
         groups.setdefault(key, []).append(o.node)
@@ -315,3 +343,9 @@ def _fuse_shared_inputs(report, gemms, rows, body) -> tuple:
         m, _, k, batch, dtype, layout, work, node = it
         out.append(("gemm", (m, n_sum, k, batch, dtype, layout, work, node)))
     return out, fused
+
+
+def logits_module_of(model) -> str | None:
+    """The name of ``model``'s output embedding (its logits GEMM's module), or None."""
+    out = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
+    return next((name for name, m in model.named_modules() if m is out), None)

@@ -21,6 +21,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from .batch import check_fuse
 from .simulate import Server
 from .traffic import poisson_requests
 
@@ -94,6 +95,7 @@ class CapacityPlan:
     #: speculative decoding in every trial (the engine's draft; None: none)
     draft: str | None = None
     num_speculative_tokens: int = 0
+    fuse: str = "all"
 
     def to_dict(self) -> dict:
         return {"model": self.model, "gpu": self.gpu, "slo_ttft_s": self.slo_ttft_s,
@@ -104,6 +106,7 @@ class CapacityPlan:
                 "best_tp": self.best.tp if self.best else None,
                 "closest_tp": self.closest.tp if self.closest else None,
                 "draft": self.draft, "num_speculative_tokens": self.num_speculative_tokens,
+                "fuse": self.fuse,
                 "summary": self.summary()}
 
     def summary(self) -> str:
@@ -235,4 +238,5 @@ def plan_capacity(model, *, gpu="h100", prompt_len, output_len, slo_ttft=None, s
         model=type(model).__name__, gpu=gpu_name, slo_ttft_s=ttft_slo, slo_itl_s=itl_slo,
         percentile=percentile, prompt_len=prompt_len, output_len=output_len, rate=rate,
         num_requests=num_requests, options=tuple(options), best=best, closest=closest,
-        draft=draft_name, num_speculative_tokens=spec_k)
+        draft=draft_name, num_speculative_tokens=spec_k,
+        fuse=check_fuse(engine.get("fuse", "all")))

@@ -9,7 +9,9 @@ serving engine runs them on ``tp`` GPUs:
   time to the first token;
 - **the decode steps**: ``output_len - 1`` more steps, step ``k`` feeding the ``k``-th
   generated token over ``prompt_len + k`` cached tokens, each priced at its own context
-  from one decode capture (``fxshape.serving.steps.DecodeSteps``; CUDA graphs);
+  from one decode capture (``fxshape.serving.steps.DecodeSteps``; CUDA graphs), with the
+  GEMMs that read one activation run as one as engines run them (``fuse``:
+  ``fxshape.serving.batch.BatchStep``);
 - **the request**: latency = time to first token + the decode steps; output throughput =
   ``batch_size × output_len / latency``; inter-token latency = the decode steps' mean.
 
@@ -26,6 +28,7 @@ from dataclasses import dataclass, field
 
 import torch
 
+from .batch import BatchStep, check_fuse, logits_module_of
 from .steps import DecodeSteps
 
 __all__ = ["ServeResult", "serve"]
@@ -49,6 +52,7 @@ class ServeResult:
     output_tokens_per_s: float
     #: the mean decode step (0 when output_len is 1)
     inter_token_latency_s: float
+    fuse: str = "all"  # the GEMMs fused (``serve``'s ``fuse``)
     notes: tuple = ()
     prefill: object = field(default=None, repr=False, compare=False)
     decode: object = field(default=None, repr=False, compare=False)
@@ -60,6 +64,7 @@ class ServeResult:
     def to_dict(self) -> dict:
         d = {k: getattr(self, k) for k in (
             "model", "gpu", "tp", "batch_size", "prompt_len", "output_len", "allreduce",
+            "fuse",
             "time_to_first_token_s", "inter_token_latency_s", "latency_s",
             "output_tokens_per_s")}
         d["decode_steps_s"] = list(self.decode_steps_s)
@@ -81,7 +86,8 @@ class ServeResult:
 
 def serve(model, *, gpu="h100", prompt_len: int, output_len: int, batch_size: int = 1,
           tp: int = 1, dtype=torch.bfloat16, allreduce: str = "auto", topology=None,
-          attention: str = "flash", kv_dtype=None, page_size=None) -> ServeResult:
+          attention: str = "flash", kv_dtype=None, page_size=None,
+          fuse=None) -> ServeResult:
     """Predict ``batch_size`` requests of ``prompt_len`` prompt tokens generating
     ``output_len`` tokens each on ``tp`` GPUs (module docstring).
 
@@ -91,6 +97,13 @@ def serve(model, *, gpu="h100", prompt_len: int, output_len: int, batch_size: in
             ``fxshape.analyze``.
         allreduce: how the tensor-parallel all-reduces run (``"auto"``: vLLM's choice;
             ``"one-shot"``, ``"two-shot"``, ``"nccl"``).
+        fuse: which GEMMs of a decode step that read one activation run as one
+            (``fxshape.serving.batch.BatchStep``): ``"all"`` (engines': vLLM's Q/K/V and
+            gate/up), ``"qkv"`` (the attention's projections only: gpt-fast's ``wqkv``),
+            ``"none"`` (as the Hugging Face model is written). Default ``"all"``, or
+            ``"none"`` with ``attention="math"`` (the unfused attention is priced as
+            captured). The prefill's GEMMs are priced as captured (compute-bound there,
+            fusing changes little).
 
     Returns:
         A frozen :class:`ServeResult`; its ``prefill`` and ``decode`` are the two reports
@@ -110,6 +123,12 @@ def serve(model, *, gpu="h100", prompt_len: int, output_len: int, batch_size: in
     output_len = check_size("output_len", output_len, optional=False)
     batch_size = check_size("batch_size", batch_size, optional=False)
     check_algorithm(allreduce)
+    if fuse is None:
+        fuse = "none" if attention == "math" else "all"
+    fuse = check_fuse(fuse)
+    if fuse != "none" and attention == "math":
+        raise ValueError(f"fuse={fuse!r} re-prices the step with a fused attention kernel; "
+                         "with attention='math' give fuse='none'")
     check_decoder(model)
     positions = max_positions(model.config)
     total = prompt_len + output_len
@@ -134,18 +153,25 @@ def serve(model, *, gpu="h100", prompt_len: int, output_len: int, batch_size: in
                          f"{decode.memory.capacity / 2**30:.1f} GiB (at most "
                          f"{cap.max_batch:,} sequences of this length; raise tp or lower "
                          "the batch)")
-    steps = DecodeSteps(decode)
-    decode_steps = tuple(steps.time_s(prompt_len + k) for k in range(1, output_len))
+    if fuse == "none":
+        steps = DecodeSteps(decode)
+        decode_steps = tuple(steps.time_s(prompt_len + k) for k in range(1, output_len))
+    else:
+        step = BatchStep(decode, allreduce=allreduce, topology=topology,
+                         logits_module=logits_module_of(model), fuse=fuse)
+        decode_steps = tuple(step.time_s([prompt_len + k] * batch_size)
+                             for k in range(1, output_len))
     ttft = prefill.step.time_s
     latency = ttft + sum(decode_steps)
     itl = sum(decode_steps) / len(decode_steps) if decode_steps else 0.0
     notes = (f"prefill: {prefill.step.execution}, logits of the last position only",
              f"decode: {decode.step.execution}, one capture at {last:,} cached tokens, "
-             "attention re-priced at each step's context")
+             "attention re-priced at each step's context; GEMMs that read one activation "
+             f"fused: {fuse}")
     return ServeResult(model=type(model).__name__, gpu=decode.gpu, tp=tp,
                        batch_size=batch_size, prompt_len=prompt_len, output_len=output_len,
                        allreduce=allreduce, time_to_first_token_s=ttft,
                        decode_steps_s=decode_steps, latency_s=latency,
                        output_tokens_per_s=batch_size * output_len / latency,
-                       inter_token_latency_s=itl, notes=notes, prefill=prefill,
+                       inter_token_latency_s=itl, fuse=fuse, notes=notes, prefill=prefill,
                        decode=decode)

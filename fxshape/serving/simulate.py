@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from .batch import BatchStep
+from .batch import BatchStep, check_fuse, logits_module_of
 from .scheduler import EngineConfig, percentile, run_engine, weighted_percentile
 from .traffic import Request, poisson_requests, read_trace
 
@@ -104,6 +104,7 @@ class ServingSimulation:
     num_speculative_tokens: int = 0
     acceptance: float | None = None
     acceptance_length: float | None = None
+    fuse: str = "all"
     notes: tuple = ()
     run: object = field(default=None, repr=False, compare=False)
     decode: object = field(default=None, repr=False, compare=False)
@@ -117,6 +118,7 @@ class ServingSimulation:
             "gpu_memory_utilization": self.gpu_memory_utilization, "seed": self.seed,
             "draft": self.draft, "num_speculative_tokens": self.num_speculative_tokens,
             "acceptance": self.acceptance, "acceptance_length": self.acceptance_length,
+            "fuse": self.fuse,
             "num_requests": self.num_requests, "duration_s": self.duration_s,
             "request_throughput": self.request_throughput,
             "output_tokens_per_s": self.output_tokens_per_s,
@@ -196,7 +198,7 @@ class Server:
                  gpu_memory_utilization: float = 0.9, dtype=torch.bfloat16,
                  allreduce: str = "auto", topology=None, attention: str = "flash",
                  kv_dtype=None, draft=None, num_speculative_tokens: int = 3,
-                 acceptance=None, acceptance_length=None):
+                 acceptance=None, acceptance_length=None, fuse="all"):
         from ..analysis.annotate import analyze
         from ..analysis.serving import capacity_of
         from ..cost.allreduce import check_algorithm
@@ -208,6 +210,7 @@ class Server:
             raise ValueError("attention='math' is refused under load: serving engines run a "
                              "fused attention kernel (accepted: 'flash', 'fa2', 'fa3')")
         check_decoder(model)
+        fuse = check_fuse(fuse)
         if draft is None and (acceptance is not None or acceptance_length is not None):
             raise ValueError("acceptance and acceptance_length apply to speculative decoding: "
                              "give a draft ('eagle' or a draft causal LM)")
@@ -262,23 +265,22 @@ class Server:
                 f"forward's activations ({activations / _GIB:.1f} GiB) leaves nothing; raise "
                 "tp or lower max_num_batched_tokens")
         self.config = dataclasses.replace(config, kv_blocks=int(blocks))
-        out_emb = (model.get_output_embeddings() if hasattr(model, "get_output_embeddings")
-                   else None)
-        head = next((name for name, m in model.named_modules() if m is out_emb), None)
         # vLLM runs Q, K, V as one GEMM and gate and up as one (QKVParallelLinear,
-        # MergedColumnParallelLinear)
+        # MergedColumnParallelLinear): fuse="all"
+        self.fuse = fuse
         self.step = BatchStep(decode, allreduce=allreduce, topology=topology,
-                              logits_module=head, fuse=True)
+                              logits_module=logits_module_of(model), fuse=fuse)
         if self.spec_k:
             from .speculative import SpeculativeStep
 
             self.step = SpeculativeStep(self.step, BatchStep(
-                draft_rep, allreduce=allreduce, topology=topology, fuse=True), self.spec_k)
+                draft_rep, allreduce=allreduce, topology=topology,
+                logits_module=logits_module_of(drafter), fuse=fuse), self.spec_k)
         self.decode = decode
         self.notes = (f"vLLM V1's scheduler: FCFS, chunked prefill, preemption by "
                       f"recomputation; steps priced from one decode capture of {_BASE_BATCH} "
-                      f"sequences at {context:,} tokens (fxshape.serving.batch), the GEMMs "
-                      "reading one activation fused as vLLM runs them (Q/K/V, gate/up)",
+                      f"sequences at {context:,} tokens (fxshape.serving.batch); GEMMs that "
+                      f"read one activation fused: {fuse}",
                       "not modelled: the engine's CPU time between steps, prefix caching, "
                       "the sampler")
 
@@ -312,7 +314,7 @@ class Server:
             gpu_memory_utilization=self.utilization, seed=seed, draft=self.draft_name,
             num_speculative_tokens=self.spec_k, acceptance=self.acceptance,
             acceptance_length=(1 + run.accepted * self.spec_k / run.drafts) if run.drafts
-            else None, notes=self.notes, run=run, decode=self.decode)
+            else None, fuse=self.fuse, notes=self.notes, run=run, decode=self.decode)
 
 
 def simulate_serving(model, *, gpu="h100", tp: int = 1, requests=None, num_requests=None,
@@ -322,7 +324,7 @@ def simulate_serving(model, *, gpu="h100", tp: int = 1, requests=None, num_reque
                      dtype=torch.bfloat16, allreduce: str = "auto", topology=None,
                      attention: str = "flash", kv_dtype=None, draft=None,
                      num_speculative_tokens: int = 3, acceptance=None,
-                     acceptance_length=None) -> ServingSimulation:
+                     acceptance_length=None, fuse="all") -> ServingSimulation:
     """Serve requests with continuous batching on ``tp`` GPUs (module docstring).
 
     Args:
@@ -340,6 +342,8 @@ def simulate_serving(model, *, gpu="h100", tp: int = 1, requests=None, num_reque
         draft, num_speculative_tokens, acceptance, acceptance_length: speculative decoding
             (``fxshape.speculate``'s arguments; ``draft=None``: none): each decode request
             verifies its drafts in the step, accepting each with that probability.
+        fuse: the GEMMs run as one when they read one activation (``"all"``: vLLM's
+            Q/K/V and gate/up; ``"qkv"``; ``"none"``: as captured).
 
     Raises:
         ValueError: bad requests or limits (named); a request longer than the model's
@@ -353,6 +357,6 @@ def simulate_serving(model, *, gpu="h100", tp: int = 1, requests=None, num_reque
                     allreduce=allreduce, topology=topology, attention=attention,
                     kv_dtype=kv_dtype, draft=draft,
                     num_speculative_tokens=num_speculative_tokens, acceptance=acceptance,
-                    acceptance_length=acceptance_length)
+                    acceptance_length=acceptance_length, fuse=fuse)
     return server.run(reqs, max_concurrency=max_concurrency,
                       seed=seed if requests is None else None)

@@ -41,7 +41,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from .batch import BatchStep
+from .batch import BatchStep, check_fuse, logits_module_of
 
 __all__ = ["speculate", "SpeculationResult", "SpeculativeStep", "expected_tokens",
            "acceptance_from_length", "resolve_acceptance", "draft_model", "DEFAULT_ACCEPTANCE"]
@@ -52,7 +52,8 @@ _BATCHES = (1, 2, 4, 8, 16, 32, 64, 128, 256)
 
 
 def expected_tokens(alpha: float, k: int) -> float:
-    """Tokens per iteration per request: ``(1 − α^(k+1)) / (1 − α)`` (``k + 1`` at ``α = 1``)."""
+    """Tokens per iteration per request: ``(1 − α^(k+1)) / (1 − α)`` (``k + 1`` at
+    ``α = 1``)."""
     _check_k(k)
     _check_alpha(alpha)
     if alpha == 1:
@@ -116,6 +117,7 @@ class SpeculationResult:
     #: the first batch of ``by_batch`` at which speculation no longer pays (None: it pays
     #: at every one)
     breakeven_batch: int | None = None
+    fuse: str = "all"
     notes: tuple = ()
     target_step: object = field(default=None, repr=False, compare=False)
     draft_step: object = field(default=None, repr=False, compare=False)
@@ -124,7 +126,7 @@ class SpeculationResult:
         d = {k: getattr(self, k) for k in (
             "model", "draft", "gpu", "tp", "k", "acceptance", "tokens_per_step", "batch_size",
             "context", "verify_s", "draft_s", "step_s", "tpot_s", "plain_tpot_s", "speedup",
-            "output_tokens_per_s", "plain_output_tokens_per_s", "breakeven_batch")}
+            "output_tokens_per_s", "plain_output_tokens_per_s", "breakeven_batch", "fuse")}
         d["by_batch"] = [list(p) for p in self.by_batch]
         d["notes"] = list(self.notes)
         return d
@@ -223,7 +225,7 @@ def _iteration(target: BatchStep, draft: BatchStep, contexts, k: int) -> tuple:
 def speculate(model, *, prompt_len: int, output_len: int, draft="eagle", k: int = 3,
               acceptance=None, acceptance_length=None, batch_size: int = 1, gpu="h100",
               tp: int = 1, dtype=torch.bfloat16, allreduce: str = "auto", topology=None,
-              attention: str = "flash", kv_dtype=None) -> SpeculationResult:
+              attention: str = "flash", kv_dtype=None, fuse="all") -> SpeculationResult:
     """Speculative decoding of ``batch_size`` requests (module docstring).
 
     Args:
@@ -236,7 +238,8 @@ def speculate(model, *, prompt_len: int, output_len: int, draft="eagle", k: int 
             :data:`DEFAULT_ACCEPTANCE`); or ``acceptance_length``: the measured mean tokens
             per step (``[1, k + 1]``), from which ``α`` is solved. Not both.
         prompt_len, output_len: the requests' sizes (they set the context priced).
-        gpu, tp, dtype, allreduce, topology, attention, kv_dtype: as in ``fxshape.serve``.
+        gpu, tp, dtype, allreduce, topology, attention, kv_dtype, fuse: as in
+            ``fxshape.serve``.
 
     Raises:
         ValueError: bad sizes, ``k``, acceptance; a draft that is not ``"eagle"`` or a
@@ -252,6 +255,7 @@ def speculate(model, *, prompt_len: int, output_len: int, draft="eagle", k: int 
     output_len = check_size("output_len", output_len, optional=False)
     batch_size = check_size("batch_size", batch_size, optional=False)
     alpha = resolve_acceptance(k, acceptance, acceptance_length)
+    fuse = check_fuse(fuse)
     check_algorithm(allreduce)
     check_decoder(model)
     drafter_model, draft_name = draft_model(model, draft)
@@ -268,9 +272,11 @@ def speculate(model, *, prompt_len: int, output_len: int, draft="eagle", k: int 
     t_rep = analyze(model, context_len=ctx0, **common)
     d_pos = max_positions(drafter_model.config)
     d_rep = analyze(drafter_model, context_len=min(ctx0, d_pos) if d_pos else ctx0, **common)
-    # as vLLM runs them: Q, K, V in one GEMM, gate and up in one
-    target = BatchStep(t_rep, allreduce=allreduce, topology=topology, fuse=True)
-    drafter = BatchStep(d_rep, allreduce=allreduce, topology=topology, fuse=True)
+    # fuse="all": as vLLM runs them, Q, K, V in one GEMM, gate and up in one
+    target = BatchStep(t_rep, allreduce=allreduce, topology=topology,
+                       logits_module=logits_module_of(model), fuse=fuse)
+    drafter = BatchStep(d_rep, allreduce=allreduce, topology=topology,
+                        logits_module=logits_module_of(drafter_model), fuse=fuse)
     t_cap, d_cap = capacity_of(t_rep), capacity_of(d_rep)
     weights = t_cap.weights + (d_cap.weights if drafter_model is not model else 0)
     per_seq = (t_cap.kv_bytes_per_token + d_cap.kv_bytes_per_token) * total
@@ -312,4 +318,5 @@ def speculate(model, *, prompt_len: int, output_len: int, draft="eagle", k: int 
         verify_s=verify, draft_s=drafting, step_s=step, tpot_s=tpot, plain_tpot_s=plain,
         speedup=plain / tpot, output_tokens_per_s=batch_size / tpot,
         plain_output_tokens_per_s=batch_size / plain, by_batch=tuple(by_batch),
-        breakeven_batch=breakeven, notes=notes, target_step=target, draft_step=drafter)
+        breakeven_batch=breakeven, fuse=fuse, notes=notes, target_step=target,
+        draft_step=drafter)
