@@ -583,6 +583,13 @@ def test_speculation_in_the_scheduler_draws_the_expected_acceptance():
     assert again == run
 
 
+def test_a_request_whose_drafts_overflow_the_cache_is_refused():
+    # 3 blocks of 16 = 48 slots: 40 + 9 - 1 = 48 tokens fit; with 2 drafts' slots, 50 do not
+    run_engine(SpecStep(), [Request(0.0, 40, 9)], _config(kv_blocks=3))
+    with pytest.raises(ValueError, match="needs 4 KV blocks"):
+        run_engine(SpecStep(), [Request(0.0, 40, 9)], _config(kv_blocks=3), spec_k=2)
+
+
 @pytest.mark.parametrize("kw,match", [({"spec_k": 16}, "spec_k"), ({"spec_k": -1}, "spec_k"),
                                       ({"acceptance": 1.5}, "acceptance")])
 def test_run_engine_speculation_bad_input(kw, match):

@@ -27,8 +27,8 @@ capturing again:
   graph's launch); a larger step runs the compiled model without graphs, each kernel
   launched by the host, and takes the longer of the GPU's time and the host's.
 
-Not modelled: the engine's scheduler and sampler on the CPU between steps (vLLM V1 overlaps
-most of them), prefix caching, sampling kernels.
+Not modelled: the engine's scheduler and sampler on the CPU between steps (not overlapped
+with the GPU without vLLM's asynchronous scheduling), prefix caching, sampling kernels.
 """
 
 from __future__ import annotations

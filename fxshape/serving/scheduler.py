@@ -137,8 +137,8 @@ def run_engine(step, requests, config: EngineConfig, *, spec_k: int = 0,
     rng = random.Random(seed)
     drafts = accepted = 0
     bs, total_blocks = config.block_size, config.kv_blocks
-    for i, r in enumerate(requests):
-        need = -(-(r.prompt_len + r.output_len - 1) // bs)
+    for i, r in enumerate(requests):  # (its last drafts' slots included)
+        need = -(-(r.prompt_len + r.output_len - 1 + spec_k) // bs)
         if need > total_blocks:
             raise ValueError(f"request {i} ({r.prompt_len:,} + {r.output_len:,} tokens) needs "
                              f"{need:,} KV blocks of {bs} tokens; the cache holds "
