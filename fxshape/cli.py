@@ -15,6 +15,7 @@ from .cost.attention import ATTENTION_CHOICES
 from .cost.gemm import LAYOUTS, is_default_params, predict_matmul, resolve_params_path, use_params
 from .hardware.gpus import ALIASES, get_gpu, list_gpus
 from .parallelism.plan import GRAD_DTYPES, SCHEDULES, ZERO_STAGES, Parallel
+from .serving.batch import FUSE_CHOICES
 from .tracing.export import MAX_SIZE
 
 __all__ = ["main", "format_prediction"]
@@ -412,35 +413,24 @@ def _length_arg(text: str):
     return lo if lo == hi else (lo, hi)
 
 
-def _rate_arg(text: str) -> float:
-    try:
-        v = float(text)
-    except ValueError:
-        v = float("nan")
-    if not v > 0:
-        raise argparse.ArgumentTypeError(f"expected a positive number of requests per second "
-                                         f"or inf, got {text!r}")
-    return v
+def _float_arg(ok, expected: str):
+    """An argparse type: a float for which ``ok`` holds, else "expected ``expected``"."""
+    def parse(text: str) -> float:
+        try:
+            v = float(text)
+        except ValueError:
+            v = float("nan")
+        if not ok(v):
+            raise argparse.ArgumentTypeError(f"expected {expected}, got {text!r}")
+        return v
+    return parse
 
 
-def _unit_arg(text: str) -> float:
-    try:
-        v = float(text)
-    except ValueError:
-        v = float("nan")
-    if not 0 <= v <= 1:
-        raise argparse.ArgumentTypeError(f"expected a probability in [0, 1], got {text!r}")
-    return v
-
-
-def _fraction_arg(text: str) -> float:
-    try:
-        v = float(text)
-    except ValueError:
-        v = float("nan")
-    if not 0 < v <= 1:
-        raise argparse.ArgumentTypeError(f"expected a fraction in (0, 1], got {text!r}")
-    return v
+_rate_arg = _float_arg(lambda v: v > 0, "a positive number of requests per second or inf")
+_unit_arg = _float_arg(lambda v: 0 <= v <= 1, "a probability in [0, 1]")
+_fraction_arg = _float_arg(lambda v: 0 < v <= 1, "a fraction in (0, 1]")
+_tokens_arg = _float_arg(lambda v: 1 <= v < float("inf"),
+                         "a mean number of tokens per step of at least 1")
 
 
 def _cmd_serve(args) -> int:
@@ -1107,7 +1097,7 @@ def build_parser() -> argparse.ArgumentParser:
                     help="capacity planning: the percentile the SLOs hold at (default 99)")
     pw.add_argument("--tp-choices", type=_int_list, default=None,
                     help="capacity planning: tensor-parallel degrees to try (default 1,2,4,8)")
-    pw.add_argument("--fuse", choices=("all", "qkv", "none"), default=None,
+    pw.add_argument("--fuse", choices=FUSE_CHOICES, default=None,
                     help="which GEMMs reading one activation run as one: all (engines': "
                          "Q/K/V and gate/up, the default), qkv (gpt-fast's wqkv), none (as "
                          "the Hugging Face model is written)")
@@ -1119,7 +1109,7 @@ def build_parser() -> argparse.ArgumentParser:
     pw.add_argument("--acceptance", type=_unit_arg, default=None,
                     help="speculative decoding: the probability a draft token is accepted "
                          "(default 0.57, a published EAGLE figure)")
-    pw.add_argument("--acceptance-length", type=_rate_arg, default=None,
+    pw.add_argument("--acceptance-length", type=_tokens_arg, default=None,
                     help="speculative decoding: the measured mean tokens per step instead "
                          "of --acceptance")
     pw.add_argument("--tp", type=_positive_int, default=1,

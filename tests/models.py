@@ -83,14 +83,15 @@ class NoMatmul(nn.Module):
         return torch.relu(x) * 2
 
 
-def tiny_llama(layers=2, positions=512):
+def tiny_llama(layers=2, positions=512, **sizes):
     """A Hugging Face Llama on the meta device small enough for any test of the serving
-    wing: hidden 256, 8 heads over 2 KV heads, 1,000 tokens."""
+    wing: hidden 256, 8 heads over 2 KV heads, 1,000 tokens (``sizes``: other config
+    fields)."""
     import transformers
 
-    cfg = transformers.LlamaConfig(num_hidden_layers=layers, hidden_size=256,
-                                   intermediate_size=512, num_attention_heads=8,
-                                   num_key_value_heads=2, vocab_size=1000,
-                                   max_position_embeddings=positions)
+    cfg = transformers.LlamaConfig(**{**dict(
+        num_hidden_layers=layers, hidden_size=256, intermediate_size=512,
+        num_attention_heads=8, num_key_value_heads=2, vocab_size=1000,
+        max_position_embeddings=positions), **sizes})
     with torch.device("meta"):
         return transformers.LlamaForCausalLM(cfg)

@@ -6,7 +6,6 @@ context); bad input."""
 import json
 
 import pytest
-import torch
 
 import fxshape
 from fxshape.cost.allreduce import (NCCL_TUNING, allreduce_params, nccl_protocols,
@@ -175,12 +174,8 @@ def test_serve_bad_input(kw, match):
 
 
 def test_serve_refuses_a_batch_that_does_not_fit():
-    cfg = transformers.LlamaConfig(num_hidden_layers=2, hidden_size=4096,
-                                   intermediate_size=8192, num_attention_heads=32,
-                                   num_key_value_heads=32, vocab_size=1000,
-                                   max_position_embeddings=65536)
-    with torch.device("meta"):
-        m = transformers.LlamaForCausalLM(cfg)
+    m = tiny_llama(positions=65536, hidden_size=4096, intermediate_size=8192,
+                   num_attention_heads=32, num_key_value_heads=32)
     # 2 layers x 2 (K, V) x 4096 x 2 bytes = 32 KiB a token; 64 x 60,000 tokens = 117 GiB
     with pytest.raises(ValueError, match="do not fit on h100"):
         fxshape.serve(m, gpu="h100", prompt_len=59_000, output_len=1000, batch_size=64)

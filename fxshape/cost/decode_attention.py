@@ -144,6 +144,19 @@ def kv_block_tokens(head_dim: int) -> int:
     return 256 if head_dim <= 64 else 128 if head_dim <= 128 else 64
 
 
+def _check_call(page_size, **sizes) -> None:
+    """A one-line ``ValueError`` unless every size is a positive integer, the KV heads divide
+    the heads and the page size is one :func:`check_page_size` takes."""
+    for name, v in sizes.items():
+        if isinstance(v, bool) or not isinstance(v, int) or v <= 0:
+            raise ValueError(f"decode attention {name} must be a positive integer, got {v!r}")
+    heads, kv_heads = sizes["heads"], sizes["kv_heads"]
+    if heads % kv_heads:
+        raise ValueError(f"{heads} query heads cannot share {kv_heads} KV heads (kv_heads must "
+                         "divide heads)")
+    check_page_size(page_size)
+
+
 def predict_decode(batch: int, heads: int, kv_heads: int, seq_q: int, context: int,
                    head_dim: int, *, gpu="h100", itemsize: int = 2, kv_itemsize: int | None = None,
                    page_size: int | None = None, head_dim_v: int | None = None,
@@ -162,15 +175,8 @@ def predict_decode(batch: int, heads: int, kv_heads: int, seq_q: int, context: i
     Raises:
         ValueError: a size that is not a positive integer, heads that do not share KV heads.
     """
-    for name, v in (("batch", batch), ("heads", heads), ("kv_heads", kv_heads),
-                    ("seq_q", seq_q), ("context", context), ("head_dim", head_dim),
-                    ("itemsize", itemsize)):
-        if isinstance(v, bool) or not isinstance(v, int) or v <= 0:
-            raise ValueError(f"decode attention {name} must be a positive integer, got {v!r}")
-    if heads % kv_heads:
-        raise ValueError(f"{heads} query heads cannot share {kv_heads} KV heads (kv_heads must "
-                         "divide heads)")
-    check_page_size(page_size)
+    _check_call(page_size, batch=batch, heads=heads, kv_heads=kv_heads, seq_q=seq_q,
+                context=context, head_dim=head_dim, itemsize=itemsize)
     spec = get_gpu(gpu)
     p = params or decode_attention_params()
     kv_item = kv_itemsize or itemsize
@@ -259,14 +265,8 @@ def predict_decode_ragged(contexts, heads: int, kv_heads: int, seq_q: int, head_
     if type(total_ctx) is not int or min(contexts) <= 0:
         bad = next(c for c in contexts if type(c) is not int or c <= 0)
         raise ValueError(f"decode attention contexts must be positive integers, got {bad!r}")
-    for name, v in (("heads", heads), ("kv_heads", kv_heads), ("seq_q", seq_q),
-                    ("head_dim", head_dim), ("itemsize", itemsize)):
-        if isinstance(v, bool) or not isinstance(v, int) or v <= 0:
-            raise ValueError(f"decode attention {name} must be a positive integer, got {v!r}")
-    if heads % kv_heads:
-        raise ValueError(f"{heads} query heads cannot share {kv_heads} KV heads (kv_heads must "
-                         "divide heads)")
-    check_page_size(page_size)
+    _check_call(page_size, heads=heads, kv_heads=kv_heads, seq_q=seq_q, head_dim=head_dim,
+                itemsize=itemsize)
     spec = get_gpu(gpu)
     p = params or decode_attention_params()
     kv_item = kv_itemsize or itemsize

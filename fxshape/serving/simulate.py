@@ -176,7 +176,7 @@ def _requests(requests, num_requests, rate, prompt_len, output_len, seed) -> tup
         if not requests or not all(isinstance(r, Request) for r in requests):
             raise ValueError("requests must be a non-empty sequence of "
                              "fxshape.serving.Request or a trace file's path")
-        return tuple(sorted(requests, key=lambda r: r.arrival_s))
+        return requests  # Server.run sorts them by arrival
     if any(v is None for v in generated):
         raise ValueError("give num_requests, prompt_len and output_len (with a rate), or "
                          "requests (a trace file's path or Request records)")
@@ -231,10 +231,10 @@ class Server:
         self.positions = max_positions(model.config)
         self.tp, self.allreduce, self.utilization = tp, allreduce, float(u)
         context = min(1024, self.positions) if self.positions else 1024
-        decode = analyze(model, mode="decode", batch_size=_BASE_BATCH, context_len=context,
-                         gpu=spec, dtype=dtype, tp=tp, topology=topology, attention=attention,
-                         kv_dtype=kv_dtype, page_size=block_size, allreduce=allreduce,
-                         provenance=None)
+        capture = dict(mode="decode", batch_size=_BASE_BATCH, gpu=spec, dtype=dtype, tp=tp,
+                       topology=topology, attention=attention, kv_dtype=kv_dtype,
+                       page_size=block_size, allreduce=allreduce, provenance=None)
+        decode = analyze(model, context_len=context, **capture)
         config = EngineConfig(
             max_num_seqs=d_seqs if max_num_seqs is None else max_num_seqs,
             max_num_batched_tokens=d_tokens if max_num_batched_tokens is None
@@ -246,11 +246,8 @@ class Server:
         draft_rep = None
         if self.spec_k:  # the draft's weights (unless the target drafts for itself) and cache
             d_pos = max_positions(drafter.config)
-            draft_rep = analyze(drafter, mode="decode", batch_size=_BASE_BATCH,
-                                context_len=min(context, d_pos) if d_pos else context,
-                                gpu=spec, dtype=dtype, tp=tp, topology=topology,
-                                attention=attention, kv_dtype=kv_dtype, page_size=block_size,
-                                allreduce=allreduce, provenance=None)
+            draft_rep = analyze(drafter, context_len=min(context, d_pos) if d_pos else context,
+                                **capture)
             d_cap = capacity_of(draft_rep)
             weights += d_cap.weights if drafter is not model else 0
             kv_token += d_cap.kv_bytes_per_token

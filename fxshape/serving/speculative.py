@@ -169,13 +169,17 @@ class SpeculativeStep:
         _check_k(k)
         self.target, self.draft, self.k = target, draft, k
 
-    def time_s(self, decode_contexts=(), chunks=(), *, q: int = 1) -> float:
+    def parts(self, decode_contexts=(), chunks=(), *, q: int = 1) -> tuple:
+        """``(verify, draft)`` seconds of the step (the arguments of :meth:`time_s`)."""
         rows = q * len(decode_contexts) + len(chunks)
         verify = self.target.time_s(decode_contexts, chunks, q=q, logits_rows=rows)
         first = self.draft.time_s(decode_contexts, chunks, q=q)
         keys = list(decode_contexts) + [cached + n for n, cached in chunks]
         rest = sum(self.draft.time_s([c + j + 1 for c in keys]) for j in range(self.k - 1))
-        return verify + first + rest
+        return verify, first + rest
+
+    def time_s(self, decode_contexts=(), chunks=(), *, q: int = 1) -> float:
+        return sum(self.parts(decode_contexts, chunks, q=q))
 
 
 def draft_model(model, draft):
@@ -213,13 +217,6 @@ def resolve_acceptance(k: int, acceptance=None, acceptance_length=None) -> float
     alpha = DEFAULT_ACCEPTANCE if acceptance is None else acceptance
     _check_alpha(alpha)
     return alpha
-
-
-def _iteration(target: BatchStep, draft: BatchStep, contexts, k: int) -> tuple:
-    verify = target.verify_s(contexts, k + 1)
-    first = draft.verify_s(contexts, k + 1, logits_rows=len(contexts))
-    rest = sum(draft.time_s([c + k + 1 + j for c in contexts]) for j in range(k - 1))
-    return verify, first + rest
 
 
 def speculate(model, *, prompt_len: int, output_len: int, draft="eagle", k: int = 3,
@@ -292,10 +289,11 @@ def speculate(model, *, prompt_len: int, output_len: int, draft="eagle", k: int 
     context = prompt_len + output_len // 2
     e = expected_tokens(alpha, k)
 
+    step_model = SpeculativeStep(target, drafter, k)
+
     def at(b):
-        ctx = [context] * b
-        plain = target.time_s([c + 1 for c in ctx])
-        verify, drafting = _iteration(target, drafter, ctx, k)
+        plain = target.time_s([context + 1] * b)
+        verify, drafting = step_model.parts([context + k + 1] * b, q=k + 1)
         return plain, verify, drafting
 
     plain, verify, drafting = at(batch_size)
