@@ -22,6 +22,8 @@ Method:
   script reports how often it is the kernel the row's name says ran.
 - Validation: in sample, held out (the other half), and leave-one-GPU-out (each GPU predicted
   with another GPU's efficiencies at its own bandwidth, the way a GPU absent from the data is).
+- GPUs in ``SOURCED`` (no data: the MI250X's GCD) take a published streaming bandwidth as
+  their elementwise efficiency, and the base GPU's other efficiencies.
 Deterministic; a few seconds.
 """
 
@@ -61,7 +63,17 @@ KINDS = ("elementwise", "layer_norm", "softmax")
 FAMILY_FROM = {"ampere": "a100-pcie-40gb", "ampere-ga10x": "a100-pcie-40gb",
                "ada": "a100-pcie-40gb", "hopper": "a100-pcie-40gb",
                "blackwell": "a100-pcie-40gb", "volta": "v100-pcie", "turing": "t4",
-               "pascal": "p100-pcie", "cdna2": "a100-pcie-40gb", "cdna3": "a100-pcie-40gb"}
+               "pascal": "p100-pcie", "cdna2": "mi250x-gcd", "cdna3": "a100-pcie-40gb"}
+#: GPUs without data whose streaming (elementwise) efficiency is sourced, not fitted: the
+#: other families' efficiencies are the base GPU's. MI250X, one GCD: "peak memory is
+#: theoretical 1.6 TB/s but achievable 1.3 TB/s per GCD" (AMD's presenter, answering a
+#: hip-stream Copy of 1,280 GiB/s on one GCD: LUMI 4-day course, 2023-05-30, "Introduction
+#: to the AMD ROCm Ecosystem", Q&A 2; github.com/Lumi-supercomputer/LUMI-training-materials,
+#: docs/4day-20230530/extra_2_06_Introduction_to_AMD_ROCm_Ecosystem.md): 1.3 TB/s over the
+#: GPU table's datasheet bandwidth of one GCD (GB/s per GCD below).
+SOURCED = {"mi250x-gcd": {"base": "a100-pcie-40gb", "achieved_gbs": 1300,
+                          "source": "LUMI training 2023-05-30, ROCm ecosystem Q&A 2: "
+                                    "achievable 1.3 TB/s per GCD (hip-stream)"}}
 #: Kernel-name fragments of each family, to check the dispatch rule against what ran.
 KERNEL_OF = {"elementwise": "elementwise_kernel", "layer_norm": "layer_norm_kernel",
              "softmax_warp": "softmax_warp_forward", "softmax_block": "cunn_SoftMaxForward"}
@@ -150,6 +162,10 @@ def fit(data):
         print(f"{name:16s} mean|log err|={loss:.4f} " +
               " ".join(f"{f}={v:.3f}" for f, v in effs.items()) + " overhead " +
               " ".join(f"{k}={v * 1e6:.1f}us" for k, v in over.items()), file=sys.stderr)
+    for name, src in SOURCED.items():
+        eff = src["achieved_gbs"] / get_gpu(name).memory_bandwidth_gbs
+        gpus[name] = {**gpus[src["base"]], "elementwise": _r(eff), "rows": 0,
+                      "source": f"{src['source']}; other families: {src['base']}'s fit"}
     archs = sorted({get_gpu(g).arch for g in list_gpus()})
     return {"comment": "Written by bench/fit_memops.py from neusight/memops_train.csv; do "
                        "not edit.",

@@ -12,7 +12,12 @@ row is also predicted with NCCL's model (``allreduce="nccl"``) for comparison. L
 LLaMA-1's published sizes. The GEMMs are fused as each engine's model runs them (the
 ``fuse`` column: gpt-fast's ``model.py`` has one ``wqkv`` linear and separate ``w1``, ``w3``:
 ``"qkv"``; vLLM's Llama has ``QKVParallelLinear`` and ``MergedColumnParallelLinear``:
-``"all"``); each row is also predicted unfused. About two minutes on two cores.
+``"all"``); each row is also predicted unfused. The ``gemv`` column says how the engine's
+batch-1 matrix-vector products run (``fxshape.cost.gemv``): gpt-fast's ``generate.py`` sets
+``torch._inductor.config.coordinate_descent_tuning = True``, under which Inductor
+decomposes every ``M = 1`` GEMM into a Triton reduction (``"inductor"``); vLLM runs the
+BLAS library's GEMM (``"library"``); those rows are also predicted with the library's
+kernel. About two minutes on two cores.
 """
 
 from __future__ import annotations
@@ -61,21 +66,26 @@ def main(argv=None) -> int:
                   batch_size=int(r["batch_size"]), prompt_len=int(r["prompt_len"]),
                   output_len=int(r["output_len"]),
                   page_size=16 if r["source"].startswith("vllm") else None)
-        got = {(a, f): fxshape.serve(m, allreduce=a, fuse=f, **kw) for a, f in dict.fromkeys(
-            ((r["allreduce"], r["fuse"]), ("nccl", r["fuse"]), (r["allreduce"], "none")))}
+        a, f, g = r["allreduce"], r["fuse"], r["gemv"]
+        got = {o: fxshape.serve(m, allreduce=o[0], fuse=o[1], gemv=o[2], **kw)
+               for o in dict.fromkeys(((a, f, g), ("nccl", f, g), (a, "none", g),
+                                       (a, f, "library")))}
         metric, meas = r["metric"], float(r["measured"])
-        pred = getattr(got[(r["allreduce"], r["fuse"])], metric)
+        pred = getattr(got[(a, f, g)], metric)
         err = (pred - meas) / meas
         errs.setdefault(r["source"], []).append(abs(err))
-        nccl = getattr(got[("nccl", r["fuse"])], metric)
-        unfused = getattr(got[(r["allreduce"], "none")], metric)
-        out.append([r["source"], r["model"], r["gpu"], r["tp"], r["batch_size"],
-                    r["allreduce"], r["fuse"], metric, f"{meas:g}", f"{pred:.4g}",
-                    f"{100 * err:+.1f}%", f"{100 * (nccl - meas) / meas:+.1f}%",
-                    f"{100 * (unfused - meas) / meas:+.1f}%"])
+
+        def error(o):
+            return f"{100 * (getattr(got[o], metric) - meas) / meas:+.1f}%"
+
+        out.append([r["source"], r["model"], r["gpu"], r["tp"], r["batch_size"], a, f, g,
+                    metric, f"{meas:g}", f"{pred:.4g}", f"{100 * err:+.1f}%",
+                    error(("nccl", f, g)), error((a, "none", g)),
+                    error((a, f, "library")) if g != "library" else ""])
     print(tabulate(out, headers=["source", "model", "gpu", "tp", "batch", "all-reduce",
-                                 "fused", "metric", "measured", "predicted", "error",
-                                 "error with nccl", "error unfused"], tablefmt=args.format))
+                                 "fused", "gemv", "metric", "measured", "predicted", "error",
+                                 "error with nccl", "error unfused",
+                                 "error with the library's gemv"], tablefmt=args.format))
     for src, e in errs.items():
         print(f"{src}: median |error| {100 * statistics.median(e):.1f}% over {len(e)} rows, "
               f"worst {100 * max(e):.1f}%")

@@ -193,7 +193,8 @@ def _cmd_analyze(args) -> int:
                          dp=dp, topology=args.topology, sequence_parallel=sp,
                          context_len=args.context_len, kv_dtype=args.kv_dtype,
                          page_size=args.page_size, parallel=parallel,
-                         recompute=args.recompute, allreduce=args.allreduce)
+                         recompute=args.recompute, allreduce=args.allreduce,
+                         gemv=args.gemv)
     except CaptureError as exc:
         raise ValueError(_capture_failure(exc, args.verbose)) from None
     if args.plot:
@@ -395,6 +396,15 @@ def _allreduce_arg(p, default) -> None:
                                       "eager PyTorch otherwise" if default is None else ""))
 
 
+def _gemv_arg(p) -> None:
+    from .cost.gemv import GEMV_CHOICES
+
+    p.add_argument("--gemv", choices=GEMV_CHOICES, default=None,
+                   help="how GEMMs with M = 1 (batch-1 decode) run: library (the BLAS GEMM, "
+                        "the default) or inductor (torch.compile with "
+                        "coordinate_descent_tuning, as gpt-fast: one Triton reduction each)")
+
+
 _SPEC_FLAGS = ("num_speculative_tokens", "acceptance", "acceptance_length")
 _LOAD_FLAGS = ("num_requests", "rate", "trace", "max_concurrency", "max_num_seqs",
                "max_num_batched_tokens", "block_size", "gpu_memory_utilization", "seed")
@@ -436,6 +446,12 @@ _tokens_arg = _float_arg(lambda v: 1 <= v < float("inf"),
 def _cmd_serve(args) -> int:
     from .presets import load_target
 
+    load = args.rate is not None or args.num_requests is not None or args.trace is not None
+    if args.gemv is not None and (load or args.draft is not None or args.slo_ttft is not None
+                                  or args.slo_itl is not None):
+        raise ValueError("--gemv applies to one batch without --draft (gpt-fast's batch-1 "
+                         "decode); under load, speculation or capacity planning the engine "
+                         "runs the library's GEMMs")
     if args.slo_ttft is not None or args.slo_itl is not None:
         return _serve_capacity(args, load_target)
     slo = [f"--{f.replace('_', '-')}" for f in ("slo_percentile", "tp_choices")
@@ -443,7 +459,6 @@ def _cmd_serve(args) -> int:
     if slo:
         raise ValueError(f"{', '.join(slo)}: only with --slo-ttft or --slo-itl (capacity "
                          "planning)")
-    load = args.rate is not None or args.num_requests is not None or args.trace is not None
     given = [f"--{f.replace('_', '-')}" for f in _LOAD_FLAGS
              if getattr(args, f) is not None]
     spec = [f"--{f.replace('_', '-')}" for f in _SPEC_FLAGS if getattr(args, f) is not None]
@@ -651,7 +666,8 @@ def _serve_batch(args, model) -> int:
     r = serve(model, gpu=args.gpu, prompt_len=args.prompt_len, output_len=args.output_len,
               batch_size=args.batch_size or 1, tp=args.tp, dtype=args.dtype,
               allreduce=args.allreduce, topology=args.topology, attention=args.attention,
-              kv_dtype=args.kv_dtype, page_size=args.page_size, fuse=args.fuse)
+              kv_dtype=args.kv_dtype, page_size=args.page_size, fuse=args.fuse,
+              gemv=args.gemv or "library")
     if args.format == "json":
         print(json.dumps(r.to_dict(), indent=1, sort_keys=True))
         return 0
@@ -927,6 +943,7 @@ def build_parser() -> argparse.ArgumentParser:
                          "decode: one token per sequence over a KV cache of --context-len")
     _kv_args(pa)
     _allreduce_arg(pa, None)
+    _gemv_arg(pa)
     pa.add_argument("--dp", type=_positive_int, default=1,
                     help="data-parallel degree: the gradient all-reduce of a --train step")
     pa.add_argument("--topology", type=_topology_arg, default=None,
@@ -1122,6 +1139,7 @@ def build_parser() -> argparse.ArgumentParser:
     pw.add_argument("--page-size", type=_positive_int, default=None,
                     help="tokens per page of a paged KV cache (vLLM 16)")
     _allreduce_arg(pw, "auto")
+    _gemv_arg(pw)
     pw.add_argument("--format", choices=("table", "json"), default="table")
     pw.add_argument("--verbose", action="store_true",
                     help="show warnings and log lines from torch and transformers")

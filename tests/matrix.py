@@ -41,6 +41,8 @@ VALUES = {
     # NCCL's protocols under CUDA graphs (decode's default is vLLM's choice; other modes'
     # the eager NCCL model)
     "allreduce": "nccl",
+    # Inductor's decomposed matrix-vector products (torch.compile; decode's batch 1)
+    "gemv": "inductor",
 }
 _DECODE_ONLY = {"context_len", "kv_dtype", "page_size"}
 #: what every run of the matrix is given besides its options: a short prompt (the default
@@ -57,6 +59,8 @@ def _refused(mode: str, names) -> bool:
         return True  # one new token per sequence; no sequence to split
     if mode != "decode" and names & _DECODE_ONLY:
         return True  # no KV cache outside decode
+    if "gemv" in names and mode != "decode" and "execution" not in names:
+        return True  # torch.compile's decomposition: not in eager (the other modes' default)
     if "moe_routing" in names:
         return True  # the Llama has no expert layers to route
     if mode != "train" and names & {"parallel", "recompute"}:

@@ -609,7 +609,8 @@ CLI_VALUES = {
                 "pp": ["2"], "zero": ["1"], "dp_shard": ["2"], "microbatches": ["2"],
                 "virtual_stages": ["2"], "schedule": ["gpipe"], "recompute": ["selective"],
                 "grad_dtype": ["bf16"], "cp": ["2"], "ep": ["2"], "capacity_factor": ["1.25"],
-                "torchtitan": ["@job.toml"], "gpus": ["8"], "allreduce": ["nccl"]},
+                "torchtitan": ["@job.toml"], "gpus": ["8"], "allreduce": ["nccl"],
+                "gemv": ["inductor"]},
     "serve": {"gpu": ["a100"], "dtype": ["fp16"], "batch_size": ["2"], "tp": ["2"],
               "topology": ["pcie4"], "attention": ["math"], "kv_dtype": ["fp8"],
               "page_size": ["16"], "allreduce": ["nccl", "one-shot"],
@@ -624,7 +625,7 @@ CLI_VALUES = {
               "acceptance_length": ["2.5"],
               # capacity planning (--slo-ttft or --slo-itl switch it on)
               "slo_ttft": ["200ms"], "slo_itl": ["30ms"], "slo_percentile": ["90"],
-              "tp_choices": ["1,2"], "fuse": ["qkv", "none"]},
+              "tp_choices": ["1,2"], "fuse": ["qkv", "none"], "gemv": ["inductor"]},
     "advise": {**_SHARED, "mode": ["inference", "train", "decode"], "tolerance": ["0.05"],
                "min_speedup": ["0.02"], "format": ["json", "table", "markdown"]},
     "sweep": {**_SHARED, "mode": ["inference", "train", "decode"], "out": ["@out.svg"]},
@@ -648,7 +649,7 @@ _REQUIRED = {"predict": ["--m", "64", "--n", "64", "--k", "64"],
              "serve": ["--prompt-len", "8", "--output-len", "3"]}
 _WORKLOAD = {"gpu", "dtype", "batch_size", "seq_len", "tp", "attention", "execution",
              "optimizer", "context_len", "kv_dtype", "page_size", "dp", "topology",
-             "sequence_parallel", "provenance", "params", "recompute", "allreduce"}
+             "sequence_parallel", "provenance", "params", "recompute", "allreduce", "gemv"}
 #: the options the command line builds a fxshape.Parallel plan from (stated as parallel=)
 _PLAN = {"pp", "zero", "dp_shard", "microbatches", "virtual_stages", "schedule",
          "grad_dtype", "cp", "ep", "capacity_factor"}
@@ -713,6 +714,8 @@ def _cli_conflict(command, case) -> bool:
             return True
         if "trace" in case:
             return True  # the trace gives the requests: --prompt-len is always given here
+        if "gemv" in case and set(case) & {"num_requests", "draft", "slo_ttft", "slo_itl"}:
+            return True  # Inductor's GEMVs are gpt-fast's batch-1 decode: one batch only
         spec = set(case) & {"num_speculative_tokens", "acceptance", "acceptance_length"}
         if "draft" not in case and spec:
             return True  # speculation's options without a draft
@@ -889,6 +892,8 @@ def _stated(command, case, out: str, folder) -> None:
         assert (d["batch_size"] if d else int(out.split("batch ")[1].split(",")[0])) == \
             int(case.get("batch_size", 1))
         assert case.get("allreduce", "auto") in text
+        if "gemv" in case:
+            assert '"gemv": "inductor"' in text or "as Inductor's reductions" in text
         return
     if command == "plan":
         if case.get("format") == "json":

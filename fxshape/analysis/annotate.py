@@ -1,7 +1,8 @@
 """Annotate every matmul-like node of a captured graph with its GEMMs and predicted cost.
 
 ``analyze(model)`` captures the model (``fxshape.capture``), asks the op registry
-(``fxshape.analysis.ops``) which GEMMs each node runs, predicts each with ``predict_matmul`` and
+(``fxshape.analysis.ops``) which GEMMs each node runs, predicts each with ``predict_matmul``
+(``fxshape.cost.gemv`` for Inductor's matrix-vector products with ``gemv="inductor"``) and
 stores a tuple of :class:`GemmRow` records on ``node.meta["fxshape"]``. The result is a
 :class:`fxshape.analysis.report.Report`.
 """
@@ -15,7 +16,8 @@ import re
 
 import torch
 
-from ..cost.gemm import is_default_params, predict_matmul, resolve_params_path, use_params
+from ..cost.gemm import is_default_params, resolve_params_path, use_params
+from ..cost.gemv import price_matmul
 from ..cost.notes import join_notes
 from ..hardware.dtypes import canonical_dtype, itemsize
 from ..hardware.gpus import get_gpu
@@ -487,8 +489,8 @@ def _head_counts(model):
 
 
 def _row(node, g: Gemm, fqn, cls, phase, dkey, spec) -> GemmRow:
-    p = predict_matmul(max(g.m, 1), max(g.n, 1), max(g.k, 1),
-                       batch=max(g.batch, 1), dtype=dkey, gpu=spec, layout=g.layout)
+    p = price_matmul(g.op, max(g.m, 1), max(g.n, 1), max(g.k, 1),
+                     batch=max(g.batch, 1), dtype=dkey, gpu=spec, layout=g.layout)
     flops = int(round(2 * g.batch * g.m * g.n * g.k * g.work))
     return GemmRow(node=node.name, module=fqn, module_type=cls, op=g.op, phase=phase,
                    batch=g.batch, m=g.m, n=g.n, k=g.k, dtype=dkey, layout=g.layout,
@@ -501,7 +503,7 @@ def analyze(model, example_inputs=None, example_kwargs=None, *, gpu="h100",
             moe_routing=None, attention="flash", dedup=True, params=None,
             provenance="traced", execution=None, optimizer="adamw", dp=1, topology=None,
             sequence_parallel=False, context_len=None, kv_dtype=None, page_size=None,
-            parallel=None, recompute=None, allreduce=None):
+            parallel=None, recompute=None, allreduce=None, gemv=None):
     """Capture ``model`` and predict every GEMM in it on ``gpu``.
 
     Args:
@@ -574,10 +576,42 @@ def analyze(model, example_inputs=None, example_kwargs=None, *, gpu="h100",
             ``"two-shot"`` or ``"nccl"`` (NCCL's LL / LL128 / Simple protocol by size), all
             under CUDA graphs. Default in other modes: NCCL as measured from eager PyTorch
             (``fxshape.cost.comm``).
+        gemv: how GEMMs with ``M = 1`` or ``N = 1`` run (``fxshape.cost.gemv``):
+            ``"library"`` (the default: the BLAS library's GEMM kernel) or ``"inductor"``
+            (``torch.compile`` with ``coordinate_descent_tuning``, as gpt-fast sets it:
+            Inductor decomposes them into one Triton reduction that streams the weight;
+            needs ``execution="compiled"`` or ``"cudagraphs"``).
 
     Returns:
         A :class:`fxshape.analysis.report.Report`.
     """
+    from ..cost.gemv import check_gemv, use_gemv
+
+    if gemv is not None:
+        check_gemv(gemv)
+        if gemv == "inductor" and (execution == "eager" or
+                                   (execution is None and mode not in ("decode",))):
+            raise ValueError("gemv='inductor' is torch.compile's decomposition of "
+                             "matrix-vector products; give execution='compiled' or "
+                             "'cudagraphs' (eager PyTorch runs the library's GEMM)")
+    with use_gemv(gemv or "library"):
+        report = _analyze_options(model, example_inputs, example_kwargs, gpu=gpu, dtype=dtype,
+                                  batch_size=batch_size, seq_len=seq_len, mode=mode, tp=tp,
+                                  moe_routing=moe_routing, attention=attention, dedup=dedup,
+                                  params=params, provenance=provenance, execution=execution,
+                                  optimizer=optimizer, dp=dp, topology=topology,
+                                  sequence_parallel=sequence_parallel,
+                                  context_len=context_len, kv_dtype=kv_dtype,
+                                  page_size=page_size, parallel=parallel, recompute=recompute,
+                                  allreduce=allreduce, gemv=gemv)
+    return report
+
+
+def _analyze_options(model, example_inputs, example_kwargs, *, gpu, dtype, batch_size,
+                     seq_len, mode, tp, moe_routing, attention, dedup, params, provenance,
+                     execution, optimizer, dp, topology, sequence_parallel, context_len,
+                     kv_dtype, page_size, parallel, recompute, allreduce, gemv):
+    """``analyze`` after its gemv check, within ``use_gemv``."""
     from .options import check_options, option_effects
 
     mode_default = mode is None
@@ -625,7 +659,10 @@ def analyze(model, example_inputs=None, example_kwargs=None, *, gpu="h100",
                            dedup=dedup, provenance=provenance, execution=execution,
                            optimizer=optimizer, topology=topology, context_len=context_len,
                            kv_dtype=kv_dtype, page_size=page_size, parallel=parallel,
-                           recompute=recompute, allreduce=allreduce, **shorthands)
+                           recompute=recompute, allreduce=allreduce, gemv=gemv,
+                           **shorthands)
+    report = dataclasses.replace(report, workload=dataclasses.replace(
+        report.workload, gemv=gemv or "library"))
     if mode_default:
         report = dataclasses.replace(report, workload=dataclasses.replace(
             report.workload, mode_default=True))
@@ -635,7 +672,7 @@ def analyze(model, example_inputs=None, example_kwargs=None, *, gpu="h100",
 def _given_options(report, ctx, *, gpu, dtype, batch_size, seq_len, tp, moe_routing,
                    attention, dedup, provenance, execution, optimizer, dp, topology,
                    sequence_parallel, context_len, kv_dtype, page_size, parallel=None,
-                   recompute=None, allreduce=None) -> dict:
+                   recompute=None, allreduce=None, gemv=None) -> dict:
     """The options whose values differ from the defaults the analysis would have used
     (``fxshape.analysis.options``): name -> value as given."""
     import os
@@ -688,6 +725,8 @@ def _given_options(report, ctx, *, gpu, dtype, batch_size, seq_len, tp, moe_rout
         given["recompute"] = recompute
     if allreduce is not None and allreduce != ctx.get("default_allreduce"):
         given["allreduce"] = allreduce
+    if gemv not in (None, "library"):
+        given["gemv"] = gemv
     return given
 
 

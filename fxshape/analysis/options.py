@@ -191,13 +191,23 @@ def _allreduce(v, report, ctx):
     return True, f"{len(ars)} tp all-reduces run as {', '.join(ran)} under CUDA graphs"
 
 
+def _gemv(v, report, ctx):
+    from ..cost.gemv import GEMV_KERNEL
+
+    n = sum(1 for r in report.rows if r.prediction.kernel == GEMV_KERNEL)
+    if not n:
+        return False, "no GEMM with M = 1 or N = 1 that Inductor decomposes"
+    return True, f"{n} matrix-vector products as Inductor's Triton reductions"
+
+
 #: one rule per option of ``analyze``: (value shown, report, context) -> (applied, effect)
 RULES = {"allreduce": _allreduce, "gpu": _gpu, "dtype": _dtype, "batch_size": _batch_size, "seq_len": _seq_len,
          "context_len": _context_len, "tp": _tp, "sequence_parallel": _sequence_parallel,
          "dp": _dp, "topology": _topology, "optimizer": _optimizer, "execution": _execution,
          "attention": _attention, "moe_routing": _moe_routing, "dedup": _dedup,
          "params": _params, "provenance": _provenance, "kv_dtype": _kv_dtype,
-         "page_size": _page_size, "parallel": _parallel, "recompute": _recompute}
+         "page_size": _page_size, "parallel": _parallel, "recompute": _recompute,
+         "gemv": _gemv}
 
 
 def option_effects(report, given: dict, ctx: dict) -> tuple:

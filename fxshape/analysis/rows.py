@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..cost.gemm import MatmulPrediction
+from ..cost.gemv import GEMV_KERNEL
 
 __all__ = ["GemmRow", "Unsupported", "Workload", "misaligned", "kernel_figures"]
 
@@ -94,6 +95,8 @@ class Workload:
     #: decode: the KV cache's dtype when it is not the analysis dtype, its page size
     kv_dtype: str | None = None
     page_size: int | None = None
+    #: how matrix-vector products run (``fxshape.cost.gemv``: "library" or "inductor")
+    gemv: str = "library"
     #: the mode was not given: analyze's default (inference; advise's is train)
     mode_default: bool = False
     #: the parallel plan (``fxshape.Parallel.describe()``) when it is more than tp/dp/SP
@@ -134,6 +137,8 @@ class Workload:
                          f"{self.microbatches} micro-batches x dp {self.dp})")
         ran = f" (runs {', '.join(self.kernels)})" if self.kernels else ""
         parts.append(f"attention {self.attention}{ran}")
+        if self.gemv != "library":
+            parts.append(f"matrix-vector products as {self.gemv} runs them")
         text = ", ".join(parts)
         if self.inputs:
             text += "; inputs: " + ", ".join(
@@ -149,6 +154,7 @@ class Workload:
                 "parallel": self.parallel, "microbatches": self.microbatches, "dp": self.dp,
                 "global_batch": self.global_batch,
                 "attention": self.attention, "attention_kernels": list(self.kernels),
+                "gemv": self.gemv,
                 "inputs": [{"name": n, "shape": list(s), "dtype": d} for n, s, d in self.inputs]}
 
 
@@ -168,6 +174,9 @@ def kernel_figures(r) -> dict:
     attention kernel's own (its Br x Bc tile over the padded head dimension), else the
     GEMM's."""
     a, p = r.attention, r.prediction
+    if p.kernel == GEMV_KERNEL:  # Inductor's reduction: no tile
+        return dict(tile="reduction", tile_efficiency=1.0, waves=1, wave_efficiency=1.0,
+                    bound=p.bound)
     if a is not None and r.kernel != "math":
         s = a.shape
         dims = max(s.head_dim, s.head_dim_v)

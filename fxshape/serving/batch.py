@@ -38,7 +38,7 @@ import dataclasses
 from ..cost.allreduce import predict_allreduce
 from ..cost.attention import AttentionShape, predict_attention
 from ..cost.decode_attention import predict_decode_ragged
-from ..cost.gemm import predict_matmul
+from ..cost.gemv import price_matmul
 from ..cost.host import host_params
 from ..cost.memops import memops_params
 from ..hardware.dtypes import canonical_dtype, itemsize
@@ -114,6 +114,8 @@ class BatchStep:
             raise ValueError("BatchStep needs a fused attention kernel (attention='flash', "
                              "'fa2' or 'fa3'), as serving engines run; the report ran 'math'")
         rows = {r.node: r for r in report.rows if r.attention is None}
+        self._op = {node: r.op for node, r in rows.items()}
+        self.gemv = wl.gemv
         gemms = [o for o in report.ops if o.cls == "gemm"]
         if not gemms:
             raise ValueError("BatchStep needs a report with GEMMs")
@@ -181,10 +183,10 @@ class BatchStep:
         t, kernels = 0.0, 0
         for kind, it in items:
             if kind == "gemm":
-                m, n, k, batch, dtype, layout, work, _ = it
+                m, n, k, batch, dtype, layout, work, node = it
                 rows = max(1, round(m * scale))
-                t += predict_matmul(rows, n, k, batch=batch, dtype=dtype, gpu=self.spec,
-                                    layout=layout).time_s * work
+                t += price_matmul(self._op[node], rows, n, k, batch=batch, dtype=dtype,
+                                  gpu=self.spec, layout=layout, gemv=self.gemv).time_s * work
                 kernels += 1
             elif kind == "memory":
                 fixed, transfer, n = it

@@ -53,6 +53,7 @@ class ServeResult:
     #: the mean decode step (0 when output_len is 1)
     inter_token_latency_s: float
     fuse: str = "all"  # the GEMMs fused (``serve``'s ``fuse``)
+    gemv: str = "library"  # how matrix-vector products run (``serve``'s ``gemv``)
     notes: tuple = ()
     prefill: object = field(default=None, repr=False, compare=False)
     decode: object = field(default=None, repr=False, compare=False)
@@ -64,7 +65,7 @@ class ServeResult:
     def to_dict(self) -> dict:
         d = {k: getattr(self, k) for k in (
             "model", "gpu", "tp", "batch_size", "prompt_len", "output_len", "allreduce",
-            "fuse",
+            "fuse", "gemv",
             "time_to_first_token_s", "inter_token_latency_s", "latency_s",
             "output_tokens_per_s")}
         d["decode_steps_s"] = list(self.decode_steps_s)
@@ -87,7 +88,7 @@ class ServeResult:
 def serve(model, *, gpu="h100", prompt_len: int, output_len: int, batch_size: int = 1,
           tp: int = 1, dtype=torch.bfloat16, allreduce: str = "auto", topology=None,
           attention: str = "flash", kv_dtype=None, page_size=None,
-          fuse=None) -> ServeResult:
+          fuse=None, gemv: str = "library") -> ServeResult:
     """Predict ``batch_size`` requests of ``prompt_len`` prompt tokens generating
     ``output_len`` tokens each on ``tp`` GPUs (module docstring).
 
@@ -104,6 +105,10 @@ def serve(model, *, gpu="h100", prompt_len: int, output_len: int, batch_size: in
             ``"none"`` with ``attention="math"`` (the unfused attention is priced as
             captured). The prefill's GEMMs are priced as captured (compute-bound there,
             fusing changes little).
+        gemv: how the decode step's matrix-vector products run (``fxshape.cost.gemv``):
+            ``"library"`` (the BLAS GEMM; engines') or ``"inductor"`` (gpt-fast's
+            ``torch.compile`` with ``coordinate_descent_tuning``: one Triton reduction
+            each at batch 1).
 
     Returns:
         A frozen :class:`ServeResult`; its ``prefill`` and ``decode`` are the two reports
@@ -116,6 +121,7 @@ def serve(model, *, gpu="h100", prompt_len: int, output_len: int, batch_size: in
     """
     from ..analysis.annotate import analyze
     from ..cost.allreduce import check_algorithm
+    from ..cost.gemv import check_gemv
     from ..tracing.decode import check_decoder, max_positions
     from ..tracing.export import check_size
 
@@ -123,6 +129,7 @@ def serve(model, *, gpu="h100", prompt_len: int, output_len: int, batch_size: in
     output_len = check_size("output_len", output_len, optional=False)
     batch_size = check_size("batch_size", batch_size, optional=False)
     check_algorithm(allreduce)
+    check_gemv(gemv)
     if fuse is None:
         fuse = "none" if attention == "math" else "all"
     fuse = check_fuse(fuse)
@@ -144,7 +151,8 @@ def serve(model, *, gpu="h100", prompt_len: int, output_len: int, batch_size: in
     # request's peak); the steps before it re-priced at their own contexts
     last = total - 1
     decode = analyze(model, mode="decode", batch_size=batch_size, context_len=max(last, 1),
-                     kv_dtype=kv_dtype, page_size=page_size, provenance=None, **common)
+                     kv_dtype=kv_dtype, page_size=page_size, provenance=None, gemv=gemv,
+                     **common)
     if not decode.memory.fits:
         cap = decode.capacity
         raise ValueError(f"{batch_size} sequences of {total:,} tokens do not fit on "
@@ -167,11 +175,13 @@ def serve(model, *, gpu="h100", prompt_len: int, output_len: int, batch_size: in
     notes = (f"prefill: {prefill.step.execution}, logits of the last position only",
              f"decode: {decode.step.execution}, one capture at {last:,} cached tokens, "
              "attention re-priced at each step's context; GEMMs that read one activation "
-             f"fused: {fuse}")
+             f"fused: {fuse}" + ("; matrix-vector products as Inductor's reductions"
+                                   if gemv == "inductor" else ""))
     return ServeResult(model=type(model).__name__, gpu=decode.gpu, tp=tp,
                        batch_size=batch_size, prompt_len=prompt_len, output_len=output_len,
                        allreduce=allreduce, time_to_first_token_s=ttft,
                        decode_steps_s=decode_steps, latency_s=latency,
                        output_tokens_per_s=batch_size * output_len / latency,
-                       inter_token_latency_s=itl, fuse=fuse, notes=notes, prefill=prefill,
+                       inter_token_latency_s=itl, fuse=fuse, gemv=gemv, notes=notes,
+                       prefill=prefill,
                        decode=decode)
