@@ -16,6 +16,13 @@ size); ``stage_s`` and ``peer_efficiency`` minimise the squared log error
 over the ``fit`` rows (scipy). The ``held-out`` rows (vLLM's kernel, which in this benchmark
 also copies its input into the registered buffer) are reported, not fitted. End-to-end
 checks of the constants are in ``bench/validate_serving.py``. Deterministic; a second.
+
+Also held out (rows ``held-out-graphs``): vLLM PR #24111's benchmark of its communicators
+on H100 under CUDA graphs (``benchmarks/kernels/benchmark_device_communicators.py``; tp 4
+and 6, 0.5-4 MiB of bf16), each kernel predicted as itself with the constants above: its
+custom kernel's one stage (``one-shot``) and two (``two-shot``), symmetric memory's
+multimem and two-shot (each with the copy into the buffer and out), and NCCL (its own
+protocol model). Nothing is fitted to them.
 """
 
 from __future__ import annotations
@@ -32,7 +39,9 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from tabulate import tabulate  # noqa: E402
 
-from fxshape.cost.allreduce import AllReduceParams, one_shot_s, two_shot_s  # noqa: E402
+from fxshape.cost.allreduce import (AllReduceParams, multimem_s, one_shot_s,  # noqa: E402
+                                    predict_allreduce, two_shot_s)
+from fxshape.cost.memops import kernel_time  # noqa: E402
 from fxshape.hardware.topology import LINKS, get_topology  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -45,9 +54,24 @@ def rows():
         return list(csv.DictReader(f))
 
 
+#: held-out-graphs rows: the benchmark's kernel -> (what it is predicted as, its model)
+GRAPHED = {"vllm-ca-1stage": ("one-shot", one_shot_s), "vllm-ca-2stage": ("two-shot", two_shot_s),
+           "vllm-symm-multimem": ("multimem + copies", multimem_s),
+           "vllm-symm-two-shot": ("two-shot + copies", two_shot_s)}
+
+
 def predict(p: AllReduceParams, r) -> tuple:
     n, nbytes = int(r["gpus"]), int(r["bytes"])
     link = LINKS[get_topology(r["topology"]).link_for(n, n)]
+    if r["kernel"] == "vllm-pynccl":
+        a = predict_allreduce(nbytes, n, algorithm="nccl", topology=r["topology"])
+        return a.time_s, a.algorithm
+    if r["kernel"] in GRAPHED:
+        name, model = GRAPHED[r["kernel"]]
+        t = model(p, nbytes, n, link)
+        if "copies" in name:  # vLLM's symmetric memory copies into its buffer and out
+            t += 2 * kernel_time("copy", 2 * nbytes, gpu=r["gpu"]).time_s
+        return t, name
     one, two = one_shot_s(p, nbytes, n, link), two_shot_s(p, nbytes, n, link)
     return (one, "one-shot") if one <= two else (two, "two-shot")
 
@@ -79,6 +103,15 @@ def table(p, data, fmt):
                                  "predicted µs", "as", "error"], tablefmt=fmt))
     for role, e in errs.items():
         print(f"{role}: median |error| {100 * statistics.median(e):.1f}% over {len(e)} rows")
+    by_kernel = {}
+    for r in data:
+        if r["role"] == "held-out-graphs":
+            t, _ = predict(p, r)
+            by_kernel.setdefault(r["kernel"], []).append(
+                abs(t * 1e6 / float(r["time_us"]) - 1))
+    for k, e in by_kernel.items():
+        print(f"  {k}: median |error| {100 * statistics.median(e):.1f}%, worst "
+              f"{100 * max(e):.1f}% over {len(e)} rows")
 
 
 def main(argv=None) -> int:

@@ -391,8 +391,9 @@ def _allreduce_arg(p, default) -> None:
     p.add_argument("--allreduce", choices=ALGORITHMS, default=default,
                    help="how tensor parallelism's all-reduces run under CUDA graphs: auto "
                         "(vLLM's choice: one-shot / two-shot for small buffers on NVLink, "
-                        "NCCL otherwise), one-shot, two-shot, or nccl (LL / LL128 / Simple "
-                        "by size)" + ("; default: auto in decode, NCCL as measured from "
+                        "symmetric memory's multimem on Hopper and Blackwell NVSwitch, NCCL "
+                        "otherwise), one-shot, two-shot, multimem, or nccl (LL / LL128 / "
+                        "Simple by size)" + ("; default: auto in decode, NCCL as measured from "
                                       "eager PyTorch otherwise" if default is None else ""))
 
 

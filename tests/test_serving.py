@@ -8,8 +8,9 @@ import json
 import pytest
 
 import fxshape
-from fxshape.cost.allreduce import (NCCL_TUNING, allreduce_params, nccl_protocols,
-                                    predict_allreduce, vllm_choice)
+from fxshape.cost.allreduce import (NCCL_TUNING, allreduce_params, multimem_s,
+                                    nccl_protocols, predict_allreduce, vllm_choice)
+from fxshape.cost.memops import kernel_time
 
 transformers = pytest.importorskip("transformers")
 
@@ -57,6 +58,52 @@ def test_two_shot_wins_only_for_large_buffers():
 ])
 def test_vllm_choice(nbytes, n, expected):
     assert vllm_choice(nbytes, n, nvlink_all=True)[0] == expected
+
+
+def test_multimem_bytes_and_stage_by_hand():
+    # 8 GPUs, 8 MiB each: each GPU's 1 MiB slice is read from all 8 by the switch and summed
+    # (8 MiB up each link), the sum stored back to all 8 (1 MiB up, 8 MiB down): 9/8 x 8
+    # MiB each way, in one stage; two-shot moves 2 x 7/8 x 8 MiB in two. So the byte terms
+    # are 9 to 14 and an empty buffer costs multimem one stage, whatever the constants.
+    p, link = allreduce_params(), 450.0
+    mm = multimem_s(p, 8 * MiB, 8, link) - multimem_s(p, 0, 8, link)
+    two = predict_allreduce(8 * MiB, 8, algorithm="two-shot").time_s - \
+        predict_allreduce(0, 8, algorithm="two-shot").time_s
+    assert mm / two == pytest.approx(9 / 14, rel=1e-9)
+    assert multimem_s(p, 0, 8, link) == pytest.approx(p.stage_s, rel=1e-12)
+    # vLLM's symmetric memory copies the buffer in and out: two copies of 8 MiB read and
+    # 8 MiB written, priced as the H100's memory-bound copies
+    got = predict_allreduce(8 * MiB, 8, algorithm="multimem", topology="dgx-h100")
+    copy = kernel_time("copy", 16 * MiB, gpu="h100-sxm").time_s
+    assert got.time_s == pytest.approx(multimem_s(p, 8 * MiB, 8, link) + 2 * copy, rel=1e-12)
+
+
+@pytest.mark.parametrize("nbytes,n,link,expected", [
+    (255 * 1024, 8, "nvlink4", "one-shot"),    # H100, 8 GPUs: the custom kernel to 256 KiB
+    (256 * 1024, 8, "nvlink4", "multimem"),    # then symmetric memory's multimem ...
+    (64 * MiB, 8, "nvlink4", "multimem"),
+    (64 * MiB + 2, 8, "nvlink4", "nccl"),      # ... to 64 MiB, then NCCL
+    (16 * MiB, 4, "nvlink4", "two-shot"),      # 4 GPUs: the custom kernel to 32 MiB
+    (32 * MiB, 4, "nvlink4", "multimem"),
+    (32 * MiB, 2, "nvlink4", "one-shot"),      # 2 GPUs: one stage to 64 MiB
+    (64 * MiB, 2, "nvlink4", "symm-two-shot"),  # where symmetric memory runs two-shot
+    (512 * 1024, 6, "nvlink4", "multimem"),
+    (4 * MiB, 4, "nvlink5", "symm-two-shot"),  # B200: multimem for 6 and 8 GPUs only
+    (4 * MiB, 8, "nvlink5", "multimem"),
+    (512 * 1024, 8, "nvlink5", "two-shot"),    # under its 1 MiB custom-kernel limit
+])
+def test_vllm_choice_where_symmetric_memory_has_multicast(nbytes, n, link, expected):
+    assert vllm_choice(nbytes, n, nvlink_all=True, multicast=link)[0] == expected
+
+
+def test_auto_runs_symmetric_memory_on_hopper_only():
+    # 1 MiB over 8 GPUs: multimem on an H100 node; the custom two-shot on an A100 node (its
+    # NVSwitch has no multicast); multimem asked for there is refused in one line
+    assert predict_allreduce(MiB, 8, topology="dgx-h100").algorithm == "multimem"
+    assert predict_allreduce(MiB, 8, topology="dgx-b200").algorithm == "multimem"
+    assert predict_allreduce(MiB, 8, topology="dgx-a100").algorithm == "two-shot"
+    with pytest.raises(ValueError, match="multimem all-reduce needs an NVSwitch"):
+        predict_allreduce(MiB, 8, algorithm="multimem", topology="dgx-a100")
 
 
 def test_auto_falls_back_to_nccl_without_nvlink_between_all_gpus():
@@ -201,5 +248,14 @@ def test_the_packaged_allreduce_constants_are_what_the_bench_fit_gives():
     p = allreduce_params()
     assert got.stage_s == pytest.approx(p.stage_s, rel=1e-3)
     assert got.peer_efficiency == pytest.approx(p.peer_efficiency, rel=1e-3)
-    # the held-out rows (vLLM's kernel) are not in the fit
-    assert {r["role"] for r in rows} == {"fit", "held-out"}
+    # the held-out rows (vLLM's kernels, without and with CUDA graphs) are not in the fit,
+    # and the fit rows are one source's
+    assert {r["role"] for r in rows} == {"fit", "held-out", "held-out-graphs"}
+    assert {r["source"] for r in rows if r["role"] == "fit"} == {"sglang-pr-2904"}
+    # multimem has no constant of its own: the graphed benchmark's multimem rows are
+    # predicted within 20% each with the fitted two
+    mm = [r for r in rows if r["kernel"] == "vllm-symm-multimem"]
+    assert len(mm) == 12
+    for r in mm:
+        t, _ = fit_allreduce.predict(p, r)
+        assert t * 1e6 == pytest.approx(float(r["time_us"]), rel=0.2), r["bytes"]

@@ -572,9 +572,10 @@ def analyze(model, example_inputs=None, example_kwargs=None, *, gpu="h100",
             attention core only, Megatron's selective recomputation).
         allreduce: how tensor parallelism's all-reduces run (``fxshape.cost.allreduce``):
             ``"auto"`` (what vLLM does: its one-shot / two-shot kernel for small buffers on
-            NVLink, NCCL otherwise; the default of ``mode="decode"``), ``"one-shot"``,
-            ``"two-shot"`` or ``"nccl"`` (NCCL's LL / LL128 / Simple protocol by size), all
-            under CUDA graphs. Default in other modes: NCCL as measured from eager PyTorch
+            NVLink, symmetric memory's multimem for larger ones on Hopper and Blackwell
+            NVSwitch, NCCL otherwise; the default of ``mode="decode"``), ``"one-shot"``,
+            ``"two-shot"``, ``"multimem"`` or ``"nccl"`` (NCCL's LL / LL128 / Simple protocol
+            by size), all under CUDA graphs. Default in other modes: NCCL as measured from eager PyTorch
             (``fxshape.cost.comm``).
         gemv: how GEMMs with ``M = 1`` or ``N = 1`` run (``fxshape.cost.gemv``):
             ``"library"`` (the default: the BLAS library's GEMM kernel) or ``"inductor"``

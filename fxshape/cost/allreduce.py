@@ -17,6 +17,20 @@ engines run them under CUDA graphs, with kernels of their own:
 
       two_shot(n, S) = 2 stage_s + 2 (n - 1) / n × S / (peer_efficiency × link)
 
+- **multimem** (PyTorch's symmetric-memory ``multimem_all_reduce_``, NVLink SHARP on Hopper
+  and Blackwell NVSwitch): each GPU reduces its ``1/n`` slice in the switch
+  (``multimem.ld_reduce`` reads it from every GPU) and stores the sum to every GPU's copy
+  (``multimem.st``): ``(1 + 1/n) × S`` through each GPU's link in each direction, one
+  synchronised stage. vLLM's ``SymmMemCommunicator`` copies the input into the symmetric
+  buffer and the result out, two memory-bound copies of ``S`` (``fxshape.cost.memops``,
+  ``copy``), which ``"multimem"`` includes:
+
+      multimem(n, S) = stage_s + (1 + 1/n) S / (peer_efficiency × link) + 2 copy(S)
+
+  The same two constants as one-shot and two-shot, nothing fitted to multimem: vLLM's own
+  benchmark of its communicators on H100 (PR #24111) is held out
+  (``bench/allreduce_published.csv``, ``bench/fit_allreduce.py``).
+
 - **NCCL** under CUDA graphs picks, per call, the protocol its own cost model
   (``src/graph/tuning.cc``) says is fastest, and takes about that long: a ring all-reduce
   of ``2 (n - 1)`` steps costs ``base_latency + 2 (n - 1) × hop_latency`` plus the bus
@@ -37,11 +51,19 @@ kernel in the same benchmark; tensor-parallel decode end to end,
 
 Which one runs (:data:`ALGORITHMS`):
 
-- ``"auto"`` — what vLLM does (``csrc/custom_all_reduce.cuh``; ``custom_all_reduce.py``):
-  its custom kernel for 2, 4, 6 or 8 GPUs that all reach each other over NVLink (or two on
-  one NVLink bridge) and a buffer under 8 MiB: one-shot for two GPUs, and for more GPUs
-  below 512 KiB (up to four) or 256 KiB (up to eight); two-shot above; NCCL otherwise.
-- ``"one-shot"`` / ``"two-shot"`` — that kernel whatever the size (where the GPUs allow).
+- ``"auto"`` — what vLLM does (``csrc/custom_all_reduce.cuh``; ``custom_all_reduce.py``;
+  ``cuda_communicator.py``; ``all_reduce_utils.py``): its custom kernel for 2, 4, 6 or 8
+  GPUs that all reach each other over NVLink (or two on one NVLink bridge), one-shot for two
+  GPUs, and for more GPUs below 512 KiB (up to four) or 256 KiB (up to eight), two-shot
+  above; up to 8 MiB, then NCCL. On Hopper and Blackwell NVSwitch (NVLink 4 and 5, where
+  symmetric memory has multicast) the custom kernel stops earlier
+  (``CUSTOM_ALL_REDUCE_MAX_SIZES``: H100 64 / 32 MiB / 512 / 256 KiB for 2 / 4 / 6 / 8
+  GPUs; B200 2 / 2 / 1 / 1 MiB) and PyTorch's symmetric memory takes over up to
+  ``SYMM_MEM_ALL_REDUCE_MAX_SIZES`` (H100 64 / 32 / 64 / 64 MiB; B200 8 / 32 / 128 / 128
+  MiB): multimem for 4, 6, 8 GPUs on Hopper and 6, 8 on Blackwell, its two-shot (with the
+  same two copies) otherwise; NCCL beyond.
+- ``"one-shot"`` / ``"two-shot"`` — the custom kernel whatever the size (where the GPUs
+  allow); ``"multimem"`` — symmetric memory's multimem, where the switch has multicast.
 - ``"nccl"`` — NCCL's protocol choice.
 
 Pure functions; nothing here imports torch.
@@ -54,13 +76,14 @@ import os
 from dataclasses import asdict, dataclass
 
 from ..hardware.topology import LINKS, Topology, get_topology
+from .memops import kernel_time
 from .paramfile import read_json
 
 __all__ = ["ALGORITHMS", "AllReduceParams", "AllReduceTime", "allreduce_params",
-           "predict_allreduce", "one_shot_s", "two_shot_s", "nccl_protocols", "vllm_choice",
-           "NCCL_TUNING", "check_algorithm"]
+           "predict_allreduce", "one_shot_s", "two_shot_s", "multimem_s", "nccl_protocols",
+           "vllm_choice", "NCCL_TUNING", "check_algorithm", "has_multicast"]
 
-ALGORITHMS = ("auto", "nccl", "one-shot", "two-shot")
+ALGORITHMS = ("auto", "nccl", "one-shot", "two-shot", "multimem")
 _DEFAULT_PATH = os.path.join(os.path.dirname(os.path.dirname(__file__)), "data",
                              "allreduce_params.json")
 #: vLLM's custom all-reduce: world sizes it takes, its buffer limit (``max_size``, 8 MiB),
@@ -68,6 +91,22 @@ _DEFAULT_PATH = os.path.join(os.path.dirname(os.path.dirname(__file__)), "data",
 VLLM_WORLD_SIZES = (2, 4, 6, 8)
 VLLM_MAX_BYTES = 8 * 2**20
 VLLM_ONE_STAGE_BELOW = ((4, 512 * 1024), (8, 256 * 1024))
+_MiB = 2**20
+#: Where symmetric memory has multicast (Hopper: NVLink 4, Blackwell: NVLink 5, behind a
+#: switch), vLLM's limits by GPUs (vllm/distributed/device_communicators/
+#: all_reduce_utils.py, symm_mem.py): the custom kernel's buffer, then symmetric memory's,
+#: and the GPU counts that run multimem (the others its two-shot)
+VLLM_SYMM = {
+    "nvlink4": {"custom_max": {2: 64 * _MiB, 4: 32 * _MiB, 6: _MiB // 2, 8: _MiB // 4},
+                "symm_max": {2: 64 * _MiB, 4: 32 * _MiB, 6: 64 * _MiB, 8: 64 * _MiB},
+                "multimem": (4, 6, 8)},
+    "nvlink5": {"custom_max": {2: 2 * _MiB, 4: 2 * _MiB, 6: _MiB, 8: _MiB},
+                "symm_max": {2: 8 * _MiB, 4: 32 * _MiB, 6: 128 * _MiB, 8: 128 * _MiB},
+                "multimem": (6, 8)},
+}
+#: the GPU whose memory the symmetric-memory copies run in, by the node's NVLink (the
+#: copies are priced with ``fxshape.cost.memops``; give ``gpu=`` to say another)
+_LINK_GPU = {"nvlink4": "h100-sxm", "nvlink5": "b200"}
 
 #: NCCL's own latency model (src/graph/tuning.cc, NCCL 2.18-2.21), microseconds:
 #: ring ``baseLat`` and ``hwLat`` per protocol, on NVLink and PCIe; LL's bus bandwidth
@@ -143,6 +182,18 @@ def two_shot_s(p: AllReduceParams, nbytes: float, n: int, link_gbs: float) -> fl
     return 2 * p.stage_s + 2 * (n - 1) / n * nbytes / (p.peer_efficiency * link_gbs * 1e9)
 
 
+def multimem_s(p: AllReduceParams, nbytes: float, n: int, link_gbs: float) -> float:
+    """Multimem: each GPU's slice reduced in the switch and stored to every GPU, one stage
+    (module docstring); the copies in and out are not included."""
+    return p.stage_s + (1 + 1 / n) * nbytes / (p.peer_efficiency * link_gbs * 1e9)
+
+
+def has_multicast(topo: Topology, n: int) -> bool:
+    """Can symmetric memory use the switch's multicast (NVLink SHARP) for ``n`` GPUs of
+    ``topo``: Hopper's or Blackwell's NVSwitch, every GPU in one node."""
+    return bool(topo.switch) and topo.link_for(n, n) in VLLM_SYMM and n <= topo.gpus_per_node
+
+
 def nccl_protocols(nbytes: float, n: int, ring_busbw_gbs: float, hop: str) -> dict:
     """``{protocol: seconds}`` of a one-node ring all-reduce under NCCL's own cost model
     (:data:`NCCL_TUNING`); ``ring_busbw_gbs``: the ring's bus bandwidth with Simple;
@@ -159,14 +210,30 @@ def nccl_protocols(nbytes: float, n: int, ring_busbw_gbs: float, hop: str) -> di
     return out
 
 
-def vllm_choice(nbytes: int, n: int, *, nvlink_all: bool) -> tuple:
-    """``(algorithm, why)``: what vLLM's custom all-reduce runs for ``nbytes`` over ``n``
-    GPUs (``nvlink_all``: every GPU reaches every other over NVLink), or ``("nccl", why)``."""
+def vllm_choice(nbytes: int, n: int, *, nvlink_all: bool, multicast: str | None = None
+                ) -> tuple:
+    """``(algorithm, why)``: what vLLM runs for ``nbytes`` over ``n`` GPUs
+    (``nvlink_all``: every GPU reaches every other over NVLink; ``multicast``: the node's
+    NVLink, ``"nvlink4"`` or ``"nvlink5"``, where symmetric memory has multicast, else
+    None): ``"one-shot"`` or ``"two-shot"`` (its custom kernel), ``"multimem"`` or
+    ``"symm-two-shot"`` (symmetric memory, copies included), or ``"nccl"``."""
     if n not in VLLM_WORLD_SIZES:
         return "nccl", f"vLLM's custom all-reduce takes 2, 4, 6 or 8 GPUs, not {n}: NCCL"
     if not nvlink_all:
         return "nccl", "the GPUs do not all reach each other over NVLink: NCCL"
-    if nbytes >= VLLM_MAX_BYTES:
+    limit = VLLM_MAX_BYTES
+    if multicast is not None:
+        t = VLLM_SYMM[multicast]
+        limit = t["custom_max"][n]
+        if nbytes >= limit:
+            if nbytes <= t["symm_max"][n]:
+                alg = "multimem" if n in t["multimem"] else "symm-two-shot"
+                return alg, (f"vLLM, {n} GPUs on {multicast}: {_size(limit)} or more, up to "
+                             f"{_size(t['symm_max'][n])}: symmetric memory's "
+                             f"{alg.replace('symm-', '')}")
+            return "nccl", (f"vLLM, {n} GPUs on {multicast}: beyond symmetric memory's "
+                            f"{_size(t['symm_max'][n])}: NCCL")
+    if nbytes >= limit:
         return "nccl", "buffer beyond vLLM's 8 MiB custom all-reduce: NCCL"
     if n == 2:
         return "one-shot", "vLLM, 2 GPUs: one-shot"
@@ -176,15 +243,22 @@ def vllm_choice(nbytes: int, n: int, *, nvlink_all: bool) -> tuple:
     return "two-shot", f"vLLM, {n} GPUs, {below // 1024} KiB or more: two-shot"
 
 
+def _size(nbytes: int) -> str:
+    return f"{nbytes // _MiB} MiB" if nbytes >= _MiB else f"{nbytes // 1024} KiB"
+
+
 def predict_allreduce(nbytes: int, gpus: int, *, algorithm: str = "auto",
-                      topology="dgx-h100", params_path: str | None = None) -> AllReduceTime:
+                      topology="dgx-h100", params_path: str | None = None,
+                      gpu=None) -> AllReduceTime:
     """One all-reduce of ``nbytes`` (each GPU's buffer) over ``gpus`` GPUs of one node, run
-    under CUDA graphs with ``algorithm`` (:data:`ALGORITHMS`; module docstring).
+    under CUDA graphs with ``algorithm`` (:data:`ALGORITHMS`; module docstring). ``gpu``:
+    the GPU whose memory symmetric memory's copies run in (default: the node's, H100 on
+    NVLink 4, B200 on NVLink 5).
 
     Raises:
         ValueError: an unknown algorithm or topology; sizes that are not positive integers;
             more GPUs than a node holds; one-shot or two-shot on GPUs that do not all reach
-            each other over NVLink.
+            each other over NVLink; multimem where the switch has no multicast.
     """
     from .comm import _count, comm_params, param_key
 
@@ -198,14 +272,19 @@ def predict_allreduce(nbytes: int, gpus: int, *, algorithm: str = "auto",
         return AllReduceTime(algorithm, "none", 1, nbytes, "none", 0.0, "one GPU")
     link = topo.link_for(gpus, gpus)
     nvlink_all = link.startswith("nvlink") and (topo.switch or gpus == 2)
+    multicast = link if has_multicast(topo, gpus) else None
     if algorithm == "auto":
-        chosen, why = vllm_choice(nbytes, gpus, nvlink_all=nvlink_all)
+        chosen, why = vllm_choice(nbytes, gpus, nvlink_all=nvlink_all, multicast=multicast)
     else:
         chosen, why = algorithm, f"{algorithm} as asked"
         if chosen != "nccl" and not nvlink_all:
             raise ValueError(f"{chosen} all-reduce reads peers' buffers over NVLink; the "
                              f"{gpus} GPUs of {topo.name} do not all reach each other over "
                              "it: use allreduce='nccl' (or 'auto')")
+        if chosen == "multimem" and multicast is None:
+            raise ValueError(f"multimem all-reduce needs an NVSwitch with multicast (Hopper "
+                             f"or Blackwell, NVLink 4 or 5); {topo.name}'s {link} has none: "
+                             "use 'one-shot', 'two-shot', 'nccl' or 'auto'")
     if chosen == "nccl":
         # the ring's Simple bus bandwidth: the fitted NCCL ring efficiency of the link class
         cls = topo.link_class(gpus, gpus)
@@ -217,5 +296,9 @@ def predict_allreduce(nbytes: int, gpus: int, *, algorithm: str = "auto",
         return AllReduceTime(algorithm, f"nccl-{proto}", gpus, nbytes, link, times[proto],
                              why + f" (NCCL's model picks {proto})")
     p = allreduce_params(params_path)
-    t = (one_shot_s if chosen == "one-shot" else two_shot_s)(p, nbytes, gpus, LINKS[link])
+    kernel = {"one-shot": one_shot_s, "two-shot": two_shot_s, "multimem": multimem_s,
+              "symm-two-shot": two_shot_s}[chosen]
+    t = kernel(p, nbytes, gpus, LINKS[link])
+    if chosen in ("multimem", "symm-two-shot"):  # vLLM copies into the buffer and out
+        t += 2 * kernel_time("copy", 2 * nbytes, gpu=gpu or _LINK_GPU[link]).time_s
     return AllReduceTime(algorithm, chosen, gpus, nbytes, link, t, why)

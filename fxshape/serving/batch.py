@@ -195,7 +195,7 @@ class BatchStep:
             else:
                 nbytes = max(1, round(it * scale))
                 t += predict_allreduce(nbytes, self.tp, algorithm=self.allreduce,
-                                       topology=self.topology).time_s
+                                       topology=self.topology, gpu=self.spec).time_s
                 kernels += 1
         return t, kernels
 

@@ -97,7 +97,7 @@ def serve(model, *, gpu="h100", prompt_len: int, output_len: int, batch_size: in
         gpu, dtype, tp, topology, attention, kv_dtype, page_size: as in
             ``fxshape.analyze``.
         allreduce: how the tensor-parallel all-reduces run (``"auto"``: vLLM's choice;
-            ``"one-shot"``, ``"two-shot"``, ``"nccl"``).
+            ``"one-shot"``, ``"two-shot"``, ``"multimem"``, ``"nccl"``).
         fuse: which GEMMs of a decode step that read one activation run as one
             (``fxshape.serving.batch.BatchStep``): ``"all"`` (engines': vLLM's Q/K/V and
             gate/up), ``"qkv"`` (the attention's projections only: gpt-fast's ``wqkv``),
