@@ -575,8 +575,8 @@ def analyze(model, example_inputs=None, example_kwargs=None, *, gpu="h100",
             NVLink, symmetric memory's multimem for larger ones on Hopper and Blackwell
             NVSwitch, NCCL otherwise; the default of ``mode="decode"``), ``"one-shot"``,
             ``"two-shot"``, ``"multimem"`` or ``"nccl"`` (NCCL's LL / LL128 / Simple protocol
-            by size), all under CUDA graphs. Default in other modes: NCCL as measured from eager PyTorch
-            (``fxshape.cost.comm``).
+            by size), all under CUDA graphs. Default in other modes: NCCL as measured from
+            eager PyTorch (``fxshape.cost.comm``).
         gemv: how GEMMs with ``M = 1`` or ``N = 1`` run (``fxshape.cost.gemv``):
             ``"library"`` (the default: the BLAS library's GEMM kernel) or ``"inductor"``
             (``torch.compile`` with ``coordinate_descent_tuning``, as gpt-fast sets it:
