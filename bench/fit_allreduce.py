@@ -40,8 +40,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from tabulate import tabulate  # noqa: E402
 
 from fxshape.cost.allreduce import (AllReduceParams, multimem_s, one_shot_s,  # noqa: E402
-                                    predict_allreduce, two_shot_s)
-from fxshape.cost.memops import kernel_time  # noqa: E402
+                                    predict_allreduce, symm_copies_s, two_shot_s)
 from fxshape.hardware.topology import LINKS, get_topology  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -54,10 +53,12 @@ def rows():
         return list(csv.DictReader(f))
 
 
-#: held-out-graphs rows: the benchmark's kernel -> (what it is predicted as, its model)
-GRAPHED = {"vllm-ca-1stage": ("one-shot", one_shot_s), "vllm-ca-2stage": ("two-shot", two_shot_s),
-           "vllm-symm-multimem": ("multimem + copies", multimem_s),
-           "vllm-symm-two-shot": ("two-shot + copies", two_shot_s)}
+#: held-out-graphs rows: the benchmark's kernel -> (what it is predicted as, its model,
+#: whether vLLM's symmetric memory copies into its buffer and out around it)
+GRAPHED = {"vllm-ca-1stage": ("one-shot", one_shot_s, False),
+           "vllm-ca-2stage": ("two-shot", two_shot_s, False),
+           "vllm-symm-multimem": ("multimem + copies", multimem_s, True),
+           "vllm-symm-two-shot": ("two-shot + copies", two_shot_s, True)}
 
 
 def predict(p: AllReduceParams, r) -> tuple:
@@ -67,11 +68,9 @@ def predict(p: AllReduceParams, r) -> tuple:
         a = predict_allreduce(nbytes, n, algorithm="nccl", topology=r["topology"])
         return a.time_s, a.algorithm
     if r["kernel"] in GRAPHED:
-        name, model = GRAPHED[r["kernel"]]
+        name, model, copies = GRAPHED[r["kernel"]]
         t = model(p, nbytes, n, link)
-        if "copies" in name:  # vLLM's symmetric memory copies into its buffer and out
-            t += 2 * kernel_time("copy", 2 * nbytes, gpu=r["gpu"]).time_s
-        return t, name
+        return t + (symm_copies_s(nbytes, r["gpu"]) if copies else 0.0), name
     one, two = one_shot_s(p, nbytes, n, link), two_shot_s(p, nbytes, n, link)
     return (one, "one-shot") if one <= two else (two, "two-shot")
 

@@ -17,7 +17,7 @@ import re
 import torch
 
 from ..cost.gemm import is_default_params, resolve_params_path, use_params
-from ..cost.gemv import price_matmul
+from ..cost.gemv import price_matmul, use_gemv
 from ..cost.notes import join_notes
 from ..hardware.dtypes import canonical_dtype, itemsize
 from ..hardware.gpus import get_gpu
@@ -586,33 +586,6 @@ def analyze(model, example_inputs=None, example_kwargs=None, *, gpu="h100",
     Returns:
         A :class:`fxshape.analysis.report.Report`.
     """
-    from ..cost.gemv import check_gemv, use_gemv
-
-    if gemv is not None:
-        check_gemv(gemv)
-        if gemv == "inductor" and (execution == "eager" or
-                                   (execution is None and mode not in ("decode",))):
-            raise ValueError("gemv='inductor' is torch.compile's decomposition of "
-                             "matrix-vector products; give execution='compiled' or "
-                             "'cudagraphs' (eager PyTorch runs the library's GEMM)")
-    with use_gemv(gemv or "library"):
-        report = _analyze_options(model, example_inputs, example_kwargs, gpu=gpu, dtype=dtype,
-                                  batch_size=batch_size, seq_len=seq_len, mode=mode, tp=tp,
-                                  moe_routing=moe_routing, attention=attention, dedup=dedup,
-                                  params=params, provenance=provenance, execution=execution,
-                                  optimizer=optimizer, dp=dp, topology=topology,
-                                  sequence_parallel=sequence_parallel,
-                                  context_len=context_len, kv_dtype=kv_dtype,
-                                  page_size=page_size, parallel=parallel, recompute=recompute,
-                                  allreduce=allreduce, gemv=gemv)
-    return report
-
-
-def _analyze_options(model, example_inputs, example_kwargs, *, gpu, dtype, batch_size,
-                     seq_len, mode, tp, moe_routing, attention, dedup, params, provenance,
-                     execution, optimizer, dp, topology, sequence_parallel, context_len,
-                     kv_dtype, page_size, parallel, recompute, allreduce, gemv):
-    """``analyze`` after its gemv check, within ``use_gemv``."""
     from .options import check_options, option_effects
 
     mode_default = mode is None
@@ -630,7 +603,16 @@ def _analyze_options(model, example_inputs, example_kwargs, *, gpu, dtype, batch
         from ..cost.allreduce import check_algorithm
 
         check_algorithm(allreduce)
-    ctx: dict = {"plan": plan}
+    if gemv is not None:
+        from ..cost.gemv import check_gemv
+
+        check_gemv(gemv)
+        if gemv == "inductor" and (execution == "eager" or
+                                   (execution is None and mode != "decode")):
+            raise ValueError("gemv='inductor' is torch.compile's decomposition of "
+                             "matrix-vector products; give execution='compiled' or "
+                             "'cudagraphs' (eager PyTorch runs the library's GEMM)")
+    ctx: dict = {"plan": plan, "gemv": gemv or "library"}
     if mode == "decode":
         report = _analyze_decode(model, example_inputs, example_kwargs, gpu=gpu, dtype=dtype,
                                  batch_size=batch_size, seq_len=seq_len, tp=tp,
@@ -733,9 +715,10 @@ def _given_options(report, ctx, *, gpu, dtype, batch_size, seq_len, tp, moe_rout
 
 def _with_params(params, *args, ctx=None, **kw):
     """``_analyze`` under the GEMM constants of ``params``, named in the notes when they are
-    not the packaged ones. ``ctx`` (a dict) gets what ``fxshape.analysis.options`` needs."""
+    not the packaged ones, and with matrix-vector products priced as ``ctx["gemv"]`` says
+    (``fxshape.cost.gemv``). ``ctx`` (a dict) gets what ``fxshape.analysis.options`` needs."""
     ctx = {} if ctx is None else ctx
-    with use_params(params):
+    with use_params(params), use_gemv(ctx.get("gemv", "library")):
         report = _analyze(*args, ctx=ctx, **kw)
         path = resolve_params_path()
         ctx["params_path"] = path

@@ -645,9 +645,9 @@ def comm_records(records, *, tp, dp, topology, item, grad_bytes, sequence_parall
     hidden); in the backward one more per row-parallel layer, for the input gradient of the
     column-parallel layers feeding it. With ``sequence_parallel`` each all-reduce is a
     reduce-scatter and an all-gather of the same buffer. These sit on the critical path.
-    ``allreduce`` (``fxshape.cost.allreduce``: ``"auto"``,
-    ``"nccl"``, ``"one-shot"``, ``"two-shot"``, ``"multimem"``): the all-reduces run as a serving engine runs
-    them under CUDA graphs (inside one node); None: NCCL as measured from eager PyTorch
+    ``allreduce`` (``fxshape.cost.allreduce``: ``"auto"``, ``"nccl"``, ``"one-shot"``,
+    ``"two-shot"``, ``"multimem"``): the all-reduces run as a serving engine runs them under
+    CUDA graphs (inside one node); None: NCCL as measured from eager PyTorch
     (``fxshape.cost.comm``).
 
     Data parallelism (DDP): the gradients, ``grad_bytes`` per GPU, all-reduced in 25 MiB

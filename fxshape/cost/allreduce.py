@@ -80,7 +80,8 @@ from .memops import kernel_time
 from .paramfile import read_json
 
 __all__ = ["ALGORITHMS", "AllReduceParams", "AllReduceTime", "allreduce_params",
-           "predict_allreduce", "one_shot_s", "two_shot_s", "multimem_s", "nccl_protocols",
+           "predict_allreduce", "one_shot_s", "two_shot_s", "multimem_s", "symm_copies_s",
+           "nccl_protocols",
            "vllm_choice", "NCCL_TUNING", "check_algorithm", "has_multicast"]
 
 ALGORITHMS = ("auto", "nccl", "one-shot", "two-shot", "multimem")
@@ -186,6 +187,12 @@ def multimem_s(p: AllReduceParams, nbytes: float, n: int, link_gbs: float) -> fl
     """Multimem: each GPU's slice reduced in the switch and stored to every GPU, one stage
     (module docstring); the copies in and out are not included."""
     return p.stage_s + (1 + 1 / n) * nbytes / (p.peer_efficiency * link_gbs * 1e9)
+
+
+def symm_copies_s(nbytes: float, gpu) -> float:
+    """vLLM's symmetric-memory all-reduce copies its input into the registered buffer and the
+    result out: two memory-bound copies of ``nbytes`` (read and written) on ``gpu``."""
+    return 2 * kernel_time("copy", 2 * int(nbytes), gpu=gpu).time_s
 
 
 def has_multicast(topo: Topology, n: int) -> bool:
@@ -300,5 +307,5 @@ def predict_allreduce(nbytes: int, gpus: int, *, algorithm: str = "auto",
               "symm-two-shot": two_shot_s}[chosen]
     t = kernel(p, nbytes, gpus, LINKS[link])
     if chosen in ("multimem", "symm-two-shot"):  # vLLM copies into the buffer and out
-        t += 2 * kernel_time("copy", 2 * nbytes, gpu=gpu or _LINK_GPU[link]).time_s
+        t += symm_copies_s(nbytes, gpu or _LINK_GPU[link])
     return AllReduceTime(algorithm, chosen, gpus, nbytes, link, t, why)
