@@ -20,6 +20,7 @@ from .cost.attention import AttentionPrediction, AttentionShape, predict_attenti
 from .cost.gemm import (DimAlignment, MatmulPrediction, ModelParams, model_params, predict_matmul,
                         use_params)
 from .cost.memops import MemOpPrediction, predict_memop
+from .cost.quant import Quantization
 from .hardware.dtypes import canonical_dtype
 from .hardware.gpus import GPUSpec, Peaks, get_gpu, list_gpus
 from .parallelism.plan import Parallel
@@ -56,6 +57,7 @@ __all__ = [
     "list_gpus",
     "canonical_dtype",
     "predict_matmul",
+    "Quantization",
     "MatmulPrediction",
     "DimAlignment",
     "ModelParams",

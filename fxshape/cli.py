@@ -194,7 +194,7 @@ def _cmd_analyze(args) -> int:
                          context_len=args.context_len, kv_dtype=args.kv_dtype,
                          page_size=args.page_size, parallel=parallel,
                          recompute=args.recompute, allreduce=args.allreduce,
-                         gemv=args.gemv)
+                         gemv=args.gemv, quantize=_quantization(args))
     except CaptureError as exc:
         raise ValueError(_capture_failure(exc, args.verbose)) from None
     if args.plot:
@@ -397,6 +397,36 @@ def _allreduce_arg(p, default) -> None:
                                       "eager PyTorch otherwise" if default is None else ""))
 
 
+def _quantize_args(p) -> None:
+    from .cost.quant import GROUP_SIZES, QUANT_METHODS
+
+    p.add_argument("--quantize", choices=QUANT_METHODS, default=None,
+                   help="quantized linear layers as inference engines run them: int8 or "
+                        "int4 (weight-only, gpt-fast/torchao), fp8 (weights and "
+                        "activations, torch._scaled_mm; Hopper, Ada, Blackwell)")
+    p.add_argument("--group-size", type=int, choices=GROUP_SIZES, default=None,
+                   help="--quantize int4: elements of K per scale and zero (default 128)")
+    p.add_argument("--activation-scales", choices=("dynamic", "static"), default=None,
+                   help="--quantize fp8: per-token scales computed by a kernel (dynamic, "
+                        "vLLM; the default) or a static per-tensor scale fused into the "
+                        "producer (TensorRT-LLM)")
+
+
+def _quantization(args):
+    """The quantize= value of the --quantize, --group-size and --activation-scales flags."""
+    from .cost.quant import quantization_of
+
+    if args.quantize is None:
+        given = [f for f, v in (("--group-size", args.group_size),
+                                ("--activation-scales", args.activation_scales))
+                 if v is not None]
+        if given:
+            raise ValueError(f"{' and '.join(given)} apply to quantized layers: give "
+                             "--quantize too")
+        return None
+    return quantization_of(args.quantize, args.group_size, args.activation_scales)
+
+
 def _gemv_arg(p) -> None:
     from .cost.gemv import GEMV_CHOICES
 
@@ -453,6 +483,11 @@ def _cmd_serve(args) -> int:
         raise ValueError("--gemv applies to one batch without --draft (gpt-fast's batch-1 "
                          "decode); under load, speculation or capacity planning the engine "
                          "runs the library's GEMMs")
+    if args.quantize is not None and (args.draft is not None or args.slo_ttft is not None
+                                      or args.slo_itl is not None):
+        raise ValueError("--quantize applies to one batch and to a server under load; "
+                         "speculative decoding (--draft) and capacity planning (--slo-ttft, "
+                         "--slo-itl) do not take it yet")
     if args.slo_ttft is not None or args.slo_itl is not None:
         return _serve_capacity(args, load_target)
     slo = [f"--{f.replace('_', '-')}" for f in ("slo_percentile", "tp_choices")
@@ -622,7 +657,7 @@ def _serve_load(args, model) -> int:
                                 else args.gpu_memory_utilization),
         dtype=args.dtype, allreduce=args.allreduce, topology=args.topology,
         attention=args.attention, kv_dtype=args.kv_dtype, fuse=args.fuse or "all",
-        **_draft_options(args, load_target))
+        quantize=_quantization(args), **_draft_options(args, load_target))
     if args.format == "json":
         print(json.dumps(r.to_dict(), indent=1, sort_keys=True))
         return 0
@@ -668,7 +703,7 @@ def _serve_batch(args, model) -> int:
               batch_size=args.batch_size or 1, tp=args.tp, dtype=args.dtype,
               allreduce=args.allreduce, topology=args.topology, attention=args.attention,
               kv_dtype=args.kv_dtype, page_size=args.page_size, fuse=args.fuse,
-              gemv=args.gemv or "library")
+              gemv=args.gemv or "library", quantize=_quantization(args))
     if args.format == "json":
         print(json.dumps(r.to_dict(), indent=1, sort_keys=True))
         return 0
@@ -945,6 +980,7 @@ def build_parser() -> argparse.ArgumentParser:
     _kv_args(pa)
     _allreduce_arg(pa, None)
     _gemv_arg(pa)
+    _quantize_args(pa)
     pa.add_argument("--dp", type=_positive_int, default=1,
                     help="data-parallel degree: the gradient all-reduce of a --train step")
     pa.add_argument("--topology", type=_topology_arg, default=None,
@@ -1141,6 +1177,7 @@ def build_parser() -> argparse.ArgumentParser:
                     help="tokens per page of a paged KV cache (vLLM 16)")
     _allreduce_arg(pw, "auto")
     _gemv_arg(pw)
+    _quantize_args(pw)
     pw.add_argument("--format", choices=("table", "json"), default="table")
     pw.add_argument("--verbose", action="store_true",
                     help="show warnings and log lines from torch and transformers")

@@ -43,6 +43,9 @@ VALUES = {
     "allreduce": "nccl",
     # Inductor's decomposed matrix-vector products (torch.compile; decode's batch 1)
     "gemv": "inductor",
+    # weight-only int8 linear layers (fxshape.cost.quant); the group size is int4's, so
+    # with the matrix's int8 (or alone) it is refused
+    "quantize": "int8", "group_size": 32,
 }
 _DECODE_ONLY = {"context_len", "kv_dtype", "page_size"}
 #: what every run of the matrix is given besides its options: a short prompt (the default
@@ -63,8 +66,14 @@ def _refused(mode: str, names) -> bool:
         return True  # torch.compile's decomposition: not in eager (the other modes' default)
     if "moe_routing" in names:
         return True  # the Llama has no expert layers to route
+    if "group_size" in names:
+        return True  # int4's group size: not with int8, not without quantize
+    if "quantize" in names and mode == "train":
+        return True  # quantized layers are priced for inference
     if mode != "train" and names & {"parallel", "recompute"}:
         return True  # a pipeline and recomputation are a training step's
+    if mode == "train" and {"parallel", "topology"} <= names:
+        return True  # a pipeline's send/recv over PCIe: no measurements, refused as unmodelled
     if "parallel" in names and names & {"tp", "dp", "sequence_parallel"}:
         return True  # the plan or its shorthands, not both
     return "sequence_parallel" in names and "tp" not in names  # it splits over tp GPUs

@@ -610,7 +610,8 @@ CLI_VALUES = {
                 "virtual_stages": ["2"], "schedule": ["gpipe"], "recompute": ["selective"],
                 "grad_dtype": ["bf16"], "cp": ["2"], "ep": ["2"], "capacity_factor": ["1.25"],
                 "torchtitan": ["@job.toml"], "gpus": ["8"], "allreduce": ["nccl"],
-                "gemv": ["inductor"]},
+                "gemv": ["inductor"], "quantize": ["int8"], "group_size": ["32"],
+                "activation_scales": ["static"]},
     "serve": {"gpu": ["a100"], "dtype": ["fp16"], "batch_size": ["2"], "tp": ["2"],
               "topology": ["pcie4"], "attention": ["math"], "kv_dtype": ["fp8"],
               "page_size": ["16"], "allreduce": ["nccl", "one-shot"],
@@ -625,7 +626,8 @@ CLI_VALUES = {
               "acceptance_length": ["2.5"],
               # capacity planning (--slo-ttft or --slo-itl switch it on)
               "slo_ttft": ["200ms"], "slo_itl": ["30ms"], "slo_percentile": ["90"],
-              "tp_choices": ["1,2"], "fuse": ["qkv", "none"], "gemv": ["inductor"]},
+              "tp_choices": ["1,2"], "fuse": ["qkv", "none"], "gemv": ["inductor"],
+              "quantize": ["int8"], "group_size": ["32"], "activation_scales": ["static"]},
     "advise": {**_SHARED, "mode": ["inference", "train", "decode"], "tolerance": ["0.05"],
                "min_speedup": ["0.02"], "format": ["json", "table", "markdown"]},
     "sweep": {**_SHARED, "mode": ["inference", "train", "decode"], "out": ["@out.svg"]},
@@ -707,6 +709,13 @@ def _cli_conflict(command, case) -> bool:
     mode = case.get("mode") or ("train" if case.get("train") else None)
     if command == "calibrate":
         return True  # no GPU here: every case is the one-line "needs a GPU"
+    if command in ("analyze", "serve") and set(case) & {"group_size", "activation_scales"}:
+        return True  # int4's group size, fp8's scales: the matrix quantizes int8 (or not)
+    if command == "analyze" and "quantize" in case and mode == "train":
+        return True  # quantized layers are priced for inference
+    if command == "serve" and "quantize" in case and \
+            set(case) & {"draft", "slo_ttft", "slo_itl"}:
+        return True  # one batch or a server under load only
     if command == "serve":
         # one-shot reads peers over NVLink; PCIe GPUs have none
         if case.get("allreduce") == "one-shot" and case.get("topology") == "pcie4" \
@@ -894,6 +903,8 @@ def _stated(command, case, out: str, folder) -> None:
         assert case.get("allreduce", "auto") in text
         if "gemv" in case:
             assert '"gemv": "inductor"' in text or "as Inductor's reductions" in text
+        if "quantize" in case:
+            assert "int8 weight-only" in text
         return
     if command == "plan":
         if case.get("format") == "json":

@@ -17,7 +17,7 @@ import re
 import torch
 
 from ..cost.gemm import is_default_params, resolve_params_path, use_params
-from ..cost.gemv import price_matmul, use_gemv
+from ..cost.gemv import gemv_choice, price_matmul, use_gemv
 from ..cost.notes import join_notes
 from ..hardware.dtypes import canonical_dtype, itemsize
 from ..hardware.gpus import get_gpu
@@ -488,7 +488,89 @@ def _head_counts(model):
     return _heads(model), kv if isinstance(kv, int) and not isinstance(kv, bool) else None
 
 
+# analyze(quantize=): the quantization in force while one analysis annotates its rows
+_QUANT: contextvars.ContextVar = contextvars.ContextVar("fxshape_quantize", default=None)
+# GEMMs of a linear layer's weight: F.linear, and GPT-2's Conv1D (addmm / mm)
+_WEIGHT_CLASSES = ("Linear", "Conv1D")
+
+
+@dataclasses.dataclass
+class _QuantState:
+    """One analysis's quantization: the method, the layers kept in bf16 by rule (module ->
+    reason, decided from the model) and those found on the way (filled by :func:`_row`)."""
+
+    q: object
+    keep: dict
+    left: dict = dataclasses.field(default_factory=dict)
+
+
+def _quant_keep(model, q) -> dict:
+    """module -> why it stays in bf16: the LM head under fp8 (vLLM and TensorRT-LLM leave
+    it unquantized), or a head whose weight is the input embedding's."""
+    get_out = getattr(model, "get_output_embeddings", None)
+    head = get_out() if callable(get_out) else None
+    if head is None:
+        return {}
+    name = next((n for n, mod in model.named_modules() if mod is head), None)
+    if name is None:
+        return {}
+    if q.method == "fp8":
+        return {name: "the LM head stays in bf16 (vLLM's and TensorRT-LLM's FP8 "
+                      "checkpoints leave lm_head unquantized)"}
+    _, tied = _input_embedding(model)
+    if tied:
+        return {name: "its weight is the input embedding's (tied), which the embedding "
+                      "lookup reads in bf16"}
+    return {}
+
+
+def _quantized_row(node, g: Gemm, fqn, cls, phase, dkey, spec, state):
+    """The row of a quantized linear layer's GEMM, or None when the layer stays in bf16
+    (recorded in ``state.left`` with the reason)."""
+    from ..cost.quant import fp8_eligible, predict_quantized
+
+    if g.attn is not None or phase != "forward":
+        return None
+    if g.op.startswith("grouped"):
+        state.left[fqn or node.name] = ("expert GEMMs (grouped): quantized MoE kernels are not "
+                                        "modelled")
+        return None
+    if not (g.op == "linear" or (g.op in ("mm", "addmm") and cls in _WEIGHT_CLASSES)):
+        return None
+    name = fqn[len("model."):] if fqn.startswith("model.") and fqn not in state.keep else fqn
+    reason = state.keep.get(fqn) or state.keep.get(name)
+    q = state.q
+    if reason is None and q.method == "fp8" and not fp8_eligible(g.n, g.k):
+        reason = (f"K={g.k}, N={g.n}: FP8 GEMMs need multiples of 16 (torch._scaled_mm); "
+                  "runs in bf16")
+    if reason is not None:
+        state.left[name or node.name] = reason
+        return None
+    if q.method == "int4" and g.k % q.group_size:
+        from ..cost.quant import GROUP_SIZES
+
+        raise ValueError(f"group_size={q.group_size} does not divide K={g.k} of "
+                         f"{name or node.name}; accepted: a group size of "
+                         f"{', '.join(str(x) for x in GROUP_SIZES if g.k % x == 0) or 'none'} "
+                         "(of 32, 64, 128, 256) for this layer")
+    qg = predict_quantized(max(g.m, 1), max(g.n, 1), max(g.k, 1), q, gpu=spec, dtype=dkey,
+                           batch=max(g.batch, 1), op=g.op, gemv=gemv_choice(),
+                           layout=g.layout)
+    p = qg.prediction
+    flops = int(round(2 * g.batch * g.m * g.n * g.k * g.work))
+    note = "; ".join(x for x in (g.note, qg.what) if x)
+    return GemmRow(node=node.name, module=fqn, module_type=cls, op=g.op, phase=phase,
+                   batch=g.batch, m=g.m, n=g.n, k=g.k, dtype=p.dtype, layout=g.layout,
+                   work=g.work, note=note, flops=flops, time_s=p.time_s * g.work,
+                   prediction=p, quant=q.key, kernels=qg.kernels)
+
+
 def _row(node, g: Gemm, fqn, cls, phase, dkey, spec) -> GemmRow:
+    state = _QUANT.get()
+    if state is not None:
+        row = _quantized_row(node, g, fqn, cls, phase, dkey, spec, state)
+        if row is not None:
+            return row
     p = price_matmul(g.op, max(g.m, 1), max(g.n, 1), max(g.k, 1),
                      batch=max(g.batch, 1), dtype=dkey, gpu=spec, layout=g.layout)
     flops = int(round(2 * g.batch * g.m * g.n * g.k * g.work))
@@ -503,7 +585,8 @@ def analyze(model, example_inputs=None, example_kwargs=None, *, gpu="h100",
             moe_routing=None, attention="flash", dedup=True, params=None,
             provenance="traced", execution=None, optimizer="adamw", dp=1, topology=None,
             sequence_parallel=False, context_len=None, kv_dtype=None, page_size=None,
-            parallel=None, recompute=None, allreduce=None, gemv=None):
+            parallel=None, recompute=None, allreduce=None, gemv=None, quantize=None,
+            group_size=None):
     """Capture ``model`` and predict every GEMM in it on ``gpu``.
 
     Args:
@@ -582,6 +665,16 @@ def analyze(model, example_inputs=None, example_kwargs=None, *, gpu="h100",
             (``torch.compile`` with ``coordinate_descent_tuning``, as gpt-fast sets it:
             Inductor decomposes them into one Triton reduction that streams the weight;
             needs ``execution="compiled"`` or ``"cudagraphs"``).
+        quantize: the linear layers quantized as an inference engine runs them
+            (``fxshape.cost.quant``): ``"int8"`` or ``"int4"`` (weight-only, as gpt-fast and
+            torchao: activations stay in ``dtype``), ``"fp8"`` (FP8 weights and activations,
+            ``torch._scaled_mm``; Hopper, Ada, Blackwell) or a
+            :class:`fxshape.cost.quant.Quantization` (fp8 with ``activations="static"``).
+            Inference, prefill and decode only. Each quantized row carries ``quant``; the
+            layers left in bf16 (the LM head under fp8, dimensions FP8 cannot take) are in
+            ``report.notes`` with the reason; ``report.memory`` holds the packed weights.
+        group_size: for ``quantize="int4"``, elements of K per scale and zero (32, 64, 128,
+            256; default 128); must divide every quantized layer's K.
 
     Returns:
         A :class:`fxshape.analysis.report.Report`.
@@ -613,6 +706,48 @@ def analyze(model, example_inputs=None, example_kwargs=None, *, gpu="h100",
                              "matrix-vector products; give execution='compiled' or "
                              "'cudagraphs' (eager PyTorch runs the library's GEMM)")
     ctx: dict = {"plan": plan, "gemv": gemv or "library"}
+    quant = _check_quantize(quantize, group_size, mode, dtype, gpu)
+    state = None if quant is None else _QuantState(quant, _quant_keep(model, quant))
+    token = _QUANT.set(state)
+    try:
+        report = _analyze_mode(model, example_inputs, example_kwargs, ctx, gpu=gpu,
+                               dtype=dtype, batch_size=batch_size, seq_len=seq_len, mode=mode,
+                               tp=tp, moe_routing=moe_routing, attention=attention,
+                               dedup=dedup, params=params, provenance=provenance,
+                               execution=execution, optimizer=optimizer, dp=dp,
+                               topology=topology, sequence_parallel=sequence_parallel,
+                               context_len=context_len, kv_dtype=kv_dtype,
+                               page_size=page_size, plan=plan, recompute=recompute,
+                               allreduce=allreduce)
+    finally:
+        _QUANT.reset(token)
+    if state is not None:
+        report = _quantized_report(report, state, model)
+        ctx["quant_left"] = state.left
+    given = _given_options(report, ctx, gpu=gpu, dtype=dtype, batch_size=batch_size,
+                           seq_len=seq_len, moe_routing=moe_routing, attention=attention,
+                           dedup=dedup, provenance=provenance, execution=execution,
+                           optimizer=optimizer, topology=topology, context_len=context_len,
+                           kv_dtype=kv_dtype, page_size=page_size, parallel=parallel,
+                           recompute=recompute, allreduce=allreduce, gemv=gemv,
+                           **shorthands)
+    if quant is not None:
+        given["quantize"] = quant.key
+        if group_size is not None:
+            given["group_size"] = group_size
+    report = dataclasses.replace(report, workload=dataclasses.replace(
+        report.workload, gemv=gemv or "library"))
+    if mode_default:
+        report = dataclasses.replace(report, workload=dataclasses.replace(
+            report.workload, mode_default=True))
+    return dataclasses.replace(report, options=option_effects(report, given, ctx))
+
+
+def _analyze_mode(model, example_inputs, example_kwargs, ctx, *, gpu, dtype, batch_size,
+                  seq_len, mode, tp, moe_routing, attention, dedup, params, provenance,
+                  execution, optimizer, dp, topology, sequence_parallel, context_len,
+                  kv_dtype, page_size, plan, recompute, allreduce):
+    """analyze's body once its options are checked: a decode step, or the other modes."""
     if mode == "decode":
         report = _analyze_decode(model, example_inputs, example_kwargs, gpu=gpu, dtype=dtype,
                                  batch_size=batch_size, seq_len=seq_len, tp=tp,
@@ -637,19 +772,78 @@ def analyze(model, example_inputs=None, example_kwargs=None, *, gpu="h100",
                               optimizer=optimizer, dp=dp, topology=topology,
                               sequence_parallel=sequence_parallel, ctx=ctx, plan=plan,
                               recompute=recompute, allreduce=allreduce)
-    given = _given_options(report, ctx, gpu=gpu, dtype=dtype, batch_size=batch_size,
-                           seq_len=seq_len, moe_routing=moe_routing, attention=attention,
-                           dedup=dedup, provenance=provenance, execution=execution,
-                           optimizer=optimizer, topology=topology, context_len=context_len,
-                           kv_dtype=kv_dtype, page_size=page_size, parallel=parallel,
-                           recompute=recompute, allreduce=allreduce, gemv=gemv,
-                           **shorthands)
-    report = dataclasses.replace(report, workload=dataclasses.replace(
-        report.workload, gemv=gemv or "library"))
-    if mode_default:
-        report = dataclasses.replace(report, workload=dataclasses.replace(
-            report.workload, mode_default=True))
-    return dataclasses.replace(report, options=option_effects(report, given, ctx))
+    return report
+
+
+def _check_quantize(quantize, group_size, mode, dtype, gpu):
+    """The :class:`fxshape.cost.quant.Quantization` asked for (None for none), refused in
+    one line where no engine runs it."""
+    from ..cost.quant import quantization_of
+
+    quant = quantization_of(quantize, group_size)
+    if quant is None:
+        return None
+    if mode == "train":
+        raise ValueError(f"quantize={quant.method!r} prices inference; mode 'train' "
+                         "trains in dtype (weight-only int8/int4 cannot be trained, FP8 "
+                         "training with torchao's float8 is not modelled yet); accepted "
+                         "modes: inference, prefill, decode")
+    dkey = canonical_dtype(dtype)
+    if dkey not in ("bf16", "fp16"):
+        raise ValueError(f"quantize= keeps activations in bf16 or fp16; got dtype={dkey!r} "
+                         "(accepted: bf16, fp16; quantize='fp8' sets the GEMMs' FP8 itself)")
+    spec = get_gpu(gpu)
+    if quant.method == "fp8" and spec.peaks.fp8 is None:
+        raise ValueError(f"{spec.name} has no FP8 tensor cores: quantize='fp8' needs one "
+                         "that has (Hopper, Ada, Blackwell, MI300X); accepted here: 'int8', "
+                         "'int4'")
+    return quant
+
+
+def _quantized_report(report, state, model):
+    """The report of a quantized analysis: memory with the packed weights, the notes
+    saying what was quantized and what was not (and why), the workload naming it."""
+    from ..cost.quant import packed_weight_bytes
+    from .step import run_dtype
+
+    q = state.q
+    item = run_dtype(report.dtype).itemsize
+    rows = [r for r in report.rows if r.quant]
+    saved, seen = 0, set()
+    for r in rows:
+        key = (r.module or r.node, r.node)
+        if key in seen:
+            continue
+        seen.add(key)
+        b = max(r.batch, 1)
+        saved += b * (r.k * r.n * item - packed_weight_bytes(r.k, r.n, q))
+    notes = [f"linear layers {q.label}: {len(rows)} GEMMs quantized "
+             f"(fxshape.cost.quant); weights {saved / 2**30:.2f} GiB smaller per GPU"]
+    by_reason: dict = {}
+    for mod, why in state.left.items():
+        by_reason.setdefault(why, []).append(mod)
+    for why, mods in by_reason.items():
+        shown = ", ".join(mods[:4]) + (f" and {len(mods) - 4} more" if len(mods) > 4 else "")
+        notes.append(f"left in bf16: {shown}: {why}")
+    mem = report.memory
+    if mem is not None:
+        memory = dataclasses.replace(mem, parameters=mem.parameters - saved,
+                                     peak=mem.peak - saved)
+        report = dataclasses.replace(report, memory=memory)
+    step = report.step
+    if step is not None and report.workload.mode == "decode" and step.floor_s:
+        bw = get_gpu(report.gpu).memory_bandwidth_gbs * 1e9
+        step = dataclasses.replace(step, floor_s=step.floor_s - saved / bw)
+    report = dataclasses.replace(
+        report, step=step, notes=report.notes + tuple(notes),
+        workload=dataclasses.replace(report.workload, quantize=q.label))
+    if report.workload.mode == "decode" and report.capacity is not None:
+        from .serving import capacity_of
+        from ..tracing.decode import max_positions
+
+        report = dataclasses.replace(report, capacity=capacity_of(
+            report, max_positions=max_positions(model.config)))
+    return report
 
 
 def _given_options(report, ctx, *, gpu, dtype, batch_size, seq_len, tp, moe_routing,
@@ -823,7 +1017,8 @@ def _analyze(model, example_inputs, example_kwargs, *, gpu, dtype, batch_size, s
     if cache is not None and example_inputs is None and example_kwargs is None:
         ckey = (id(model), mode, tp, plan.cp, plan.ep, plan.capacity_factor, batch_size,
                 seq_len, dkey, spec.name, attention, _shapes(moe_routing), execution,
-                sequence_parallel, plan.grad_bytes, topo, dedup, kv)
+                sequence_parallel, plan.grad_bytes, topo, dedup, kv,
+                getattr(_QUANT.get(), "q", None))
     hit = cache.get(ckey) if ckey is not None else None
     if hit is not None:
         gm, rows, unsupported, stacks, got, records, op_unsupported, step_notes, walk = hit

@@ -200,6 +200,22 @@ def _gemv(v, report, ctx):
     return True, f"{n} matrix-vector products as Inductor's Triton reductions"
 
 
+def _quantize(v, report, ctx):
+    rows = [r for r in report.rows if r.quant]
+    if not rows:
+        return False, "no linear layer could be quantized (each is listed in the notes)"
+    left = ctx.get("quant_left") or {}
+    return True, (f"{len(rows)} linear-layer GEMMs {report.workload.quantize}"
+                  + (f"; {len(left)} left in bf16 (notes say why)" if left else ""))
+
+
+def _group_size(v, report, ctx):
+    n = sum(1 for r in report.rows if r.quant.startswith("int4"))
+    if not n:
+        return False, "no int4 layer"
+    return True, f"{n} int4 GEMMs with a scale and zero per {v} elements of K"
+
+
 #: one rule per option of ``analyze``: (value shown, report, context) -> (applied, effect)
 RULES = {"allreduce": _allreduce, "gpu": _gpu, "dtype": _dtype, "batch_size": _batch_size, "seq_len": _seq_len,
          "context_len": _context_len, "tp": _tp, "sequence_parallel": _sequence_parallel,
@@ -207,7 +223,8 @@ RULES = {"allreduce": _allreduce, "gpu": _gpu, "dtype": _dtype, "batch_size": _b
          "attention": _attention, "moe_routing": _moe_routing, "dedup": _dedup,
          "params": _params, "provenance": _provenance, "kv_dtype": _kv_dtype,
          "page_size": _page_size, "parallel": _parallel, "recompute": _recompute,
-         "gemv": _gemv}
+         "gemv": _gemv, "quantize": _quantize,
+         "group_size": _group_size}
 
 
 def option_effects(report, given: dict, ctx: dict) -> tuple:

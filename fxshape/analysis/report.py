@@ -114,7 +114,7 @@ class Report:
             r = g["row"]
             k = kernel_figures(r)
             name = g["module"] + (f" x{g['count']}" if g["count"] > 1 else "")
-            op = f"{r.op} ({r.kernel})" if r.kernel else r.op
+            op = f"{r.op} ({r.kernel or r.quant})" if (r.kernel or r.quant) else r.op
             body.append((name, op, r.phase, g["count"], r.m, r.n, r.k, r.batch,
                          k["tile"], f"{100 * k['tile_efficiency']:.0f}%", k["waves"],
                          f"{100 * k['wave_efficiency']:.0f}%", f"{r.tflops:.0f}",
@@ -392,4 +392,5 @@ def _row_dict(r) -> dict:
         "causes_m": list(r.causes[0]) if r.causes else [],
         "causes_n": list(r.causes[1]) if r.causes else [],
         "causes_k": list(r.causes[2]) if r.causes else [],
+        **({"quant": r.quant, "kernels": r.kernels} if r.quant else {}),
     }

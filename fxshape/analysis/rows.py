@@ -52,6 +52,11 @@ class GemmRow:
     #: the whole attention call's prediction (``fxshape.cost.attention.AttentionPrediction``),
     #: shared by the rows of one call; None for ordinary GEMMs
     attention: object = None
+    #: a quantized linear layer: its method (``"int4 g128"``, ``"int8"``, ``"fp8"``;
+    #: ``fxshape.cost.quant``) and the kernels it launches (a conversion or an activation
+    #: quantization kernel besides the GEMM); empty and 1 otherwise
+    quant: str = ""
+    kernels: int = 1
 
     @property
     def tflops(self) -> float:
@@ -105,6 +110,8 @@ class Workload:
     #: ``batch_size × microbatches × dp``
     microbatches: int = 1
     dp: int = 1
+    #: quantized linear layers (``fxshape.cost.quant.Quantization.label``); empty: none
+    quantize: str = ""
 
     @property
     def global_batch(self) -> int | None:
@@ -139,6 +146,8 @@ class Workload:
         parts.append(f"attention {self.attention}{ran}")
         if self.gemv != "library":
             parts.append(f"matrix-vector products as {self.gemv} runs them")
+        if self.quantize:
+            parts.append(f"linear layers {self.quantize}")
         text = ", ".join(parts)
         if self.inputs:
             text += "; inputs: " + ", ".join(
@@ -155,7 +164,8 @@ class Workload:
                 "global_batch": self.global_batch,
                 "attention": self.attention, "attention_kernels": list(self.kernels),
                 "gemv": self.gemv,
-                "inputs": [{"name": n, "shape": list(s), "dtype": d} for n, s, d in self.inputs]}
+                "inputs": [{"name": n, "shape": list(s), "dtype": d} for n, s, d in self.inputs],
+                **({"quantize": self.quantize} if self.quantize else {})}
 
 
 def misaligned(row) -> str:

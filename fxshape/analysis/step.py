@@ -345,8 +345,10 @@ def _gemm_records(rows, host_of) -> list:
         out.append(OpRecord(
             node=r.node, op=r.op, module=r.module, phase=r.phase,
             cls="attention" if r.kernel else "gemm",
-            kernels=launches if (first or not fused) else 0, bytes=nbytes,
-            flops=r.flops, time_s=r.time_s, host_s=host_of(r) if first else 0.0,
+            kernels=(launches if (first or not fused) else 0) * r.kernels, bytes=nbytes,
+            flops=r.flops, time_s=r.time_s,
+            # a quantized layer's conversion or quantization kernel is an op of its own
+            host_s=host_of(r) * r.kernels if first else 0.0,
             family=r.kernel or "gemm", note=r.note, shape=(r.batch, r.m, r.n, r.k)))
     return out
 

@@ -39,6 +39,7 @@ from ..cost.allreduce import predict_allreduce
 from ..cost.attention import AttentionShape, predict_attention
 from ..cost.decode_attention import predict_decode_ragged
 from ..cost.gemv import price_matmul
+from ..cost.quant import predict_quantized, quantization_of
 from ..cost.host import host_params
 from ..cost.memops import memops_params
 from ..hardware.dtypes import canonical_dtype, itemsize
@@ -115,6 +116,9 @@ class BatchStep:
                              "'fa2' or 'fa3'), as serving engines run; the report ran 'math'")
         rows = {r.node: r for r in report.rows if r.attention is None}
         self._op = {node: r.op for node, r in rows.items()}
+        # quantized linear layers (analyze(quantize=)): node -> Quantization.key
+        self._quant = {node: r.quant for node, r in rows.items() if r.quant}
+        self._act_dtype = report.dtype
         self.gemv = wl.gemv
         gemms = [o for o in report.ops if o.cls == "gemm"]
         if not gemms:
@@ -185,6 +189,13 @@ class BatchStep:
             if kind == "gemm":
                 m, n, k, batch, dtype, layout, work, node = it
                 rows = max(1, round(m * scale))
+                if node in self._quant:
+                    qg = predict_quantized(rows, n, k, quantization_of(self._quant[node]),
+                                           gpu=self.spec, dtype=self._act_dtype, batch=batch,
+                                           op=self._op[node], gemv=self.gemv, layout=layout)
+                    t += qg.prediction.time_s * work
+                    kernels += qg.kernels
+                    continue
                 t += price_matmul(self._op[node], rows, n, k, batch=batch, dtype=dtype,
                                   gpu=self.spec, layout=layout, gemv=self.gemv).time_s * work
                 kernels += 1

@@ -88,7 +88,8 @@ class ServeResult:
 def serve(model, *, gpu="h100", prompt_len: int, output_len: int, batch_size: int = 1,
           tp: int = 1, dtype=torch.bfloat16, allreduce: str = "auto", topology=None,
           attention: str = "flash", kv_dtype=None, page_size=None,
-          fuse=None, gemv: str = "library") -> ServeResult:
+          fuse=None, gemv: str = "library", quantize=None,
+          group_size=None) -> ServeResult:
     """Predict ``batch_size`` requests of ``prompt_len`` prompt tokens generating
     ``output_len`` tokens each on ``tp`` GPUs (module docstring).
 
@@ -109,6 +110,9 @@ def serve(model, *, gpu="h100", prompt_len: int, output_len: int, batch_size: in
             ``"library"`` (the BLAS GEMM; engines') or ``"inductor"`` (gpt-fast's
             ``torch.compile`` with ``coordinate_descent_tuning``: one Triton reduction
             each at batch 1).
+        quantize, group_size: the linear layers quantized, as in ``fxshape.analyze``
+            (``"int8"``, ``"int4"``, ``"fp8"``; ``fxshape.cost.quant``), in the prefill and
+            every decode step.
 
     Returns:
         A frozen :class:`ServeResult`; its ``prefill`` and ``decode`` are the two reports
@@ -143,7 +147,7 @@ def serve(model, *, gpu="h100", prompt_len: int, output_len: int, batch_size: in
         raise ValueError(f"prompt_len {prompt_len:,} + output_len {output_len:,} = {total:,} "
                          f"tokens exceed {type(model).__name__}'s {positions:,} positions")
     common = dict(gpu=gpu, dtype=dtype, tp=tp, topology=topology, attention=attention,
-                  allreduce=allreduce)
+                  allreduce=allreduce, quantize=quantize, group_size=group_size)
     ids = torch.zeros(batch_size, prompt_len, dtype=torch.long, device="meta")
     prefill = analyze(model, None, {"input_ids": ids, "logits_to_keep": 1}, mode="prefill",
                       provenance=None, execution="compiled", **common)
@@ -177,6 +181,8 @@ def serve(model, *, gpu="h100", prompt_len: int, output_len: int, batch_size: in
              "attention re-priced at each step's context; GEMMs that read one activation "
              f"fused: {fuse}" + ("; matrix-vector products as Inductor's reductions"
                                    if gemv == "inductor" else ""))
+    if decode.workload.quantize:
+        notes += (f"linear layers {decode.workload.quantize} (fxshape.cost.quant)",)
     return ServeResult(model=type(model).__name__, gpu=decode.gpu, tp=tp,
                        batch_size=batch_size, prompt_len=prompt_len, output_len=output_len,
                        allreduce=allreduce, time_to_first_token_s=ttft,

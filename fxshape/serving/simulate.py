@@ -198,7 +198,8 @@ class Server:
                  gpu_memory_utilization: float = 0.9, dtype=torch.bfloat16,
                  allreduce: str = "auto", topology=None, attention: str = "flash",
                  kv_dtype=None, draft=None, num_speculative_tokens: int = 3,
-                 acceptance=None, acceptance_length=None, fuse="all"):
+                 acceptance=None, acceptance_length=None, fuse="all", quantize=None,
+                 group_size=None):
         from ..analysis.annotate import analyze
         from ..analysis.serving import capacity_of
         from ..cost.allreduce import check_algorithm
@@ -234,7 +235,8 @@ class Server:
         capture = dict(mode="decode", batch_size=_BASE_BATCH, gpu=spec, dtype=dtype, tp=tp,
                        topology=topology, attention=attention, kv_dtype=kv_dtype,
                        page_size=block_size, allreduce=allreduce, provenance=None)
-        decode = analyze(model, context_len=context, **capture)
+        decode = analyze(model, context_len=context, quantize=quantize,
+                         group_size=group_size, **capture)
         config = EngineConfig(
             max_num_seqs=d_seqs if max_num_seqs is None else max_num_seqs,
             max_num_batched_tokens=d_tokens if max_num_batched_tokens is None
@@ -321,7 +323,8 @@ def simulate_serving(model, *, gpu="h100", tp: int = 1, requests=None, num_reque
                      dtype=torch.bfloat16, allreduce: str = "auto", topology=None,
                      attention: str = "flash", kv_dtype=None, draft=None,
                      num_speculative_tokens: int = 3, acceptance=None,
-                     acceptance_length=None, fuse="all") -> ServingSimulation:
+                     acceptance_length=None, fuse="all", quantize=None,
+                     group_size=None) -> ServingSimulation:
     """Serve requests with continuous batching on ``tp`` GPUs (module docstring).
 
     Args:
@@ -341,6 +344,8 @@ def simulate_serving(model, *, gpu="h100", tp: int = 1, requests=None, num_reque
             verifies its drafts in the step, accepting each with that probability.
         fuse: the GEMMs run as one when they read one activation (``"all"``: vLLM's
             Q/K/V and gate/up; ``"qkv"``; ``"none"``: as captured).
+        quantize, group_size: the target model's linear layers quantized, as in
+            ``fxshape.analyze`` (``fxshape.cost.quant``); a draft stays in ``dtype``.
 
     Raises:
         ValueError: bad requests or limits (named); a request longer than the model's
@@ -354,6 +359,7 @@ def simulate_serving(model, *, gpu="h100", tp: int = 1, requests=None, num_reque
                     allreduce=allreduce, topology=topology, attention=attention,
                     kv_dtype=kv_dtype, draft=draft,
                     num_speculative_tokens=num_speculative_tokens, acceptance=acceptance,
-                    acceptance_length=acceptance_length, fuse=fuse)
+                    acceptance_length=acceptance_length, fuse=fuse, quantize=quantize,
+                    group_size=group_size)
     return server.run(reqs, max_concurrency=max_concurrency,
                       seed=seed if requests is None else None)

@@ -1,0 +1,314 @@
+"""Quantized linear layers as inference engines run them.
+
+A quantized model runs its linear layers on other kernels than a bf16 one, and moves fewer
+bytes: this module prices one linear layer's GEMM ``C[M, N] = X[M, K] @ W[K, N]`` under a
+:class:`Quantization`. Pure functions of shapes and a ``GPUSpec``; nothing here imports
+torch.
+
+Methods (:data:`QUANT_METHODS`):
+
+``"int8"``, weight-only, as gpt-fast's ``WeightOnlyInt8Linear`` and torchao's
+``int8_weight_only`` compute it: ``F.linear(x, W.to(bf16)) * scales``, one bf16 scale per
+output channel. Under ``torch.compile`` with coordinate-descent tuning (``gemv="inductor"``,
+``fxshape.cost.gemv``) a matrix-vector product is one Triton reduction that loads the int8
+weight and converts each element in registers. Otherwise the conversion is its own
+elementwise kernel that writes the whole weight in bf16, and the library's GEMM reads it
+back (eager PyTorch; Inductor without coordinate-descent tuning cannot fuse a pointwise
+producer into the library's ``mm``).
+
+``"int4"``, weight-only, as gpt-fast's ``WeightOnlyInt4Linear`` and torchao's
+``int4_weight_only`` run it: ``aten._weight_int4pack_mm`` (tinygemm), one kernel that reads
+the packed weight (two elements a byte) with a bf16 scale and zero for every
+``group_size`` elements of K of each output channel, dequantizes in registers and multiplies
+on the tensor cores. It works on blocks of 16 rows of M (its ``m16n8k16`` MMA): every block
+dequantizes the whole weight again (torchao's HQQ benchmark shows tinygemm's time growing in
+proportion to M from 16 rows on).
+
+``"fp8"``, weights and activations in FP8 (e4m3), as vLLM's ``Fp8LinearMethod`` and
+TensorRT-LLM run them: ``torch._scaled_mm`` (cuBLASLt) with a bf16 output, one scale per
+output channel of the weight. ``activations="dynamic"``: each activation is quantized per
+token by a kernel of its own before the GEMM (vLLM's ``scaled_fp8_quant``: it reads the bf16
+activation and writes FP8 and a scale per row); ``"static"``: a calibrated per-tensor scale,
+the cast fused into the kernel that produces the activation (TensorRT-LLM's fused plugins), no
+kernel of its own. FP8 GEMMs need K and N multiples of 16 (16-byte rows, cuBLASLt's rule for
+``_scaled_mm``); a layer that misses it stays in bf16, and the analysis says so.
+
+The dequantization's arithmetic is priced from instruction throughputs, not fitted: the
+CUDA C++ Programming Guide's table of arithmetic instruction throughputs (results per clock
+per SM) gives 16 for "all other type conversions" (int8 -> fp32 among them) on compute
+capability 8.x and 9.0, and 64 (8.0, 9.0) for 32-bit integer and logical operations and
+32-bit floating-point add and FMA. Inductor's int8 reduction converts each element once.
+tinygemm (``aten/src/ATen/native/cuda/int4mm.cu``) spends, per 32-bit word of 8 int4
+elements in a lane: ``convert_i4x8_to_bf16x2x4``'s 4 ``lop3`` (the ``0x4300`` exponent
+trick), 3 shifts and 4 ``fma.rn.bf16x2`` (the bias), 4 ``__hfma2`` for the scale and zero,
+and 8 fp32 adds folding its two MMAs' partial sums into the accumulator: 23 operations per 8
+elements, counted at the 64 per clock rate (its ``mma.sync`` run on the tensor cores beside
+them). AMD's rates are not in a source we
+found: CDNA's conversions are assumed at its FP32 vector rate (64 per CU per clock), so the
+term is a lower bound there. A kernel's time is the smooth maximum (the GEMM family's fitted
+``smooth_q``, ``fxshape.cost.gemm``) of its bytes at the streaming bandwidth
+(``fxshape.cost.memops``) and this arithmetic, plus its launch.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+
+from ..hardware.gpus import get_gpu
+from .gemm import MatmulPrediction, model_params, predict_matmul
+from .gemv import decomposes
+from .memops import kernel_time, memops_params
+
+__all__ = ["QUANT_METHODS", "ACTIVATION_SCHEMES", "Quantization", "QuantizedGemm",
+           "quantization_of", "check_quantization", "packed_weight_bytes", "fp8_eligible",
+           "predict_quantized", "DEFAULT_GROUP_SIZE", "GROUP_SIZES"]
+
+#: ``"fp8"`` (weights and activations), ``"int8"`` and ``"int4"`` (weight-only).
+QUANT_METHODS = ("fp8", "int8", "int4")
+#: FP8 activations: per-token scales computed by a kernel (vLLM), or a static per-tensor
+#: scale fused into the producer (TensorRT-LLM).
+ACTIVATION_SCHEMES = ("dynamic", "static")
+#: int4 group sizes tinygemm packs (``_convert_weight_to_int4pack``; gpt-fast's choices).
+GROUP_SIZES = (32, 64, 128, 256)
+#: gpt-fast's and torchao's default group size.
+DEFAULT_GROUP_SIZE = 128
+#: M rows per tinygemm block (its ``m16n8k16`` MMA).
+TINYGEMM_M_BLOCK = 16
+#: Elements FP8 GEMM dimensions must be multiples of (16 bytes of e4m3).
+FP8_ALIGN = 16
+
+# Bytes per stored scale or zero.
+_BF16, _FP32 = 2, 4
+# (operations per weight element, the pipe's results per clock per SM) for the
+# dequantization (module docstring): int8 -> float conversion (16/clk, "all other type
+# conversions"); tinygemm's 23 integer, bf16 and fp32 operations per 8 elements (64/clk).
+_CONVERT = {"int8": (1.0, 16), "int4": (23 / 8, 64)}
+_AMD_RATE = 64
+
+
+@dataclass(frozen=True)
+class Quantization:
+    """How the linear layers are quantized.
+
+    Attributes:
+        method: ``"fp8"``, ``"int8"`` or ``"int4"`` (:data:`QUANT_METHODS`).
+        group_size: int4: elements of K sharing one scale and zero (:data:`GROUP_SIZES`);
+            ``None`` for the other methods (a scale per output channel).
+        activations: fp8: ``"dynamic"`` (per-token scales, a quantization kernel before
+            each GEMM that reads a new activation) or ``"static"`` (per-tensor, fused into
+            the producer); ``None`` for weight-only methods.
+    """
+
+    method: str
+    group_size: int | None = None
+    activations: str | None = None
+
+    @property
+    def label(self) -> str:
+        """``"int4 (group 128)"``, ``"int8 weight-only"``, ``"fp8 (dynamic activations)"``."""
+        if self.method == "int4":
+            return f"int4 weight-only (group {self.group_size})"
+        if self.method == "int8":
+            return "int8 weight-only (per-channel scales)"
+        return f"fp8 weights and activations ({self.activations} activation scales)"
+
+    @property
+    def weight_only(self) -> bool:
+        return self.method in ("int8", "int4")
+
+    @property
+    def key(self) -> str:
+        """A short spelling :func:`quantization_of` reads back: ``"int4:g128"``, ``"int8"``,
+        ``"fp8:dynamic"``."""
+        if self.method == "int4":
+            return f"int4:g{self.group_size}"
+        return f"fp8:{self.activations}" if self.method == "fp8" else self.method
+
+
+def check_quantization(method) -> str:
+    if not isinstance(method, str) or method not in QUANT_METHODS:
+        raise ValueError(f"unknown quantize {method!r}; accepted: {', '.join(QUANT_METHODS)} "
+                         "('int8', 'int4': weight-only; 'fp8': weights and activations)")
+    return method
+
+
+def quantization_of(quantize, group_size=None, activations=None) -> Quantization | None:
+    """The :class:`Quantization` that ``analyze(quantize=, group_size=, ...)`` asks for
+    (``None`` when ``quantize`` is None), checked.
+
+    Raises:
+        ValueError: an unknown method, a group size for a method without groups or not one
+            of :data:`GROUP_SIZES`, an activation scheme for a weight-only method.
+    """
+    if quantize is None:
+        for name, v in (("group_size", group_size), ("activations", activations)):
+            if v is not None:
+                raise ValueError(f"{name}={v!r} is for quantized layers: give quantize= too "
+                                 f"(accepted: {', '.join(QUANT_METHODS)})")
+        return None
+    if isinstance(quantize, str) and ":" in quantize:  # a Quantization.key
+        method, _, rest = quantize.partition(":")
+        if method == "int4" and rest.startswith("g") and rest[1:].isdigit() and \
+                group_size is None:
+            quantize, group_size = method, int(rest[1:])
+        elif method == "fp8" and activations is None:
+            quantize, activations = method, rest
+    if isinstance(quantize, Quantization):
+        quantize, group_size, activations = (quantize.method,
+                                             group_size or quantize.group_size,
+                                             activations or quantize.activations)
+    method = check_quantization(quantize)
+    if method == "int4":
+        g = DEFAULT_GROUP_SIZE if group_size is None else group_size
+        if isinstance(g, bool) or not isinstance(g, int) or g not in GROUP_SIZES:
+            raise ValueError(f"group_size={group_size!r}; accepted for int4: "
+                             f"{', '.join(map(str, GROUP_SIZES))} (tinygemm's packings)")
+    elif group_size is not None:
+        raise ValueError(f"group_size is for quantize='int4' (a scale per group of K); "
+                         f"{method!r} keeps one scale per output channel")
+    else:
+        g = None
+    if method == "fp8":
+        act = "dynamic" if activations is None else activations
+        if act not in ACTIVATION_SCHEMES:
+            raise ValueError(f"activations={activations!r}; accepted: "
+                             f"{', '.join(ACTIVATION_SCHEMES)}")
+    elif activations is not None:
+        raise ValueError(f"activations= is for quantize='fp8'; {method!r} is weight-only "
+                         "(activations stay bf16)")
+    else:
+        act = None
+    return Quantization(method, g, act)
+
+
+def packed_weight_bytes(k: int, n: int, q: Quantization) -> int:
+    """Bytes of one quantized ``K x N`` weight with its scales (and zeros).
+
+    int4: ``K N / 2`` packed bytes plus a bf16 scale and a bf16 zero per group of
+    ``group_size`` along K per output channel; int8: ``K N`` plus a bf16 scale per output
+    channel; fp8: ``K N`` plus an fp32 scale per output channel.
+
+    Raises:
+        ValueError: sizes below 1, or an int4 group size that does not divide ``k``.
+    """
+    for name, v in (("k", k), ("n", n)):
+        if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+            raise ValueError(f"{name} must be a positive int, got {v!r}")
+    if q.method == "int4":
+        if k % q.group_size:
+            raise ValueError(f"group_size={q.group_size} does not divide K={k}; accepted: a "
+                             f"group size of {', '.join(map(str, GROUP_SIZES))} dividing K")
+        return k * n // 2 + (k // q.group_size) * n * 2 * _BF16
+    if q.method == "int8":
+        return k * n + n * _BF16
+    return k * n + n * _FP32
+
+
+def fp8_eligible(n: int, k: int) -> bool:
+    """Can ``torch._scaled_mm`` run this GEMM (K and N multiples of 16 elements)?"""
+    return k % FP8_ALIGN == 0 and n % FP8_ALIGN == 0
+
+
+@dataclass(frozen=True)
+class QuantizedGemm:
+    """One quantized linear layer's GEMM: the prediction (its ``time_s`` is the whole
+    layer's: every kernel it runs), the kernels it launches and what they are."""
+
+    prediction: MatmulPrediction
+    kernels: int
+    what: str
+
+
+def _convert_s(elements: float, method: str, spec) -> float:
+    ops, rate = _CONVERT[method]
+    if spec.vendor != "nvidia":
+        rate = _AMD_RATE
+    return elements * ops / (rate * spec.sm_count * spec.boost_clock_mhz * 1e6)
+
+
+def _smooth(a: float, b: float, q: float) -> float:
+    return (a ** q + b ** q) ** (1.0 / q) if a > 0 or b > 0 else 0.0
+
+
+def _stream(nbytes: int, arithmetic_s: float, spec) -> tuple[float, float, float]:
+    """(time, transfer, launch) of one kernel that streams ``nbytes`` and does
+    ``arithmetic_s`` of dequantization, overlapped as a GEMM's compute and memory are."""
+    kt = kernel_time("reduction", nbytes, gpu=spec)
+    launch = float(memops_params(spec)[1]["launch_s"])
+    transfer = kt.time_s - launch
+    q = float(model_params(spec).smooth_q)
+    return launch + _smooth(transfer, arithmetic_s, q), transfer, launch
+
+
+def predict_quantized(m: int, n: int, k: int, q: Quantization, *, gpu="h100",
+                      dtype="bf16", batch: int = 1, op: str = "linear",
+                      gemv: str = "library", layout: str = "nt") -> QuantizedGemm:
+    """One quantized linear layer's GEMM ``[M, K] x [K, N]`` (``batch`` of them) under
+    ``q`` on ``gpu`` (module docstring). ``dtype`` is the activations' (bf16 or fp16);
+    ``gemv`` as in ``fxshape.cost.gemv`` (``"inductor"``: int8 matrix-vector products run as
+    Inductor's reduction).
+
+    Raises:
+        ValueError: fp8 on a GPU without FP8 tensor cores, or dimensions that
+            ``_scaled_mm`` cannot take (check :func:`fp8_eligible` first); an int4 group size
+            that does not divide K.
+    """
+    spec = get_gpu(gpu)
+    base = predict_matmul(m, n, k, batch=batch, dtype=dtype, gpu=spec, layout=layout)
+    weights = packed_weight_bytes(k, n, q) * batch
+    act_item = 2
+    if q.method == "fp8":
+        if spec.peaks.fp8 is None:
+            raise ValueError(f"{spec.name} has no FP8 tensor cores; quantize='fp8' needs "
+                             "one that has (Hopper, Ada, Blackwell, MI300X); accepted here: "
+                             "'int8', 'int4'")
+        if not fp8_eligible(n, k):
+            raise ValueError(f"_scaled_mm needs K and N multiples of {FP8_ALIGN}; got "
+                             f"K={k}, N={n}")
+        gemm = predict_matmul(m, n, k, batch=batch, dtype="fp8", gpu=spec, layout=layout)
+        t, kernels, what = gemm.time_s, 1, "torch._scaled_mm (FP8, bf16 out)"
+        if q.activations == "dynamic":
+            # read the bf16 activation, write it in FP8 and a float scale per row
+            qbytes = batch * (m * k * act_item + m * k + m * _FP32)
+            t += kernel_time("reduction", qbytes, gpu=spec).time_s
+            kernels += 1
+            what = "per-token FP8 quantization + " + what
+        pred = dataclasses.replace(gemm, time_s=t, dtype="fp8",
+                                   tflops=gemm.flops / t / 1e12,
+                                   efficiency=gemm.flops / t / 1e12 / gemm.peak_tflops,
+                                   kernel=what)
+        return QuantizedGemm(pred, kernels, what)
+    io = batch * (m * k + m * n) * act_item
+    if q.method == "int8" and gemv == "inductor" and decomposes(op, m, n):
+        conv = _convert_s(float(batch) * k * n, "int8", spec)
+        t, transfer, launch = _stream(weights + io, conv, spec)
+        what = "inductor reduction over the int8 weight (dequantized in registers)"
+        return QuantizedGemm(_replace(base, t, transfer, conv, launch, weights + io, what),
+                             1, what)
+    if q.method == "int8":
+        # W.to(bf16) as a kernel of its own: read int8, write bf16; then the bf16 GEMM
+        conv = _convert_s(float(batch) * k * n, "int8", spec)
+        t_conv, _, _ = _stream(batch * k * n * (1 + act_item), conv, spec)
+        what = "int8 -> bf16 weight conversion kernel + " + (base.kernel or "bf16 GEMM")
+        pred = dataclasses.replace(base, time_s=base.time_s + t_conv,
+                                   tflops=base.flops / (base.time_s + t_conv) / 1e12,
+                                   efficiency=base.flops / (base.time_s + t_conv) / 1e12
+                                   / base.peak_tflops, kernel=what)
+        return QuantizedGemm(pred, 2, what)
+    # int4: tinygemm; every block of 16 rows of M dequantizes the weight again
+    blocks = -(-m // TINYGEMM_M_BLOCK)
+    conv = _convert_s(float(batch) * k * n * blocks, "int4", spec)
+    t, transfer, launch = _stream(weights + io, conv, spec)
+    # it cannot beat the tensor cores on the same GEMM in bf16
+    t = max(t, launch + base.compute_time_s)
+    what = "tinygemm _weight_int4pack_mm (int4 dequantized in registers)"
+    return QuantizedGemm(_replace(base, t, transfer, conv, launch, weights + io, what), 1, what)
+
+
+def _replace(base, t, transfer, arithmetic, launch, nbytes, what) -> MatmulPrediction:
+    tflops = base.flops / t / 1e12
+    return dataclasses.replace(
+        base, time_s=t, tflops=tflops, efficiency=tflops / base.peak_tflops, bytes=nbytes,
+        compute_time_s=arithmetic, memory_time_s=transfer, launch_s=launch,
+        bound="memory" if transfer >= arithmetic else "compute", kernel=what)
