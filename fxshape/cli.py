@@ -194,7 +194,8 @@ def _cmd_analyze(args) -> int:
                          context_len=args.context_len, kv_dtype=args.kv_dtype,
                          page_size=args.page_size, parallel=parallel,
                          recompute=args.recompute, allreduce=args.allreduce,
-                         gemv=args.gemv, quantize=_quantization(args))
+                         gemv=args.gemv, quantize=_quantization(args),
+                         float8=args.float8)
     except CaptureError as exc:
         raise ValueError(_capture_failure(exc, args.verbose)) from None
     if args.plot:
@@ -256,7 +257,7 @@ def _analyze_titan(args, job) -> int:
                          attention=args.attention, provenance=None, execution=job.execution,
                          optimizer=None if args.optimizer == "none" else args.optimizer,
                          topology=args.topology, parallel=job.parallel,
-                         recompute=job.recompute)
+                         recompute=job.recompute, float8=job.float8)
     except CaptureError as exc:
         raise ValueError(_capture_failure(exc, args.verbose)) from None
     report = dataclasses.replace(report, notes=report.notes + tuple(
@@ -286,7 +287,8 @@ def _job_dict(job) -> dict:
     return {"source": job.source, "model": f"{job.name} {job.flavor}", "gpus": job.gpus,
             "parallel": job.parallel.as_dict(), "micro_batch": job.micro_batch,
             "global_batch": job.global_batch, "seq_len": job.seq_len, "dtype": job.dtype,
-            "recompute": job.recompute, "execution": job.execution, "notes": list(job.notes)}
+            "recompute": job.recompute, "execution": job.execution, "notes": list(job.notes),
+            **({"float8": job.float8} if job.float8 else {})}
 
 
 def _model_config(target):
@@ -308,7 +310,8 @@ def _cmd_advise(args) -> int:
                     min_speedup=args.min_speedup, execution=args.execution,
                     optimizer=None if args.optimizer == "none" else args.optimizer,
                     context_len=args.context_len, kv_dtype=args.kv_dtype,
-                    page_size=args.page_size)
+                    page_size=args.page_size, quantize=_quantization(args),
+                    float8=args.float8)
     if args.format == "json":
         recs = [{"hyperparameter": r.hyperparameter, "current": r.current,
                  "suggested": r.suggested, "predicted_speedup": r.predicted_speedup,
@@ -397,7 +400,7 @@ def _allreduce_arg(p, default) -> None:
                                       "eager PyTorch otherwise" if default is None else ""))
 
 
-def _quantize_args(p) -> None:
+def _quantize_args(p, training: bool = False) -> None:
     from .cost.quant import GROUP_SIZES, QUANT_METHODS
 
     p.add_argument("--quantize", choices=QUANT_METHODS, default=None,
@@ -406,6 +409,13 @@ def _quantize_args(p) -> None:
                         "activations, torch._scaled_mm; Hopper, Ada, Blackwell)")
     p.add_argument("--group-size", type=int, choices=GROUP_SIZES, default=None,
                    help="--quantize int4: elements of K per scale and zero (default 128)")
+    if training:
+        from .cost.float8 import FLOAT8_RECIPES
+
+        p.add_argument("--float8", choices=FLOAT8_RECIPES, default=None,
+                       help="training: torchao's float8 (convert_to_float8_training) under "
+                            "torch.compile: tensorwise (FP8 all-gather under FSDP) or "
+                            "rowwise; needs --execution compiled and an FP8 GPU")
     p.add_argument("--activation-scales", choices=("dynamic", "static"), default=None,
                    help="--quantize fp8: per-token scales computed by a kernel (dynamic, "
                         "vLLM; the default) or a static per-tensor scale fused into the "
@@ -820,7 +830,7 @@ def _job_plan(model, job, found, args) -> dict:
         rep = analyze(model, gpu=args.gpu, dtype=job.dtype, batch_size=job.micro_batch,
                       seq_len=job.seq_len, mode="train", parallel=job.parallel,
                       recompute=job.recompute, topology=args.topology, provenance=None,
-                      execution=job.execution)
+                      execution=job.execution, float8=job.float8)
     step = rep.step
     capacity = int(get_gpu(args.gpu).memory_gb * 1024 ** 3)
     fits = rep.memory.peak <= capacity
@@ -980,7 +990,7 @@ def build_parser() -> argparse.ArgumentParser:
     _kv_args(pa)
     _allreduce_arg(pa, None)
     _gemv_arg(pa)
-    _quantize_args(pa)
+    _quantize_args(pa, training=True)
     pa.add_argument("--dp", type=_positive_int, default=1,
                     help="data-parallel degree: the gradient all-reduce of a --train step")
     pa.add_argument("--topology", type=_topology_arg, default=None,
@@ -1049,6 +1059,7 @@ def build_parser() -> argparse.ArgumentParser:
     pv.add_argument("--min-speedup", type=float, default=0.01,
                     help="significance threshold (default 0.01 = 1%%)")
     pv.add_argument("--format", choices=("table", "json", "markdown"), default="table")
+    _quantize_args(pv, training=True)
     pv.set_defaults(func=_cmd_advise)
 
     ps = sub.add_parser("sweep", help="predicted throughput across a hyperparameter range",

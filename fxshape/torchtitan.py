@@ -91,6 +91,8 @@ class TitanJob:
     recompute: str | None
     execution: str
     notes: tuple = field(default=())
+    #: torchao's float8 recipe the job trains with (``analyze(float8=)``), None without
+    float8: str | None = None
 
     def describe(self) -> str:
         return (f"torchtitan {self.name} {self.flavor} on {self.gpus} GPUs: "
@@ -243,9 +245,22 @@ def read_torchtitan(path, *, gpus: int | None = None) -> TitanJob:
     if par.get("enable_async_tensor_parallel") or comp.get("enable_async_tensor_parallel"):
         notes.append("async tensor parallelism (collectives fused into the GEMMs) is not "
                      "modelled: predicted with synchronous tensor-parallel collectives")
+    float8 = None
     if _float8(cfg):
-        notes.append("float8 training (torchao converters) is not modelled yet: predicted "
-                     f"as the {dtype} run")
+        recipe = _float8_recipe(cfg)
+        if recipe is None:
+            notes.append("MX formats (the 'mx' converter) are not modelled yet: predicted "
+                         f"as the {dtype} run")
+        elif recipe not in ("tensorwise", "rowwise"):
+            notes.append(f"float8 recipe {recipe!r} is not modelled (tensorwise and rowwise "
+                         f"are): predicted as the {dtype} run")
+        elif not compiled or dtype != "bf16":
+            notes.append(f"float8 {recipe} is priced under torch.compile in bf16 only "
+                         f"(fxshape.cost.float8): predicted as the {dtype} run"
+                         + ("" if compiled else " without it"))
+        else:
+            float8 = recipe
+            notes.append(f"float8 {recipe} (torchao) priced: fxshape.cost.float8")
     if name == "llama3":
         notes.append("torchtitan fuses the Q, K and V projections into one GEMM; fxshape's "
                      "Llama runs them as three (the same FLOPs)")
@@ -259,7 +274,7 @@ def read_torchtitan(path, *, gpus: int | None = None) -> TitanJob:
     return TitanJob(source=path, name=name, flavor=flavor, parallel=par_obj, gpus=world,
                     micro_batch=micro, global_batch=glob, seq_len=seq, dtype=dtype,
                     recompute=recompute, execution="compiled" if compiled else "eager",
-                    notes=tuple(notes))
+                    notes=tuple(notes), float8=float8)
 
 
 def _layers(name, flavor) -> int:
@@ -302,6 +317,18 @@ def _recompute(ac: dict, path: str, notes: list):
         return "selective"
     raise ValueError(f"torchtitan config {path}: activation_checkpoint mode {mode!r}; "
                      "accepted: none, selective, full")
+
+
+def _float8_recipe(cfg: dict) -> str | None:
+    """torchao's recipe of a float8 converter ([quantize.linear.float8] or [float8]
+    ``recipe_name``; tensorwise by default), None for the MX converter."""
+    conv = (cfg.get("model") or {}).get("converters") or []
+    conv = [conv] if isinstance(conv, str) else list(conv)
+    if not any("float8" in str(c).lower() for c in conv):
+        return None
+    sec = ((cfg.get("quantize") or {}).get("linear") or {}).get("float8") or \
+        cfg.get("float8") or {}
+    return str(sec.get("recipe_name") or "tensorwise")
 
 
 def _float8(cfg: dict) -> bool:

@@ -46,6 +46,8 @@ VALUES = {
     # weight-only int8 linear layers (fxshape.cost.quant); the group size is int4's, so
     # with the matrix's int8 (or alone) it is refused
     "quantize": "int8", "group_size": 32,
+    # torchao's float8 training under torch.compile (fxshape.cost.float8)
+    "float8": "tensorwise",
 }
 _DECODE_ONLY = {"context_len", "kv_dtype", "page_size"}
 #: what every run of the matrix is given besides its options: a short prompt (the default
@@ -70,6 +72,9 @@ def _refused(mode: str, names) -> bool:
         return True  # int4's group size: not with int8, not without quantize
     if "quantize" in names and mode == "train":
         return True  # quantized layers are priced for inference
+    if "float8" in names and (mode != "train" or "execution" not in names
+                              or names & {"gpu", "dtype", "quantize"}):
+        return True  # FP8 training: compiled, bf16, on a GPU with FP8 (not the A100)
     if mode != "train" and names & {"parallel", "recompute"}:
         return True  # a pipeline and recomputation are a training step's
     if mode == "train" and {"parallel", "topology"} <= names:

@@ -611,7 +611,7 @@ CLI_VALUES = {
                 "grad_dtype": ["bf16"], "cp": ["2"], "ep": ["2"], "capacity_factor": ["1.25"],
                 "torchtitan": ["@job.toml"], "gpus": ["8"], "allreduce": ["nccl"],
                 "gemv": ["inductor"], "quantize": ["int8"], "group_size": ["32"],
-                "activation_scales": ["static"]},
+                "activation_scales": ["static"], "float8": ["tensorwise"]},
     "serve": {"gpu": ["a100"], "dtype": ["fp16"], "batch_size": ["2"], "tp": ["2"],
               "topology": ["pcie4"], "attention": ["math"], "kv_dtype": ["fp8"],
               "page_size": ["16"], "allreduce": ["nccl", "one-shot"],
@@ -629,7 +629,9 @@ CLI_VALUES = {
               "tp_choices": ["1,2"], "fuse": ["qkv", "none"], "gemv": ["inductor"],
               "quantize": ["int8"], "group_size": ["32"], "activation_scales": ["static"]},
     "advise": {**_SHARED, "mode": ["inference", "train", "decode"], "tolerance": ["0.05"],
-               "min_speedup": ["0.02"], "format": ["json", "table", "markdown"]},
+               "min_speedup": ["0.02"], "format": ["json", "table", "markdown"],
+               "quantize": ["int8"], "group_size": ["32"], "activation_scales": ["static"],
+               "float8": ["tensorwise"]},
     "sweep": {**_SHARED, "mode": ["inference", "train", "decode"], "out": ["@out.svg"]},
     "predict": {"batch": ["2"], "gpu": ["a100"], "dtype": ["fp16"], "layout": ["nt"],
                 "json": [True], "params": ["PARAMS"]},
@@ -709,10 +711,17 @@ def _cli_conflict(command, case) -> bool:
     mode = case.get("mode") or ("train" if case.get("train") else None)
     if command == "calibrate":
         return True  # no GPU here: every case is the one-line "needs a GPU"
-    if command in ("analyze", "serve") and set(case) & {"group_size", "activation_scales"}:
+    if command in ("analyze", "serve", "advise") and \
+            set(case) & {"group_size", "activation_scales"}:
         return True  # int4's group size, fp8's scales: the matrix quantizes int8 (or not)
-    if command == "analyze" and "quantize" in case and mode == "train":
+    if command in ("analyze", "advise") and "quantize" in case and \
+            (mode or {"advise": "train"}.get(command)) == "train":
         return True  # quantized layers are priced for inference
+    if command in ("analyze", "advise") and "float8" in case and (
+            (mode or {"advise": "train"}.get(command)) != "train"
+            or case.get("execution") != "compiled" or "quantize" in case
+            or set(case) & {"gpu", "dtype"}):
+        return True  # FP8 training: compiled, bf16, on a GPU with FP8 (not the A100)
     if command == "serve" and "quantize" in case and \
             set(case) & {"draft", "slo_ttft", "slo_itl"}:
         return True  # one batch or a server under load only

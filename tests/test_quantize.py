@@ -207,3 +207,16 @@ def test_the_published_quantized_rows_read():
             q = quantization_of(r["quantize"], int(r["group_size"]) if r["group_size"] else None,
                                 r["activations"] or None)
             assert q.method == r["quantize"]
+
+
+def test_advise_prices_its_candidates_quantized_and_says_what_stays_in_bf16():
+    # intermediate 520: gate, up and down cannot run in FP8 (520 is not a multiple of 16);
+    # the advice is priced with FP8 layers (the option stated) and names those left out
+    m = tiny_llama(intermediate_size=520)
+    adv = fxshape.advise(m, mode="decode", gpu="h100", quantize="fp8", context_len=64,
+                         batch_size=8)
+    notes = " ".join(adv.notes)
+    assert "option quantize=fp8:dynamic" in notes
+    assert "left in bf16" in notes and "K=256, N=520" in notes and "multiples of 16" in notes
+    plain = fxshape.advise(m, mode="decode", gpu="h100", context_len=64, batch_size=8)
+    assert "left in bf16" not in " ".join(plain.notes)

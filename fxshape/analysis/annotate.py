@@ -565,9 +565,87 @@ def _quantized_row(node, g: Gemm, fqn, cls, phase, dkey, spec, state):
                    prediction=p, quant=q.key, kernels=qg.kernels)
 
 
+@dataclasses.dataclass
+class _Float8State:
+    """One training analysis under torchao's float8 (``analyze(float8=)``): the recipe, the
+    converted linear layers (module names), those kept in bf16 by rule (module -> reason),
+    those found on the way, each module's forward M (its tokens: what tells its wgrad from
+    its dgrad) and the GEMMs converted."""
+
+    recipe: str
+    linears: frozenset
+    keep: dict
+    fp8_gather: bool
+    left: dict = dataclasses.field(default_factory=dict)
+    tokens: dict = dataclasses.field(default_factory=dict)
+    converted: int = 0
+
+
+def _float8_state(model, recipe, plan):
+    """The linear layers torchao's ``convert_to_float8_training`` converts as torchtitan
+    calls it (``filter_fqns=["output"]``: the LM head stays in bf16; layers whose features
+    are not multiples of 16 too)."""
+    linears, keep = set(), {}
+    head = None
+    get_out = getattr(model, "get_output_embeddings", None)
+    if callable(get_out):
+        head = get_out()
+    for name, mod in model.named_modules():
+        if not isinstance(mod, torch.nn.Linear):
+            continue
+        if mod is head:
+            keep[name] = "the LM head stays in bf16 (torchtitan's float8 filter_fqns=['output'])"
+        elif mod.in_features % 16 or mod.out_features % 16:
+            keep[name] = (f"in {mod.in_features}, out {mod.out_features}: not multiples of "
+                          "16 (torchao's filter)")
+        else:
+            linears.add(name)
+    return _Float8State(recipe, frozenset(linears), keep,
+                        fp8_gather=recipe == "tensorwise" and plan.zero == 3)
+
+
+def _float8_row(node, g: Gemm, fqn, cls, phase, dkey, spec, state):
+    """The row of a converted linear layer's GEMM under float8 training, or None (bf16)."""
+    from ..cost.float8 import predict_float8, scaled_mm_eligible
+
+    if g.attn is not None:
+        return None
+    if fqn in state.keep:
+        state.left[fqn] = state.keep[fqn]
+        return None
+    if fqn not in state.linears or g.batch > 1:
+        return None
+    m, n, k = max(g.m, 1), max(g.n, 1), max(g.k, 1)
+    if phase == "forward":
+        role = "forward"
+        state.tokens.setdefault(fqn, m)
+    elif k == state.tokens.get(fqn) and m != k:
+        role = "wgrad"
+    else:
+        role = "dgrad"
+    if not scaled_mm_eligible(m, n, k):
+        state.left[fqn] = (f"{role} GEMM M={m}, N={n}, K={k}: _scaled_mm needs multiples "
+                           "of 16")
+        return None
+    f8 = predict_float8(role, m, n, k, state.recipe, gpu=spec, layout=g.layout)
+    state.converted += 1
+    p = f8.prediction
+    flops = int(round(2 * g.batch * g.m * g.n * g.k * g.work))
+    note = "; ".join(x for x in (g.note, f8.what) if x)
+    return GemmRow(node=node.name, module=fqn, module_type=cls, op=g.op, phase=phase,
+                   batch=g.batch, m=g.m, n=g.n, k=g.k, dtype="fp8", layout=g.layout,
+                   work=g.work, note=note, flops=flops,
+                   time_s=p.time_s * g.work, prediction=p,
+                   quant=f"float8:{state.recipe}:{role}", kernels=f8.kernels)
+
+
 def _row(node, g: Gemm, fqn, cls, phase, dkey, spec) -> GemmRow:
     state = _QUANT.get()
-    if state is not None:
+    if isinstance(state, _Float8State):
+        row = _float8_row(node, g, fqn, cls, phase, dkey, spec, state)
+        if row is not None:
+            return row
+    elif state is not None:
         row = _quantized_row(node, g, fqn, cls, phase, dkey, spec, state)
         if row is not None:
             return row
@@ -586,7 +664,7 @@ def analyze(model, example_inputs=None, example_kwargs=None, *, gpu="h100",
             provenance="traced", execution=None, optimizer="adamw", dp=1, topology=None,
             sequence_parallel=False, context_len=None, kv_dtype=None, page_size=None,
             parallel=None, recompute=None, allreduce=None, gemv=None, quantize=None,
-            group_size=None):
+            group_size=None, float8=None):
     """Capture ``model`` and predict every GEMM in it on ``gpu``.
 
     Args:
@@ -675,6 +753,13 @@ def analyze(model, example_inputs=None, example_kwargs=None, *, gpu="h100",
             ``report.notes`` with the reason; ``report.memory`` holds the packed weights.
         group_size: for ``quantize="int4"``, elements of K per scale and zero (32, 64, 128,
             256; default 128); must divide every quantized layer's K.
+        float8: in ``mode="train"``, FP8 training as torchao's ``convert_to_float8_training``
+            runs it under ``torch.compile`` (``fxshape.cost.float8``): ``"tensorwise"`` or
+            ``"rowwise"``. Every ``nn.Linear`` but the LM head (torchtitan's filter) runs
+            its forward, dgrad and wgrad GEMMs as ``torch._scaled_mm``, with the amax and
+            cast kernels each needs; under FSDP (``Parallel(zero=3)``) the tensorwise recipe
+            gathers the converted weights in FP8. Needs ``execution="compiled"`` and a GPU
+            with FP8 tensor cores. Rows carry ``quant`` (``"float8:tensorwise:dgrad"``).
 
     Returns:
         A :class:`fxshape.analysis.report.Report`.
@@ -706,8 +791,14 @@ def analyze(model, example_inputs=None, example_kwargs=None, *, gpu="h100",
                              "matrix-vector products; give execution='compiled' or "
                              "'cudagraphs' (eager PyTorch runs the library's GEMM)")
     ctx: dict = {"plan": plan, "gemv": gemv or "library"}
+    if float8 is not None and quantize is not None:
+        raise ValueError("float8= trains in FP8, quantize= serves quantized layers: give "
+                         "one of them")
     quant = _check_quantize(quantize, group_size, mode, dtype, gpu)
     state = None if quant is None else _QuantState(quant, _quant_keep(model, quant))
+    if float8 is not None:
+        _check_float8(float8, quant, mode, dtype, gpu, execution)
+        state = _float8_state(model, float8, plan)
     token = _QUANT.set(state)
     try:
         report = _analyze_mode(model, example_inputs, example_kwargs, ctx, gpu=gpu,
@@ -721,7 +812,10 @@ def analyze(model, example_inputs=None, example_kwargs=None, *, gpu="h100",
                                allreduce=allreduce)
     finally:
         _QUANT.reset(token)
-    if state is not None:
+    if isinstance(state, _Float8State):
+        report = _float8_report(report, state)
+        ctx["quant_left"] = state.left
+    elif state is not None:
         report = _quantized_report(report, state, model)
         ctx["quant_left"] = state.left
     given = _given_options(report, ctx, gpu=gpu, dtype=dtype, batch_size=batch_size,
@@ -731,6 +825,8 @@ def analyze(model, example_inputs=None, example_kwargs=None, *, gpu="h100",
                            kv_dtype=kv_dtype, page_size=page_size, parallel=parallel,
                            recompute=recompute, allreduce=allreduce, gemv=gemv,
                            **shorthands)
+    if float8 is not None:
+        given["float8"] = float8
     if quant is not None:
         given["quantize"] = quant.key
         if group_size is not None:
@@ -785,9 +881,9 @@ def _check_quantize(quantize, group_size, mode, dtype, gpu):
         return None
     if mode == "train":
         raise ValueError(f"quantize={quant.method!r} prices inference; mode 'train' "
-                         "trains in dtype (weight-only int8/int4 cannot be trained, FP8 "
-                         "training with torchao's float8 is not modelled yet); accepted "
-                         "modes: inference, prefill, decode")
+                         "trains in dtype (weight-only int8/int4 cannot be trained; FP8 "
+                         "training is float8='tensorwise' or 'rowwise'); accepted modes: "
+                         "inference, prefill, decode")
     dkey = canonical_dtype(dtype)
     if dkey not in ("bf16", "fp16"):
         raise ValueError(f"quantize= keeps activations in bf16 or fp16; got dtype={dkey!r} "
@@ -798,6 +894,74 @@ def _check_quantize(quantize, group_size, mode, dtype, gpu):
                          "that has (Hopper, Ada, Blackwell, MI300X); accepted here: 'int8', "
                          "'int4'")
     return quant
+
+
+def _float8_gather(model, stacks, item, state):
+    """``{layer index or None: bytes per element}`` FSDP2 gathers each unit in under
+    torchao's float8 all-gather (the converted weights in FP8, the rest in ``item``); None
+    without it."""
+    if not isinstance(state, _Float8State) or not state.fp8_gather:
+        return None
+    from .pipeline import layer_of
+
+    info = _stack_info(stacks)
+    total: dict = {}
+    fp8: dict = {}
+    for name, p in model.named_parameters():
+        mod = name.rsplit(".", 1)[0]
+        i = layer_of(mod, info)
+        total[i] = total.get(i, 0) + p.numel()
+        if mod in state.linears and name.endswith("weight"):
+            fp8[i] = fp8.get(i, 0) + p.numel()
+    return {i: (item * (t - fp8.get(i, 0)) + fp8.get(i, 0)) / t
+            for i, t in total.items() if t and fp8.get(i)}
+
+
+def _check_float8(float8, quant, mode, dtype, gpu, execution):
+    """Refuse, in one line, a float8 training no run matches."""
+    from ..cost.float8 import check_float8
+
+    check_float8(float8)
+    if mode != "train":
+        raise ValueError(f"float8={float8!r} is torchao's FP8 training; mode {mode!r} "
+                         "serves: give mode='train', or quantize='fp8' for inference")
+    if canonical_dtype(dtype) != "bf16":
+        raise ValueError(f"float8 training keeps bf16 activations and master weights in "
+                         f"mixed precision; got dtype={canonical_dtype(dtype)!r} (accepted: "
+                         "bf16)")
+    if execution != "compiled":
+        raise ValueError("float8= prices torchao under torch.compile (its casts fused as "
+                         "Inductor runs them); give execution='compiled' (eager float8 "
+                         "runs its scaling as separate ops and is not modelled)")
+    spec = get_gpu(gpu)
+    if spec.peaks.fp8 is None:
+        raise ValueError(f"{spec.name} has no FP8 tensor cores: float8 training needs "
+                         "Hopper, Ada, Blackwell or MI300X (accepted: h100, h200, b200, "
+                         "mi300x, l4, rtx-4090)")
+
+
+def _float8_report(report, state):
+    """The notes of a float8 training analysis: what was converted, what stayed in bf16."""
+    rows = [r for r in report.rows if r.quant.startswith("float8")]
+    by_role: dict = {}
+    for r in rows:
+        role = r.quant.rsplit(":", 1)[1]
+        by_role[role] = by_role.get(role, 0) + 1
+    casts = sum(r.kernels - 1 for r in rows)
+    notes = [f"float8 training (torchao {state.recipe}, torch.compile): "
+             + ", ".join(f"{n} {role}" for role, n in by_role.items())
+             + f" GEMMs as torch._scaled_mm (x, w e4m3; grad_y e5m2), {casts} amax and cast "
+               "kernels with them (fxshape.cost.float8); memory as the bf16 run"
+             + ("; FSDP gathers the converted weights in FP8" if state.fp8_gather else "")]
+    by_reason: dict = {}
+    for mod, why in state.left.items():
+        by_reason.setdefault(why, []).append(mod)
+    for why, mods in by_reason.items():
+        shown = ", ".join(mods[:4]) + (f" and {len(mods) - 4} more" if len(mods) > 4 else "")
+        notes.append(f"left in bf16: {shown}: {why}")
+    return dataclasses.replace(report, notes=report.notes + tuple(notes),
+                               workload=dataclasses.replace(
+                                   report.workload, quantize=f"float8 {state.recipe}"))
 
 
 def _quantized_report(report, state, model):
@@ -1018,7 +1182,7 @@ def _analyze(model, example_inputs, example_kwargs, *, gpu, dtype, batch_size, s
         ckey = (id(model), mode, tp, plan.cp, plan.ep, plan.capacity_factor, batch_size,
                 seq_len, dkey, spec.name, attention, _shapes(moe_routing), execution,
                 sequence_parallel, plan.grad_bytes, topo, dedup, kv,
-                getattr(_QUANT.get(), "q", None))
+                getattr(_QUANT.get(), "q", None), getattr(_QUANT.get(), "recipe", None))
     hit = cache.get(ckey) if ckey is not None else None
     if hit is not None:
         gm, rows, unsupported, stacks, got, records, op_unsupported, step_notes, walk = hit
@@ -1803,7 +1967,8 @@ def _plan_step(records, opt_records, model, spec, dkey, execution, optimizer, to
         layers=layers,
         stage_params=stage_params, unit_params=unit_params, item=item,
         hidden_tokens_bytes=hidden_bytes, stage_experts=stage_experts,
-        unit_experts=unit_experts, units=units)
+        unit_experts=unit_experts, units=units,
+        gather_item=_float8_gather(model, stacks, item, _QUANT.get()))
     m = plan.microbatches
     crit = stages[critical]
     flops = units.flops * m // plan.pp

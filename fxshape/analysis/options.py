@@ -216,6 +216,13 @@ def _group_size(v, report, ctx):
     return True, f"{n} int4 GEMMs with a scale and zero per {v} elements of K"
 
 
+def _float8(v, report, ctx):
+    rows = [r for r in report.rows if r.quant.startswith("float8")]
+    if not rows:
+        return False, "no linear layer could be converted (the notes say why)"
+    return True, f"{len(rows)} linear-layer GEMMs as torchao's float8 {v} runs them"
+
+
 #: one rule per option of ``analyze``: (value shown, report, context) -> (applied, effect)
 RULES = {"allreduce": _allreduce, "gpu": _gpu, "dtype": _dtype, "batch_size": _batch_size, "seq_len": _seq_len,
          "context_len": _context_len, "tp": _tp, "sequence_parallel": _sequence_parallel,
@@ -224,7 +231,7 @@ RULES = {"allreduce": _allreduce, "gpu": _gpu, "dtype": _dtype, "batch_size": _b
          "params": _params, "provenance": _provenance, "kv_dtype": _kv_dtype,
          "page_size": _page_size, "parallel": _parallel, "recompute": _recompute,
          "gemv": _gemv, "quantize": _quantize,
-         "group_size": _group_size}
+         "group_size": _group_size, "float8": _float8}
 
 
 def option_effects(report, given: dict, ctx: dict) -> tuple:

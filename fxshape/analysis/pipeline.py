@@ -215,7 +215,7 @@ def communication_of(records, group: int = 0, cp: int = 1, ep: int = 1) -> list:
 
 def plan_step(records, optimizer_records, *, plan, topo, stacks, layers, stage_params,
               unit_params, item, hidden_tokens_bytes, stage_experts=None, unit_experts=None,
-              units=None):
+              units=None, gather_item=None):
     """The step of ``records`` (one micro-batch's forward and backward, per GPU: tensor
     parallelism applied) under ``plan``; ``optimizer_records``: the optimizer (and autocast's
     weight casts) over all the parameters one GPU of a pipeline-less replica holds, scaled
@@ -227,7 +227,9 @@ def plan_step(records, optimizer_records, *, plan, topo, stacks, layers, stage_p
     ``stage_experts``, ``unit_experts``: the expert-parallel experts' share of
     ``stage_params`` and of each layer's unit (reduced and sharded over ``dp × cp / ep``
     ranks, ``ep`` apart; None: no expert parallelism); ``units``: ``units_of(records,
-    stacks)`` when the caller keeps it for other plans of the same records.
+    stacks)`` when the caller keeps it for other plans of the same records;
+    ``gather_item``: ``{layer index or None: bytes per element}`` FSDP gathers a unit's
+    parameters in where it is not ``item`` (torchao's float8 all-gather).
 
     Returns ``(time_s, critical rank, ranks [StageTime], collectives [Collective])``."""
     p, v, m = plan.pp, plan.virtual_stages, plan.microbatches
@@ -280,7 +282,9 @@ def plan_step(records, optimizer_records, *, plan, topo, stacks, layers, stage_p
             [roots[s][1].wall_s + sum(grouped.backward.get(i, _EMPTY).wall_s for i in loose)]
         comm: dict = {}
         if plan.zero == 3:
-            gat = [split("all_gather", n, x, item, shard, tp) for n, x in zip(units, xunits)]
+            gi = gather_item or {}
+            gat = [split("all_gather", n, x, gi.get(k, item), shard, tp)
+                   for k, n, x in zip(ids, units, xunits)]
             g = plan.grad_bytes  # the gradients' dtype (fp32 unless the plan says)
             rs = [split("reduce_scatter", n, x, g, shard, tp) for n, x in zip(units, xunits)]
             if rep > 1:  # hybrid sharding: the shard's gradient all-reduced across replicas
@@ -296,8 +300,9 @@ def plan_step(records, optimizer_records, *, plan, topo, stacks, layers, stage_p
             bwd_t.append(bo.end + cast_b)
             exposed.append(fo.exposed + bo.exposed)
             n = sum(units)
-            regathered = sum(u for u, a in zip(units, again) if a)
-            comm[("zero", "all_gather")] = [shard, (n + regathered) * item,
+            gathered = sum(u * gi.get(k, item) * (2 if a else 1)
+                           for k, u, a in zip(ids, units, again))
+            comm[("zero", "all_gather")] = [shard, int(round(gathered)),
                                             len(units) + sum(1 for a in again if a),
                                             sum(gat) + sum(again)]
             comm[("zero", "reduce_scatter")] = [shard, n * g, len(units), sum(rs)]

@@ -434,7 +434,8 @@ def advise(model_or_config, *, gpu="h100", dtype=torch.bfloat16, batch_size=None
            param_tolerance: float = DEFAULT_TOLERANCE,
            min_speedup: float = DEFAULT_MIN_SPEEDUP, execution: str | None = None,
            optimizer="adamw", context_len=None, kv_dtype=None, page_size=None,
-           parallel=None, recompute=None, topology=None) -> Advice:
+           parallel=None, recompute=None, topology=None, quantize=None, group_size=None,
+           float8=None) -> Advice:
     """Recommend hyperparameter changes with better GEMM shapes.
 
     Args:
@@ -456,6 +457,11 @@ def advise(model_or_config, *, gpu="h100", dtype=torch.bfloat16, batch_size=None
             ``fxshape plan`` finds them), its recomputation and its machine: each candidate
             is priced on that plan's whole step (pipeline, ZeRO, collectives); ``tp`` is
             then the plan's and must not be given apart.
+        quantize, group_size, float8: low precision, as for ``analyze``
+            (docs/quantization.md): each candidate is priced quantized (inference, decode)
+            or trained in FP8 (``float8`` with ``execution="compiled"``), so the ranking is
+            the low-precision step's; the notes name the layers a shape keeps in bf16 (K or
+            N not multiples of 16, the LM head).
         param_tolerance: largest relative change of the parameter count (default 2%).
         min_speedup: significance threshold: a change must be predicted at least this much
             faster per step and this much more efficient (default 1%).
@@ -489,6 +495,11 @@ def advise(model_or_config, *, gpu="h100", dtype=torch.bfloat16, batch_size=None
             tp = parallel.tp
             kw = dict(kw, tp=1, parallel=parallel)
         kw = dict(kw, recompute=recompute, topology=topology)
+    # low precision (docs/quantization.md): every candidate analyzed quantized, or trained
+    # in float8, so that the ranking is the low-precision step's
+    for name, v in (("quantize", quantize), ("group_size", group_size), ("float8", float8)):
+        if v is not None:
+            kw = dict(kw, **{name: v})
     ev = _Evaluator(model_or_config, kw)
     config = ev.config
     base = ev(())
@@ -501,7 +512,8 @@ def advise(model_or_config, *, gpu="h100", dtype=torch.bfloat16, batch_size=None
         try:
             e = ev(changes)
         except (ValueError, RuntimeError) as exc:  # an invalid combination for this model
-            if "tp" in str(exc) or "divisible" in str(exc) or "heads" in str(exc):
+            if "tp" in str(exc) or "divisible" in str(exc) or "heads" in str(exc) or \
+                    "does not divide K" in str(exc):  # int4 cannot pack the candidate
                 continue
             raise
         rec = _recommendation(group, changes, reason, base, e)
@@ -533,6 +545,8 @@ def advise(model_or_config, *, gpu="h100", dtype=torch.bfloat16, batch_size=None
     # what the options did: the analysis's (each candidate is analyzed with them), and the
     # filters' counts when they are not the defaults
     notes += tuple(f"option {o.describe()}" for o in report.options)
+    # what the shapes keep out of low precision (not multiples of 16, the LM head)
+    notes += tuple(n for n in report.notes if n.startswith("left in bf16"))
     if param_tolerance != DEFAULT_TOLERANCE:
         notes += (f"option param_tolerance={param_tolerance:g}: {too_big} of "
                   f"{len(candidates)} candidates left out for changing the parameter count "

@@ -1,0 +1,147 @@
+"""FP8 training as torchao's float8 runs it under torch.compile (``fxshape.cost.float8``,
+``analyze(float8=)``, issue 32): the extra kernels of one linear layer counted by hand, the
+casts' bytes, FSDP's FP8 all-gather, where FP8 stops paying, and bad input."""
+
+import pytest
+import torch
+
+import fxshape
+from fxshape import Parallel
+from fxshape.cost.float8 import predict_float8, scaled_mm_eligible
+from fxshape.cost.gemm import predict_matmul
+
+transformers = pytest.importorskip("transformers")
+
+from models import tiny_llama  # noqa: E402
+
+
+class _OneLinear(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = torch.nn.Linear(256, 512)
+
+    def forward(self, x):
+        return self.fc(x)
+
+
+_TRAIN = dict(mode="train", gpu="h100", execution="compiled", provenance=None)
+
+
+def _one_linear(recipe):
+    x = torch.zeros(128, 256, device="meta")
+    return fxshape.analyze(_OneLinear().to("meta"), (x,), float8=recipe, **_TRAIN)
+
+
+def test_one_linear_layers_float8_kernels_counted_by_hand():
+    # tensorwise: forward casts x and w (an amax, then a cast writing both layouts: 2
+    # kernels each) besides its _scaled_mm: 5; dgrad casts grad_y: 3; wgrad reuses the
+    # transposed copies: 1 -- 9 kernels for 3 GEMMs, 6 of them amax and cast kernels
+    r = _one_linear("tensorwise")
+    roles = {x.quant.rsplit(":", 1)[1]: x.kernels for x in r.rows}
+    assert set(x.dtype for x in r.rows) == {"fp8"}
+    assert [x.phase for x in r.rows].count("forward") == 1
+    assert roles.get("forward") == 5 and roles.get("wgrad") == 1
+    # the input of a lone linear needs no gradient: its dgrad is not in the graph
+    assert roles.get("dgrad", 3) == 3
+    # rowwise: x and w rowwise (1 kernel each, the row amax inside); wgrad casts grad_y and
+    # x columnwise (a column amax, then the cast: 2 each)
+    rw = {x.quant.rsplit(":", 1)[1]: x.kernels for x in _one_linear("rowwise").rows}
+    assert rw["forward"] == 3 and rw["wgrad"] == 5
+    # the step counts them: bf16's kernels plus the casts
+    plain = fxshape.analyze(_OneLinear().to("meta"), (torch.zeros(128, 256, device="meta"),),
+                            **_TRAIN)
+    assert r.step.kernels - plain.step.kernels == sum(x.kernels - 1 for x in r.rows)
+
+
+def test_the_casts_bytes_by_hand():
+    # forward of x[4096, 4096] @ w[4096, 4096]^T, tensorwise: each tensor read for its amax
+    # (2 bytes an element), read again and written in FP8 twice (2 + 2): 6 bytes an
+    # element, for x and for w
+    f = predict_float8("forward", 4096, 4096, 4096, "tensorwise", gpu="h100")
+    assert f.cast_bytes == 6 * 4096 * 4096 * 2 and f.kernels == 5
+    # its time: the FP8 GEMM's plus the casts'
+    gemm = predict_matmul(4096, 4096, 4096, dtype="fp8", gpu="h100")
+    assert f.prediction.time_s == pytest.approx(gemm.time_s + f.cast_s, rel=1e-12)
+    # wgrad under rowwise: grad_y^T [M, K] and x [K, N] columnwise, 2 + 2 + 1 bytes each
+    w = predict_float8("wgrad", 512, 1024, 8192, "rowwise", gpu="h100")
+    assert w.cast_bytes == 5 * (512 * 8192 + 8192 * 1024)
+
+
+def test_float8_pays_for_large_gemms_and_not_for_small_ones():
+    # torchao's own reading: bf16 time - fp8 time > the casts only for large M, K, N
+    for role in ("forward", "dgrad"):
+        big = predict_float8(role, 16384, 8192, 8192, "tensorwise", gpu="h100")
+        assert big.prediction.time_s < predict_matmul(16384, 8192, 8192, gpu="h100").time_s
+        small = predict_float8(role, 256, 256, 256, "tensorwise", gpu="h100")
+        assert small.prediction.time_s > predict_matmul(256, 256, 256, gpu="h100").time_s
+
+
+def test_fsdp_gathers_the_converted_weights_in_fp8():
+    m = tiny_llama()
+    kw = dict(_TRAIN, seq_len=64, parallel=Parallel(dp=8, zero=3))
+    plain = fxshape.analyze(m, **kw)
+    t = fxshape.analyze(m, float8="tensorwise", **kw)
+    r = fxshape.analyze(m, float8="rowwise", **kw)
+    gather = {name: next(c.bytes for c in rep.step.communication if c.op == "all_gather")
+              for name, rep in (("bf16", plain), ("tensorwise", t), ("rowwise", r))}
+    # per layer the linear weights: q 256x256, k and v 256x64, o 256x256, gate, up and
+    # down 256x512: 557,056 elements; 2 layers, each gathered for its forward and again
+    # for its backward (resharded after the forward): one byte less an element each time
+    assert gather["bf16"] - gather["tensorwise"] == 557_056 * 2 * 2
+    assert gather["rowwise"] == gather["bf16"]  # rowwise gathers bf16
+    assert t.step.time_s != plain.step.time_s
+    notes = " ".join(t.notes)
+    assert "FSDP gathers the converted weights in FP8" in notes
+    assert "lm_head" in notes  # the LM head stays in bf16, said
+
+
+def test_scaled_mm_needs_multiples_of_16():
+    assert scaled_mm_eligible(4096, 4096, 4096) and not scaled_mm_eligible(4096, 4100, 4096)
+    with pytest.raises(ValueError, match="multiples of 16"):
+        predict_float8("forward", 100, 4096, 4096, "tensorwise", gpu="h100")
+    # a layer torchao's filter leaves out (features not multiples of 16) is said
+    m = tiny_llama(intermediate_size=520)
+    rep = fxshape.analyze(m, float8="tensorwise", seq_len=64, **_TRAIN)
+    assert "not multiples of 16" in " ".join(rep.notes)
+    assert not any(x.quant for x in rep.rows if x.module.endswith("mlp.down_proj"))
+
+
+@pytest.mark.parametrize("kwargs, match", [
+    (dict(float8="blockwise"), "unknown float8 recipe 'blockwise'; accepted: tensorwise"),
+    (dict(float8="tensorwise", gpu="a100"), "no FP8 tensor cores"),
+    (dict(float8="tensorwise", mode="inference"), "give mode='train'"),
+    (dict(float8="tensorwise", execution="eager"), "give execution='compiled'"),
+    (dict(float8="tensorwise", dtype="fp16"), "accepted: bf16"),
+    (dict(float8="tensorwise", quantize="int8"), "give one of them"),
+])
+def test_bad_input(kwargs, match):
+    kw = dict(_TRAIN, seq_len=16)
+    kw.update(kwargs)
+    with pytest.raises(ValueError, match=match):
+        fxshape.analyze(tiny_llama(), **kw)
+
+
+def test_a_torchtitan_float8_job_is_priced(tmp_path):
+    from fxshape.torchtitan import read_torchtitan
+
+    text = """
+[model]
+name = "llama3"
+flavor = "debugmodel"
+converters = ["quantize.linear.float8"]
+[quantize.linear.float8]
+recipe_name = "rowwise"
+[training]
+local_batch_size = 2
+seq_len = 256
+[compile]
+enable = true
+"""
+    path = tmp_path / "job.toml"
+    path.write_text(text)
+    job = read_torchtitan(str(path), gpus=8)
+    assert job.float8 == "rowwise"
+    # without torch.compile it is predicted as the bf16 run, and said
+    path.write_text(text.replace("enable = true", "enable = false"))
+    eager = read_torchtitan(str(path), gpus=8)
+    assert eager.float8 is None and any("float8 rowwise" in n for n in eager.notes)
