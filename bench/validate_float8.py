@@ -5,7 +5,8 @@
 
 Each row of ``bench/float8_published.csv`` is a torchtitan Llama-3-8B training run on 8 or
 128 GPUs (FSDP2, torch.compile, sequence 8192), in bf16 or with torchao's float8 recipe
-(``tensorwise`` with the float8 all-gather, ``rowwise`` with a bf16 one, as published). Each
+(``tensorwise`` with the float8 all-gather, ``rowwise`` with a bf16 one, as published;
+``mxfp8`` on the B200, torchao's MX training with cuBLAS's block-scaled GEMM). Each
 is predicted with ``fxshape.analyze(mode="train", execution="compiled",
 parallel=Parallel(dp=gpus, zero=3), float8=recipe)`` and compared twice: the tokens per
 second per GPU as published, and the float8 run's speedup over the bf16 run of the same
@@ -82,7 +83,7 @@ def main(argv=None) -> int:
     print()
     print(f"tokens/s per GPU: median |error| {100 * statistics.median(abs_err):.1f}% over "
           f"{len(abs_err)} runs")
-    for recipe in ("tensorwise", "rowwise"):
+    for recipe in ("tensorwise", "rowwise", "mxfp8"):
         got = [abs(sp - sm) for r, sm, sp in ratio_err if r["recipe"] == recipe]
         if got:
             print(f"{recipe} speedup over bf16: median |predicted - measured| "

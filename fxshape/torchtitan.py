@@ -251,9 +251,9 @@ def read_torchtitan(path, *, gpus: int | None = None) -> TitanJob:
         if recipe is None:
             notes.append("MX formats (the 'mx' converter) are not modelled yet: predicted "
                          f"as the {dtype} run")
-        elif recipe not in ("tensorwise", "rowwise"):
-            notes.append(f"float8 recipe {recipe!r} is not modelled (tensorwise and rowwise "
-                         f"are): predicted as the {dtype} run")
+        elif recipe not in ("tensorwise", "rowwise", "mxfp8"):
+            notes.append(f"float8 recipe {recipe!r} is not modelled (tensorwise, rowwise "
+                         f"and mxfp8 are): predicted as the {dtype} run")
         elif not compiled or dtype != "bf16":
             notes.append(f"float8 {recipe} is priced under torch.compile in bf16 only "
                          f"(fxshape.cost.float8): predicted as the {dtype} run"
@@ -324,6 +324,11 @@ def _float8_recipe(cfg: dict) -> str | None:
     ``recipe_name``; tensorwise by default), None for the MX converter."""
     conv = (cfg.get("model") or {}).get("converters") or []
     conv = [conv] if isinstance(conv, str) else list(conv)
+    if any(str(c).lower() in ("mx", "quantize.linear.mx") for c in conv):
+        sec = ((cfg.get("quantize") or {}).get("linear") or {}).get("mx") or \
+            cfg.get("mx") or {}
+        name = str(sec.get("recipe_name") or "mxfp8_cublas")
+        return "mxfp8" if name in ("mxfp8", "mxfp8_cublas") else name
     if not any("float8" in str(c).lower() for c in conv):
         return None
     sec = ((cfg.get("quantize") or {}).get("linear") or {}).get("float8") or \
@@ -334,4 +339,5 @@ def _float8_recipe(cfg: dict) -> str | None:
 def _float8(cfg: dict) -> bool:
     conv = (cfg.get("model") or {}).get("converters") or []
     conv = [conv] if isinstance(conv, str) else list(conv)
-    return any("float8" in str(c).lower() or "mx" == str(c).lower() for c in conv)
+    return any("float8" in str(c).lower() or str(c).lower() in ("mx", "quantize.linear.mx")
+               for c in conv)

@@ -145,3 +145,42 @@ enable = true
     path.write_text(text.replace("enable = true", "enable = false"))
     eager = read_torchtitan(str(path), gpus=8)
     assert eager.float8 is None and any("float8 rowwise" in n for n in eager.notes)
+
+
+def test_mxfp8_casts_each_operand_along_its_reduction_dimension():
+    # every GEMM casts its two operands, each in one kernel (the 32-element block's amax
+    # inside) that reads bf16 and writes e4m3 plus an e8m0 scale a block: 2 + 1 + 1/32
+    # bytes an element
+    for role in ("forward", "dgrad", "wgrad"):
+        f = predict_float8(role, 4096, 2048, 1024, "mxfp8", gpu="b200")
+        assert f.kernels == 3
+        elements = 4096 * 1024 + 1024 * 2048  # [M, K] and [K, N]
+        assert f.cast_bytes == pytest.approx(elements * (3 + 1 / 32), abs=2)
+    # its blocks: every dimension a multiple of 32
+    assert scaled_mm_eligible(4096, 4096, 4096, "mxfp8")
+    assert not scaled_mm_eligible(4096, 4096, 4112, "mxfp8")
+    assert scaled_mm_eligible(4096, 4096, 4112, "tensorwise")
+    with pytest.raises(ValueError, match="Blackwell"):
+        predict_float8("forward", 4096, 4096, 4096, "mxfp8", gpu="h100")
+    with pytest.raises(ValueError, match="Blackwell"):
+        fxshape.analyze(tiny_llama(), float8="mxfp8", seq_len=64, **_TRAIN)
+
+
+def test_a_torchtitan_mx_job_trains_in_mxfp8(tmp_path):
+    from fxshape.torchtitan import read_torchtitan
+
+    path = tmp_path / "mx.toml"
+    path.write_text("""
+[model]
+name = "llama3"
+flavor = "debugmodel"
+converters = ["quantize.linear.mx"]
+[quantize.linear.mx]
+recipe_name = "mxfp8_cublas"
+[training]
+local_batch_size = 2
+seq_len = 256
+[compile]
+enable = true
+""")
+    assert read_torchtitan(str(path), gpus=8).float8 == "mxfp8"

@@ -623,9 +623,10 @@ def _float8_row(node, g: Gemm, fqn, cls, phase, dkey, spec, state):
         role = "wgrad"
     else:
         role = "dgrad"
-    if not scaled_mm_eligible(m, n, k):
+    if not scaled_mm_eligible(m, n, k, state.recipe):
+        a = 32 if state.recipe == "mxfp8" else 16
         state.left[fqn] = (f"{role} GEMM M={m}, N={n}, K={k}: _scaled_mm needs multiples "
-                           "of 16")
+                           f"of {a}")
         return None
     f8 = predict_float8(role, m, n, k, state.recipe, gpu=spec, layout=g.layout)
     state.converted += 1
@@ -758,7 +759,8 @@ def analyze(model, example_inputs=None, example_kwargs=None, *, gpu="h100",
             ``"rowwise"``. Every ``nn.Linear`` but the LM head (torchtitan's filter) runs
             its forward, dgrad and wgrad GEMMs as ``torch._scaled_mm``, with the amax and
             cast kernels each needs; under FSDP (``Parallel(zero=3)``) the tensorwise recipe
-            gathers the converted weights in FP8. Needs ``execution="compiled"`` and a GPU
+            gathers the converted weights in FP8. ``"mxfp8"`` (Blackwell): torchao's MX
+            training, e4m3 with an e8m0 scale per 32 elements. Needs ``execution="compiled"`` and a GPU
             with FP8 tensor cores. Rows carry ``quant`` (``"float8:tensorwise:dgrad"``).
 
     Returns:
@@ -934,6 +936,10 @@ def _check_float8(float8, quant, mode, dtype, gpu, execution):
                          "Inductor runs them); give execution='compiled' (eager float8 "
                          "runs its scaling as separate ops and is not modelled)")
     spec = get_gpu(gpu)
+    if float8 == "mxfp8" and spec.arch != "blackwell":
+        raise ValueError(f"float8='mxfp8' needs Blackwell's block-scaled tensor cores; "
+                         f"{spec.name} has none (accepted: b200; elsewhere 'tensorwise' or "
+                         "'rowwise')")
     if spec.peaks.fp8 is None:
         raise ValueError(f"{spec.name} has no FP8 tensor cores: float8 training needs "
                          "Hopper, Ada, Blackwell or MI300X (accepted: h100, h200, b200, "

@@ -29,6 +29,15 @@ Bytes per element: an amax reads bf16 (2); a cast reads bf16 and writes FP8 (2 +
 ``fxshape.cost.gemm.predict_matmul`` in ``"fp8"`` (its constants are the fp16 fit's:
 docs/quantization.md). ``_scaled_mm`` needs every dimension of the GEMM a multiple of 16.
 
+``recipe="mxfp8"`` (Blackwell: torchao's MX training, ``MXLinearConfig`` with cuBLAS's
+block-scaled GEMM, torchtitan's ``mx`` converter): every operand in e4m3 with one e8m0
+scale per 32 elements along the GEMM's reduction dimension, so each tensor is cast along
+each axis it is reduced over, the block's amax inside the cast (one kernel each, writing
+1 + 1/32 bytes an element): x and w along K for the forward, grad_y along N and w along
+its rows for dgrad, grad_y and x along the tokens for wgrad. Its GEMMs run on Blackwell's
+block-scaled tensor cores at the FP8 rate (the datasheet quotes FP8 and MXFP8 alike) and
+need every dimension a multiple of 32; weights are gathered in bf16.
+
 FSDP2 with torchao's float8 all-gather (``enable_fsdp_float8_all_gather``, the tensorwise
 recipe's default in torchtitan) casts each converted weight on its shard and gathers FP8:
 one byte per element instead of two. Pure functions; nothing here imports torch.
@@ -46,7 +55,7 @@ __all__ = ["FLOAT8_RECIPES", "ROLES", "check_float8", "Float8Gemm", "cast_cost",
            "predict_float8", "scaled_mm_eligible"]
 
 #: torchao's float8 training recipes modelled.
-FLOAT8_RECIPES = ("tensorwise", "rowwise")
+FLOAT8_RECIPES = ("tensorwise", "rowwise", "mxfp8")
 #: the three GEMMs of a linear layer in training.
 ROLES = ("forward", "dgrad", "wgrad")
 _ALIGN = 16
@@ -56,6 +65,7 @@ _ALIGN = 16
 _TENSORWISE_CAST = (1, 1, 2)   # amax; one cast writing both layouts
 _ROW_CAST = (0, 1, 1)          # the row's amax inside the cast
 _COL_CAST = (1, 1, 1)          # a column amax first, then the cast
+_MX_CAST = (0, 1, 1 + 1 / 32)  # the 32-element block's amax inside; an e8m0 scale a block
 
 
 def check_float8(recipe) -> str:
@@ -65,9 +75,11 @@ def check_float8(recipe) -> str:
     return recipe
 
 
-def scaled_mm_eligible(m: int, n: int, k: int) -> bool:
-    """Can ``torch._scaled_mm`` run ``[M, K] x [K, N]`` (all three multiples of 16)?"""
-    return m % _ALIGN == 0 and n % _ALIGN == 0 and k % _ALIGN == 0
+def scaled_mm_eligible(m: int, n: int, k: int, recipe: str = "tensorwise") -> bool:
+    """Can ``torch._scaled_mm`` run ``[M, K] x [K, N]`` (all three multiples of 16; of 32,
+    the scale block, for ``"mxfp8"``)?"""
+    a = 32 if recipe == "mxfp8" else _ALIGN
+    return m % a == 0 and n % a == 0 and k % a == 0
 
 
 @dataclass(frozen=True)
@@ -92,8 +104,9 @@ def cast_cost(elements: int, kind: tuple, *, gpu="h100") -> tuple:
         t += kernel_time("reduction", 2 * elements, gpu=spec).time_s
         nbytes += 2 * elements
     for _ in range(casts):
-        t += kernel_time("elementwise", (2 + written) * elements, gpu=spec).time_s
-        nbytes += (2 + written) * elements
+        moved = int(round((2 + written) * elements))
+        t += kernel_time("elementwise", moved, gpu=spec).time_s
+        nbytes += moved
     return t, amax + casts, nbytes
 
 
@@ -105,6 +118,12 @@ def _casts(role: str, recipe: str, m: int, n: int, k: int) -> list:
         if role == "dgrad":  # grad_y [M, K]
             return [("grad_y", m * k, _TENSORWISE_CAST)]
         return []
+    if recipe == "mxfp8":  # each operand along its reduction dimension
+        if role == "forward":
+            return [("x", m * k, _MX_CAST), ("w", n * k, _MX_CAST)]
+        if role == "dgrad":
+            return [("grad_y", m * k, _MX_CAST), ("w", n * k, _MX_CAST)]
+        return [("grad_y", m * k, _MX_CAST), ("x", n * k, _MX_CAST)]
     if role == "forward":
         return [("x", m * k, _ROW_CAST), ("w", n * k, _ROW_CAST)]
     if role == "dgrad":  # grad_y [M, K] rowwise, w [K, N] columnwise
@@ -129,8 +148,12 @@ def predict_float8(role: str, m: int, n: int, k: int, recipe: str, *, gpu="h100"
     if spec.peaks.fp8 is None:
         raise ValueError(f"{spec.name} has no FP8 tensor cores; float8 training needs "
                          "Hopper, Ada, Blackwell or MI300X")
-    if not scaled_mm_eligible(m, n, k):
-        raise ValueError(f"_scaled_mm needs M, N and K multiples of 16; got M={m}, N={n}, "
+    if recipe == "mxfp8" and spec.arch != "blackwell":
+        raise ValueError(f"mxfp8 needs Blackwell's block-scaled tensor cores; {spec.name} "
+                         "has none (accepted: b200; elsewhere tensorwise or rowwise)")
+    if not scaled_mm_eligible(m, n, k, recipe):
+        a = 32 if recipe == "mxfp8" else _ALIGN
+        raise ValueError(f"_scaled_mm needs M, N and K multiples of {a}; got M={m}, N={n}, "
                          f"K={k}")
     gemm = predict_matmul(m, n, k, dtype="fp8", gpu=spec, layout=layout)
     t, kernels, nbytes, names = 0.0, 1, 0, []
