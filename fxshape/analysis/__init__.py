@@ -7,7 +7,8 @@ per-GPU shapes, ``rows`` holds the records, ``provenance`` and ``perturb`` decid
 each dimension (by value, or by cause through re-traces that ``fasttrace`` records cheaply),
 ``report`` renders tables and exports and ``plot`` draws them. The step (every op, the loss,
 the optimizer, communication, memory) grows here; ``pipeline`` plays a step under a
-parallel plan (stages, micro-batches, FSDP) with ``fxshape.parallelism``'s schedules.
+parallel plan (stages, micro-batches, FSDP) with ``fxshape.parallelism``'s schedules;
+``lowprec`` prices quantized inference and FP8 training rows (``quantize=``, ``float8=``).
 
 May import: hardware, cost, tracing, parallelism.
 """

@@ -17,7 +17,7 @@ import re
 import torch
 
 from ..cost.gemm import is_default_params, resolve_params_path, use_params
-from ..cost.gemv import gemv_choice, price_matmul, use_gemv
+from ..cost.gemv import price_matmul, use_gemv
 from ..cost.notes import join_notes
 from ..hardware.dtypes import canonical_dtype, itemsize
 from ..hardware.gpus import get_gpu
@@ -26,6 +26,7 @@ from ..tracing.configs import HEAD_FIELDS, check_config
 from ..tracing.dedup import check_reduction, expand_rows, find_stacks, reduced_model, structure_key
 from ..tracing.export import (DEFAULT_BATCH_SIZE, CaptureError, _is_hf, _seq_len, capture,
                               check_module, check_size, forward_arguments)
+from . import lowprec
 from .ops import Gemm, gemm_handler, gemms_for_node, looks_like_matmul
 from .parallel import (check_tp, kv_heads_per_gpu, kv_shard, layer_kind, shard_gemm,
                        sharded_modules)
@@ -488,166 +489,14 @@ def _head_counts(model):
     return _heads(model), kv if isinstance(kv, int) and not isinstance(kv, bool) else None
 
 
-# analyze(quantize=): the quantization in force while one analysis annotates its rows
-_QUANT: contextvars.ContextVar = contextvars.ContextVar("fxshape_quantize", default=None)
-# GEMMs of a linear layer's weight: F.linear, and GPT-2's Conv1D (addmm / mm)
-_WEIGHT_CLASSES = ("Linear", "Conv1D")
-
-
-@dataclasses.dataclass
-class _QuantState:
-    """One analysis's quantization: the method, the layers kept in bf16 by rule (module ->
-    reason, decided from the model) and those found on the way (filled by :func:`_row`)."""
-
-    q: object
-    keep: dict
-    left: dict = dataclasses.field(default_factory=dict)
-
-
-def _quant_keep(model, q) -> dict:
-    """module -> why it stays in bf16: the LM head under fp8 (vLLM and TensorRT-LLM leave
-    it unquantized), or a head whose weight is the input embedding's."""
-    get_out = getattr(model, "get_output_embeddings", None)
-    head = get_out() if callable(get_out) else None
-    if head is None:
-        return {}
-    name = next((n for n, mod in model.named_modules() if mod is head), None)
-    if name is None:
-        return {}
-    if q.method == "fp8":
-        return {name: "the LM head stays in bf16 (vLLM's and TensorRT-LLM's FP8 "
-                      "checkpoints leave lm_head unquantized)"}
-    _, tied = _input_embedding(model)
-    if tied:
-        return {name: "its weight is the input embedding's (tied), which the embedding "
-                      "lookup reads in bf16"}
-    return {}
-
-
-def _quantized_row(node, g: Gemm, fqn, cls, phase, dkey, spec, state):
-    """The row of a quantized linear layer's GEMM, or None when the layer stays in bf16
-    (recorded in ``state.left`` with the reason)."""
-    from ..cost.quant import fp8_eligible, predict_quantized
-
-    if g.attn is not None or phase != "forward":
-        return None
-    if g.op.startswith("grouped"):
-        state.left[fqn or node.name] = ("expert GEMMs (grouped): quantized MoE kernels are not "
-                                        "modelled")
-        return None
-    if not (g.op == "linear" or (g.op in ("mm", "addmm") and cls in _WEIGHT_CLASSES)):
-        return None
-    name = fqn[len("model."):] if fqn.startswith("model.") and fqn not in state.keep else fqn
-    reason = state.keep.get(fqn) or state.keep.get(name)
-    q = state.q
-    if reason is None and q.method == "fp8" and not fp8_eligible(g.n, g.k):
-        reason = (f"K={g.k}, N={g.n}: FP8 GEMMs need multiples of 16 (torch._scaled_mm); "
-                  "runs in bf16")
-    if reason is not None:
-        state.left[name or node.name] = reason
-        return None
-    if q.method == "int4" and g.k % q.group_size:
-        from ..cost.quant import GROUP_SIZES
-
-        raise ValueError(f"group_size={q.group_size} does not divide K={g.k} of "
-                         f"{name or node.name}; accepted: a group size of "
-                         f"{', '.join(str(x) for x in GROUP_SIZES if g.k % x == 0) or 'none'} "
-                         "(of 32, 64, 128, 256) for this layer")
-    qg = predict_quantized(max(g.m, 1), max(g.n, 1), max(g.k, 1), q, gpu=spec, dtype=dkey,
-                           batch=max(g.batch, 1), op=g.op, gemv=gemv_choice(),
-                           layout=g.layout)
-    p = qg.prediction
-    flops = int(round(2 * g.batch * g.m * g.n * g.k * g.work))
-    note = "; ".join(x for x in (g.note, qg.what) if x)
-    return GemmRow(node=node.name, module=fqn, module_type=cls, op=g.op, phase=phase,
-                   batch=g.batch, m=g.m, n=g.n, k=g.k, dtype=p.dtype, layout=g.layout,
-                   work=g.work, note=note, flops=flops, time_s=p.time_s * g.work,
-                   prediction=p, quant=q.key, kernels=qg.kernels)
-
-
-@dataclasses.dataclass
-class _Float8State:
-    """One training analysis under torchao's float8 (``analyze(float8=)``): the recipe, the
-    converted linear layers (module names), those kept in bf16 by rule (module -> reason),
-    those found on the way, each module's forward M (its tokens: what tells its wgrad from
-    its dgrad) and the GEMMs converted."""
-
-    recipe: str
-    linears: frozenset
-    keep: dict
-    fp8_gather: bool
-    left: dict = dataclasses.field(default_factory=dict)
-    tokens: dict = dataclasses.field(default_factory=dict)
-    converted: int = 0
-
-
-def _float8_state(model, recipe, plan):
-    """The linear layers torchao's ``convert_to_float8_training`` converts as torchtitan
-    calls it (``filter_fqns=["output"]``: the LM head stays in bf16; layers whose features
-    are not multiples of 16 too)."""
-    linears, keep = set(), {}
-    head = None
-    get_out = getattr(model, "get_output_embeddings", None)
-    if callable(get_out):
-        head = get_out()
-    for name, mod in model.named_modules():
-        if not isinstance(mod, torch.nn.Linear):
-            continue
-        if mod is head:
-            keep[name] = "the LM head stays in bf16 (torchtitan's float8 filter_fqns=['output'])"
-        elif mod.in_features % 16 or mod.out_features % 16:
-            keep[name] = (f"in {mod.in_features}, out {mod.out_features}: not multiples of "
-                          "16 (torchao's filter)")
-        else:
-            linears.add(name)
-    return _Float8State(recipe, frozenset(linears), keep,
-                        fp8_gather=recipe == "tensorwise" and plan.zero == 3)
-
-
-def _float8_row(node, g: Gemm, fqn, cls, phase, dkey, spec, state):
-    """The row of a converted linear layer's GEMM under float8 training, or None (bf16)."""
-    from ..cost.float8 import predict_float8, scaled_mm_eligible
-
-    if g.attn is not None:
-        return None
-    if fqn in state.keep:
-        state.left[fqn] = state.keep[fqn]
-        return None
-    if fqn not in state.linears or g.batch > 1:
-        return None
-    m, n, k = max(g.m, 1), max(g.n, 1), max(g.k, 1)
-    if phase == "forward":
-        role = "forward"
-        state.tokens.setdefault(fqn, m)
-    elif k == state.tokens.get(fqn) and m != k:
-        role = "wgrad"
-    else:
-        role = "dgrad"
-    if not scaled_mm_eligible(m, n, k, state.recipe):
-        a = 32 if state.recipe == "mxfp8" else 16
-        state.left[fqn] = (f"{role} GEMM M={m}, N={n}, K={k}: _scaled_mm needs multiples "
-                           f"of {a}")
-        return None
-    f8 = predict_float8(role, m, n, k, state.recipe, gpu=spec, layout=g.layout)
-    state.converted += 1
-    p = f8.prediction
-    flops = int(round(2 * g.batch * g.m * g.n * g.k * g.work))
-    note = "; ".join(x for x in (g.note, f8.what) if x)
-    return GemmRow(node=node.name, module=fqn, module_type=cls, op=g.op, phase=phase,
-                   batch=g.batch, m=g.m, n=g.n, k=g.k, dtype="fp8", layout=g.layout,
-                   work=g.work, note=note, flops=flops,
-                   time_s=p.time_s * g.work, prediction=p,
-                   quant=f"float8:{state.recipe}:{role}", kernels=f8.kernels)
-
-
 def _row(node, g: Gemm, fqn, cls, phase, dkey, spec) -> GemmRow:
-    state = _QUANT.get()
-    if isinstance(state, _Float8State):
-        row = _float8_row(node, g, fqn, cls, phase, dkey, spec, state)
+    state = lowprec.QUANT.get()
+    if isinstance(state, lowprec.Float8State):
+        row = lowprec.float8_row(node, g, fqn, cls, phase, dkey, spec, state)
         if row is not None:
             return row
     elif state is not None:
-        row = _quantized_row(node, g, fqn, cls, phase, dkey, spec, state)
+        row = lowprec.quantized_row(node, g, fqn, cls, phase, dkey, spec, state)
         if row is not None:
             return row
     p = price_matmul(g.op, max(g.m, 1), max(g.n, 1), max(g.k, 1),
@@ -796,12 +645,13 @@ def analyze(model, example_inputs=None, example_kwargs=None, *, gpu="h100",
     if float8 is not None and quantize is not None:
         raise ValueError("float8= trains in FP8, quantize= serves quantized layers: give "
                          "one of them")
-    quant = _check_quantize(quantize, group_size, mode, dtype, gpu)
-    state = None if quant is None else _QuantState(quant, _quant_keep(model, quant))
+    quant = lowprec.check_quantize(quantize, group_size, mode, dtype, gpu)
+    state = None if quant is None else lowprec.QuantState(
+        quant, lowprec.quant_keep(model, quant, _input_embedding(model)[1]))
     if float8 is not None:
-        _check_float8(float8, quant, mode, dtype, gpu, execution)
-        state = _float8_state(model, float8, plan)
-    token = _QUANT.set(state)
+        lowprec.check_float8(float8, mode, dtype, gpu, execution)
+        state = lowprec.float8_state(model, float8, plan)
+    token = lowprec.QUANT.set(state)
     try:
         report = _analyze_mode(model, example_inputs, example_kwargs, ctx, gpu=gpu,
                                dtype=dtype, batch_size=batch_size, seq_len=seq_len, mode=mode,
@@ -813,12 +663,12 @@ def analyze(model, example_inputs=None, example_kwargs=None, *, gpu="h100",
                                page_size=page_size, plan=plan, recompute=recompute,
                                allreduce=allreduce)
     finally:
-        _QUANT.reset(token)
-    if isinstance(state, _Float8State):
-        report = _float8_report(report, state)
+        lowprec.QUANT.reset(token)
+    if isinstance(state, lowprec.Float8State):
+        report = lowprec.float8_report(report, state)
         ctx["quant_left"] = state.left
     elif state is not None:
-        report = _quantized_report(report, state, model)
+        report = lowprec.quantized_report(report, state, model)
         ctx["quant_left"] = state.left
     given = _given_options(report, ctx, gpu=gpu, dtype=dtype, batch_size=batch_size,
                            seq_len=seq_len, moe_routing=moe_routing, attention=attention,
@@ -870,149 +720,6 @@ def _analyze_mode(model, example_inputs, example_kwargs, ctx, *, gpu, dtype, bat
                               optimizer=optimizer, dp=dp, topology=topology,
                               sequence_parallel=sequence_parallel, ctx=ctx, plan=plan,
                               recompute=recompute, allreduce=allreduce)
-    return report
-
-
-def _check_quantize(quantize, group_size, mode, dtype, gpu):
-    """The :class:`fxshape.cost.quant.Quantization` asked for (None for none), refused in
-    one line where no engine runs it."""
-    from ..cost.quant import quantization_of
-
-    quant = quantization_of(quantize, group_size)
-    if quant is None:
-        return None
-    if mode == "train":
-        raise ValueError(f"quantize={quant.method!r} prices inference; mode 'train' "
-                         "trains in dtype (weight-only int8/int4 cannot be trained; FP8 "
-                         "training is float8='tensorwise' or 'rowwise'); accepted modes: "
-                         "inference, prefill, decode")
-    dkey = canonical_dtype(dtype)
-    if dkey not in ("bf16", "fp16"):
-        raise ValueError(f"quantize= keeps activations in bf16 or fp16; got dtype={dkey!r} "
-                         "(accepted: bf16, fp16; quantize='fp8' sets the GEMMs' FP8 itself)")
-    spec = get_gpu(gpu)
-    if quant.method == "fp8" and spec.peaks.fp8 is None:
-        raise ValueError(f"{spec.name} has no FP8 tensor cores: quantize='fp8' needs one "
-                         "that has (Hopper, Ada, Blackwell, MI300X); accepted here: 'int8', "
-                         "'int4'")
-    return quant
-
-
-def _float8_gather(model, stacks, item, state):
-    """``{layer index or None: bytes per element}`` FSDP2 gathers each unit in under
-    torchao's float8 all-gather (the converted weights in FP8, the rest in ``item``); None
-    without it."""
-    if not isinstance(state, _Float8State) or not state.fp8_gather:
-        return None
-    from .pipeline import layer_of
-
-    info = _stack_info(stacks)
-    total: dict = {}
-    fp8: dict = {}
-    for name, p in model.named_parameters():
-        mod = name.rsplit(".", 1)[0]
-        i = layer_of(mod, info)
-        total[i] = total.get(i, 0) + p.numel()
-        if mod in state.linears and name.endswith("weight"):
-            fp8[i] = fp8.get(i, 0) + p.numel()
-    return {i: (item * (t - fp8.get(i, 0)) + fp8.get(i, 0)) / t
-            for i, t in total.items() if t and fp8.get(i)}
-
-
-def _check_float8(float8, quant, mode, dtype, gpu, execution):
-    """Refuse, in one line, a float8 training no run matches."""
-    from ..cost.float8 import check_float8
-
-    check_float8(float8)
-    if mode != "train":
-        raise ValueError(f"float8={float8!r} is torchao's FP8 training; mode {mode!r} "
-                         "serves: give mode='train', or quantize='fp8' for inference")
-    if canonical_dtype(dtype) != "bf16":
-        raise ValueError(f"float8 training keeps bf16 activations and master weights in "
-                         f"mixed precision; got dtype={canonical_dtype(dtype)!r} (accepted: "
-                         "bf16)")
-    if execution != "compiled":
-        raise ValueError("float8= prices torchao under torch.compile (its casts fused as "
-                         "Inductor runs them); give execution='compiled' (eager float8 "
-                         "runs its scaling as separate ops and is not modelled)")
-    spec = get_gpu(gpu)
-    if float8 == "mxfp8" and spec.arch != "blackwell":
-        raise ValueError(f"float8='mxfp8' needs Blackwell's block-scaled tensor cores; "
-                         f"{spec.name} has none (accepted: b200; elsewhere 'tensorwise' or "
-                         "'rowwise')")
-    if spec.peaks.fp8 is None:
-        raise ValueError(f"{spec.name} has no FP8 tensor cores: float8 training needs "
-                         "Hopper, Ada, Blackwell or MI300X (accepted: h100, h200, b200, "
-                         "mi300x, l4, rtx-4090)")
-
-
-def _float8_report(report, state):
-    """The notes of a float8 training analysis: what was converted, what stayed in bf16."""
-    rows = [r for r in report.rows if r.quant.startswith("float8")]
-    by_role: dict = {}
-    for r in rows:
-        role = r.quant.rsplit(":", 1)[1]
-        by_role[role] = by_role.get(role, 0) + 1
-    casts = sum(r.kernels - 1 for r in rows)
-    notes = [f"float8 training (torchao {state.recipe}, torch.compile): "
-             + ", ".join(f"{n} {role}" for role, n in by_role.items())
-             + f" GEMMs as torch._scaled_mm (x, w e4m3; grad_y e5m2), {casts} amax and cast "
-               "kernels with them (fxshape.cost.float8); memory as the bf16 run"
-             + ("; FSDP gathers the converted weights in FP8" if state.fp8_gather else "")]
-    by_reason: dict = {}
-    for mod, why in state.left.items():
-        by_reason.setdefault(why, []).append(mod)
-    for why, mods in by_reason.items():
-        shown = ", ".join(mods[:4]) + (f" and {len(mods) - 4} more" if len(mods) > 4 else "")
-        notes.append(f"left in bf16: {shown}: {why}")
-    return dataclasses.replace(report, notes=report.notes + tuple(notes),
-                               workload=dataclasses.replace(
-                                   report.workload, quantize=f"float8 {state.recipe}"))
-
-
-def _quantized_report(report, state, model):
-    """The report of a quantized analysis: memory with the packed weights, the notes
-    saying what was quantized and what was not (and why), the workload naming it."""
-    from ..cost.quant import packed_weight_bytes
-    from .step import run_dtype
-
-    q = state.q
-    item = run_dtype(report.dtype).itemsize
-    rows = [r for r in report.rows if r.quant]
-    saved, seen = 0, set()
-    for r in rows:
-        key = (r.module or r.node, r.node)
-        if key in seen:
-            continue
-        seen.add(key)
-        b = max(r.batch, 1)
-        saved += b * (r.k * r.n * item - packed_weight_bytes(r.k, r.n, q))
-    notes = [f"linear layers {q.label}: {len(rows)} GEMMs quantized "
-             f"(fxshape.cost.quant); weights {saved / 2**30:.2f} GiB smaller per GPU"]
-    by_reason: dict = {}
-    for mod, why in state.left.items():
-        by_reason.setdefault(why, []).append(mod)
-    for why, mods in by_reason.items():
-        shown = ", ".join(mods[:4]) + (f" and {len(mods) - 4} more" if len(mods) > 4 else "")
-        notes.append(f"left in bf16: {shown}: {why}")
-    mem = report.memory
-    if mem is not None:
-        memory = dataclasses.replace(mem, parameters=mem.parameters - saved,
-                                     peak=mem.peak - saved)
-        report = dataclasses.replace(report, memory=memory)
-    step = report.step
-    if step is not None and report.workload.mode == "decode" and step.floor_s:
-        bw = get_gpu(report.gpu).memory_bandwidth_gbs * 1e9
-        step = dataclasses.replace(step, floor_s=step.floor_s - saved / bw)
-    report = dataclasses.replace(
-        report, step=step, notes=report.notes + tuple(notes),
-        workload=dataclasses.replace(report.workload, quantize=q.label))
-    if report.workload.mode == "decode" and report.capacity is not None:
-        from .serving import capacity_of
-        from ..tracing.decode import max_positions
-
-        report = dataclasses.replace(report, capacity=capacity_of(
-            report, max_positions=max_positions(model.config)))
     return report
 
 
@@ -1188,7 +895,8 @@ def _analyze(model, example_inputs, example_kwargs, *, gpu, dtype, batch_size, s
         ckey = (id(model), mode, tp, plan.cp, plan.ep, plan.capacity_factor, batch_size,
                 seq_len, dkey, spec.name, attention, _shapes(moe_routing), execution,
                 sequence_parallel, plan.grad_bytes, topo, dedup, kv,
-                getattr(_QUANT.get(), "q", None), getattr(_QUANT.get(), "recipe", None))
+                getattr(lowprec.QUANT.get(), "q", None),
+                getattr(lowprec.QUANT.get(), "recipe", None))
     hit = cache.get(ckey) if ckey is not None else None
     if hit is not None:
         gm, rows, unsupported, stacks, got, records, op_unsupported, step_notes, walk = hit
@@ -1974,7 +1682,7 @@ def _plan_step(records, opt_records, model, spec, dkey, execution, optimizer, to
         stage_params=stage_params, unit_params=unit_params, item=item,
         hidden_tokens_bytes=hidden_bytes, stage_experts=stage_experts,
         unit_experts=unit_experts, units=units,
-        gather_item=_float8_gather(model, stacks, item, _QUANT.get()))
+        gather_item=lowprec.float8_gather(model, stacks, item, lowprec.QUANT.get()))
     m = plan.microbatches
     crit = stages[critical]
     flops = units.flops * m // plan.pp

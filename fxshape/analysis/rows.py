@@ -184,9 +184,10 @@ def kernel_figures(r) -> dict:
     attention kernel's own (its Br x Bc tile over the padded head dimension), else the
     GEMM's."""
     a, p = r.attention, r.prediction
-    if p.kernel == GEMV_KERNEL:  # Inductor's reduction: no tile
-        return dict(tile="reduction", tile_efficiency=1.0, waves=1, wave_efficiency=1.0,
-                    bound=p.bound)
+    if p.kernel == GEMV_KERNEL or p.kernel.startswith(("inductor reduction", "tinygemm")):
+        # Inductor's reduction (over a bf16 or an int8 weight), tinygemm: no GEMM tile
+        return dict(tile="reduction" if p.kernel.startswith("inductor") else "tinygemm",
+                    tile_efficiency=1.0, waves=1, wave_efficiency=1.0, bound=p.bound)
     if a is not None and r.kernel != "math":
         s = a.shape
         dims = max(s.head_dim, s.head_dim_v)

@@ -1,0 +1,322 @@
+"""Low precision in the analysis: quantized inference (``analyze(quantize=)``) and FP8
+training (``analyze(float8=)``).
+
+Each analysis sets one state (:data:`QUANT`) while it annotates its rows:
+:func:`quantized_row` and :func:`float8_row` price a linear layer's GEMM as its engine runs
+it (``fxshape.cost.quant``, ``fxshape.cost.float8``) and record the layers left in bf16 with
+the reason; :func:`check_quantize` and :func:`check_float8` refuse what no engine runs, in one
+line; :func:`quantized_report` and :func:`float8_report` finish the report (packed memory,
+the notes); :func:`float8_gather` gives FSDP's bytes per element under the FP8 all-gather.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import dataclasses
+
+import torch
+
+from ..cost.gemv import gemv_choice
+from ..hardware.dtypes import canonical_dtype
+from ..hardware.gpus import get_gpu
+from .ops import Gemm
+from .rows import GemmRow
+
+# analyze(quantize=): the quantization in force while one analysis annotates its rows
+QUANT: contextvars.ContextVar = contextvars.ContextVar("fxshape_quantize", default=None)
+# GEMMs of a linear layer's weight: F.linear, and GPT-2's Conv1D (addmm / mm)
+WEIGHT_CLASSES = ("Linear", "Conv1D")
+
+
+@dataclasses.dataclass
+class QuantState:
+    """One analysis's quantization: the method, the layers kept in bf16 by rule (module ->
+    reason, decided from the model) and those found on the way (filled by :func:`_row`)."""
+
+    q: object
+    keep: dict
+    left: dict = dataclasses.field(default_factory=dict)
+
+
+def quant_keep(model, q, tied: bool) -> dict:
+    """module -> why it stays in bf16: the LM head under fp8 (vLLM and TensorRT-LLM leave
+    it unquantized), or a head whose weight is the input embedding's (``tied``)."""
+    get_out = getattr(model, "get_output_embeddings", None)
+    head = get_out() if callable(get_out) else None
+    if head is None:
+        return {}
+    name = next((n for n, mod in model.named_modules() if mod is head), None)
+    if name is None:
+        return {}
+    if q.method == "fp8":
+        return {name: "the LM head stays in bf16 (vLLM's and TensorRT-LLM's FP8 "
+                      "checkpoints leave lm_head unquantized)"}
+    if tied:
+        return {name: "its weight is the input embedding's (tied), which the embedding "
+                      "lookup reads in bf16"}
+    return {}
+
+
+def quantized_row(node, g: Gemm, fqn, cls, phase, dkey, spec, state):
+    """The row of a quantized linear layer's GEMM, or None when the layer stays in bf16
+    (recorded in ``state.left`` with the reason)."""
+    from ..cost.quant import fp8_eligible, predict_quantized
+
+    if g.attn is not None or phase != "forward":
+        return None
+    if g.op.startswith("grouped"):
+        state.left[fqn or node.name] = ("expert GEMMs (grouped): quantized MoE kernels are not "
+                                        "modelled")
+        return None
+    if not (g.op == "linear" or (g.op in ("mm", "addmm") and cls in WEIGHT_CLASSES)):
+        return None
+    # a decode capture wraps the model: its module names start with "model."
+    name = fqn[len("model."):] if fqn.startswith("model.") and fqn not in state.keep else fqn
+    reason = state.keep.get(fqn) or state.keep.get(name)
+    q = state.q
+    if reason is None and q.method == "fp8" and not fp8_eligible(g.n, g.k):
+        reason = (f"K={g.k}, N={g.n}: FP8 GEMMs need multiples of 16 (torch._scaled_mm); "
+                  "runs in bf16")
+    if reason is not None:
+        state.left[fqn or node.name] = reason
+        return None
+    if q.method == "int4" and g.k % q.group_size:
+        from ..cost.quant import GROUP_SIZES
+
+        raise ValueError(f"group_size={q.group_size} does not divide K={g.k} of "
+                         f"{name or node.name}; accepted: a group size of "
+                         f"{', '.join(str(x) for x in GROUP_SIZES if g.k % x == 0) or 'none'} "
+                         "(of 32, 64, 128, 256) for this layer")
+    qg = predict_quantized(max(g.m, 1), max(g.n, 1), max(g.k, 1), q, gpu=spec, dtype=dkey,
+                           batch=max(g.batch, 1), op=g.op, gemv=gemv_choice(),
+                           layout=g.layout)
+    p = qg.prediction
+    flops = int(round(2 * g.batch * g.m * g.n * g.k * g.work))
+    note = "; ".join(x for x in (g.note, qg.what) if x)
+    return GemmRow(node=node.name, module=fqn, module_type=cls, op=g.op, phase=phase,
+                   batch=g.batch, m=g.m, n=g.n, k=g.k, dtype=p.dtype, layout=g.layout,
+                   work=g.work, note=note, flops=flops, time_s=p.time_s * g.work,
+                   prediction=p, quant=q.key, kernels=qg.kernels)
+
+
+@dataclasses.dataclass
+class Float8State:
+    """One training analysis under torchao's float8 (``analyze(float8=)``): the recipe, the
+    converted linear layers (module names), those kept in bf16 by rule (module -> reason),
+    those found on the way, each module's forward M (its tokens: what tells its wgrad from
+    its dgrad) and the GEMMs converted."""
+
+    recipe: str
+    linears: frozenset
+    keep: dict
+    fp8_gather: bool
+    left: dict = dataclasses.field(default_factory=dict)
+    tokens: dict = dataclasses.field(default_factory=dict)
+    converted: int = 0
+
+
+def float8_state(model, recipe, plan):
+    """The linear layers torchao's ``convert_to_float8_training`` converts as torchtitan
+    calls it (``filter_fqns=["output"]``: the LM head stays in bf16; layers whose features
+    are not multiples of 16 too)."""
+    linears, keep = set(), {}
+    head = None
+    get_out = getattr(model, "get_output_embeddings", None)
+    if callable(get_out):
+        head = get_out()
+    for name, mod in model.named_modules():
+        if not isinstance(mod, torch.nn.Linear):
+            continue
+        if mod is head:
+            keep[name] = "the LM head stays in bf16 (torchtitan's float8 filter_fqns=['output'])"
+        elif mod.in_features % 16 or mod.out_features % 16:
+            keep[name] = (f"in {mod.in_features}, out {mod.out_features}: not multiples of "
+                          "16 (torchao's filter)")
+        else:
+            linears.add(name)
+    return Float8State(recipe, frozenset(linears), keep,
+                        fp8_gather=recipe == "tensorwise" and plan.zero == 3)
+
+
+def float8_row(node, g: Gemm, fqn, cls, phase, dkey, spec, state):
+    """The row of a converted linear layer's GEMM under float8 training, or None (bf16)."""
+    from ..cost.float8 import predict_float8, scaled_mm_eligible
+
+    if g.attn is not None:
+        return None
+    if fqn in state.keep:
+        state.left[fqn] = state.keep[fqn]
+        return None
+    if fqn not in state.linears or g.batch > 1:
+        return None
+    m, n, k = max(g.m, 1), max(g.n, 1), max(g.k, 1)
+    if phase == "forward":
+        role = "forward"
+        state.tokens.setdefault(fqn, m)
+    elif k == state.tokens.get(fqn) and m != k:
+        role = "wgrad"
+    else:
+        role = "dgrad"
+    if not scaled_mm_eligible(m, n, k, state.recipe):
+        a = 32 if state.recipe == "mxfp8" else 16
+        state.left[fqn] = (f"{role} GEMM M={m}, N={n}, K={k}: _scaled_mm needs multiples "
+                           f"of {a}")
+        return None
+    f8 = predict_float8(role, m, n, k, state.recipe, gpu=spec, layout=g.layout)
+    state.converted += 1
+    p = f8.prediction
+    flops = int(round(2 * g.batch * g.m * g.n * g.k * g.work))
+    note = "; ".join(x for x in (g.note, f8.what) if x)
+    return GemmRow(node=node.name, module=fqn, module_type=cls, op=g.op, phase=phase,
+                   batch=g.batch, m=g.m, n=g.n, k=g.k, dtype="fp8", layout=g.layout,
+                   work=g.work, note=note, flops=flops,
+                   time_s=p.time_s * g.work, prediction=p,
+                   quant=f"float8:{state.recipe}:{role}", kernels=f8.kernels)
+
+
+def check_quantize(quantize, group_size, mode, dtype, gpu):
+    """The :class:`fxshape.cost.quant.Quantization` asked for (None for none), refused in
+    one line where no engine runs it."""
+    from ..cost.quant import quantization_of
+
+    quant = quantization_of(quantize, group_size)
+    if quant is None:
+        return None
+    if mode == "train":
+        raise ValueError(f"quantize={quant.method!r} prices inference; mode 'train' "
+                         "trains in dtype (weight-only int8/int4 cannot be trained; FP8 "
+                         "training is float8='tensorwise' or 'rowwise'); accepted modes: "
+                         "inference, prefill, decode")
+    dkey = canonical_dtype(dtype)
+    if dkey not in ("bf16", "fp16"):
+        raise ValueError(f"quantize= keeps activations in bf16 or fp16; got dtype={dkey!r} "
+                         "(accepted: bf16, fp16; quantize='fp8' sets the GEMMs' FP8 itself)")
+    spec = get_gpu(gpu)
+    if quant.method == "fp8" and spec.peaks.fp8 is None:
+        raise ValueError(f"{spec.name} has no FP8 tensor cores: quantize='fp8' needs one "
+                         "that has (Hopper, Ada, Blackwell, MI300X); accepted here: 'int8', "
+                         "'int4'")
+    return quant
+
+
+def float8_gather(model, stacks, item, state):
+    """``{layer index or None: bytes per element}`` FSDP2 gathers each unit in under
+    torchao's float8 all-gather (the converted weights in FP8, the rest in ``item``); None
+    without it."""
+    if not isinstance(state, Float8State) or not state.fp8_gather:
+        return None
+    from .pipeline import layer_of
+
+    info = [(s.name, s.length) for s in stacks]
+    total: dict = {}
+    fp8: dict = {}
+    for name, p in model.named_parameters():
+        mod = name.rsplit(".", 1)[0]
+        i = layer_of(mod, info)
+        total[i] = total.get(i, 0) + p.numel()
+        if mod in state.linears and name.endswith("weight"):
+            fp8[i] = fp8.get(i, 0) + p.numel()
+    return {i: (item * (t - fp8.get(i, 0)) + fp8.get(i, 0)) / t
+            for i, t in total.items() if t and fp8.get(i)}
+
+
+def check_float8(float8, mode, dtype, gpu, execution):
+    """Refuse, in one line, a float8 training no run matches."""
+    from ..cost.float8 import check_float8 as check_recipe
+
+    check_recipe(float8)
+    if mode != "train":
+        raise ValueError(f"float8={float8!r} is torchao's FP8 training; mode {mode!r} "
+                         "serves: give mode='train', or quantize='fp8' for inference")
+    if canonical_dtype(dtype) != "bf16":
+        raise ValueError(f"float8 training keeps bf16 activations and master weights in "
+                         f"mixed precision; got dtype={canonical_dtype(dtype)!r} (accepted: "
+                         "bf16)")
+    if execution != "compiled":
+        raise ValueError("float8= prices torchao under torch.compile (its casts fused as "
+                         "Inductor runs them); give execution='compiled' (eager float8 "
+                         "runs its scaling as separate ops and is not modelled)")
+    spec = get_gpu(gpu)
+    if float8 == "mxfp8" and spec.arch != "blackwell":
+        raise ValueError(f"float8='mxfp8' needs Blackwell's block-scaled tensor cores; "
+                         f"{spec.name} has none (accepted: b200; elsewhere 'tensorwise' or "
+                         "'rowwise')")
+    if spec.peaks.fp8 is None:
+        raise ValueError(f"{spec.name} has no FP8 tensor cores: float8 training needs "
+                         "Hopper, Ada, Blackwell or MI300X (accepted: h100, h200, b200, "
+                         "mi300x, l4, rtx-4090)")
+
+
+def float8_report(report, state):
+    """The notes of a float8 training analysis: what was converted, what stayed in bf16."""
+    rows = [r for r in report.rows if r.quant.startswith("float8")]
+    by_role: dict = {}
+    for r in rows:
+        role = r.quant.rsplit(":", 1)[1]
+        by_role[role] = by_role.get(role, 0) + 1
+    casts = sum(r.kernels - 1 for r in rows)
+    formats = ("e4m3 with an e8m0 scale per 32 elements" if state.recipe == "mxfp8"
+               else "x, w e4m3; grad_y e5m2")
+    notes = [f"float8 training (torchao {state.recipe}, torch.compile): "
+             + ", ".join(f"{n} {role}" for role, n in by_role.items())
+             + f" GEMMs as torch._scaled_mm ({formats}), {casts} amax and cast "
+               "kernels with them (fxshape.cost.float8); memory as the bf16 run"
+             + ("; FSDP gathers the converted weights in FP8" if state.fp8_gather else "")]
+    by_reason: dict = {}
+    for mod, why in state.left.items():
+        by_reason.setdefault(why, []).append(mod)
+    for why, mods in by_reason.items():
+        shown = ", ".join(mods[:4]) + (f" and {len(mods) - 4} more" if len(mods) > 4 else "")
+        notes.append(f"left in bf16: {shown}: {why}")
+    return dataclasses.replace(report, notes=report.notes + tuple(notes),
+                               workload=dataclasses.replace(
+                                   report.workload, quantize=f"float8 {state.recipe}"))
+
+
+def quantized_report(report, state, model):
+    """The report of a quantized analysis: memory with the packed weights, the notes
+    saying what was quantized and what was not (and why), the workload naming it."""
+    from ..cost.quant import packed_weight_bytes
+    from .step import run_dtype
+
+    q = state.q
+    item = run_dtype(report.dtype).itemsize
+    rows = [r for r in report.rows if r.quant]
+    saved, seen = 0, set()
+    for r in rows:
+        key = (r.module or r.node, r.node)
+        if key in seen:
+            continue
+        seen.add(key)
+        b = max(r.batch, 1)
+        saved += b * (r.k * r.n * item - packed_weight_bytes(r.k, r.n, q))
+    notes = [f"linear layers {q.label}: {len(rows)} GEMMs quantized "
+             f"(fxshape.cost.quant); weights {saved / 2**30:.2f} GiB smaller per GPU"]
+    by_reason: dict = {}
+    decode = report.workload.mode == "decode"
+    for mod, why in state.left.items():
+        if decode and mod.startswith("model."):  # the decode wrapper's prefix, as the rows
+            mod = mod[len("model."):]
+        by_reason.setdefault(why, []).append(mod)
+    for why, mods in by_reason.items():
+        shown = ", ".join(mods[:4]) + (f" and {len(mods) - 4} more" if len(mods) > 4 else "")
+        notes.append(f"left in bf16: {shown}: {why}")
+    mem = report.memory
+    if mem is not None:
+        memory = dataclasses.replace(mem, parameters=mem.parameters - saved,
+                                     peak=mem.peak - saved)
+        report = dataclasses.replace(report, memory=memory)
+    step = report.step
+    if step is not None and report.workload.mode == "decode" and step.floor_s:
+        bw = get_gpu(report.gpu).memory_bandwidth_gbs * 1e9
+        step = dataclasses.replace(step, floor_s=step.floor_s - saved / bw)
+    report = dataclasses.replace(
+        report, step=step, notes=report.notes + tuple(notes),
+        workload=dataclasses.replace(report.workload, quantize=q.label))
+    if report.workload.mode == "decode" and report.capacity is not None:
+        from .serving import capacity_of
+        from ..tracing.decode import max_positions
+
+        report = dataclasses.replace(report, capacity=capacity_of(
+            report, max_positions=max_positions(model.config)))
+    return report
