@@ -493,11 +493,6 @@ def _cmd_serve(args) -> int:
         raise ValueError("--gemv applies to one batch without --draft (gpt-fast's batch-1 "
                          "decode); under load, speculation or capacity planning the engine "
                          "runs the library's GEMMs")
-    if args.quantize is not None and (args.draft is not None or args.slo_ttft is not None
-                                      or args.slo_itl is not None):
-        raise ValueError("--quantize applies to one batch and to a server under load; "
-                         "speculative decoding (--draft) and capacity planning (--slo-ttft, "
-                         "--slo-itl) do not take it yet")
     if args.slo_ttft is not None or args.slo_itl is not None:
         return _serve_capacity(args, load_target)
     slo = [f"--{f.replace('_', '-')}" for f in ("slo_percentile", "tp_choices")
@@ -558,6 +553,8 @@ def _serve_capacity(args, load_target) -> int:
     if args.gpu_memory_utilization is not None:
         engine["gpu_memory_utilization"] = args.gpu_memory_utilization
     engine.update(_draft_options(args, load_target))
+    if args.quantize is not None:
+        engine["quantize"] = _quantization(args)
     engine["fuse"] = args.fuse or "all"
     r = plan_capacity(
         load_target(args.target), gpu=args.gpu, prompt_len=args.prompt_len,
@@ -606,7 +603,7 @@ def _serve_speculative(args, model) -> int:
                   acceptance_length=args.acceptance_length, batch_size=args.batch_size or 1,
                   gpu=args.gpu, tp=args.tp, dtype=args.dtype, allreduce=args.allreduce,
                   topology=args.topology, attention=args.attention, kv_dtype=args.kv_dtype,
-                  fuse=args.fuse or "all")
+                  fuse=args.fuse or "all", quantize=_quantization(args))
     if args.format == "json":
         print(json.dumps(r.to_dict(), indent=1, sort_keys=True))
         return 0

@@ -722,9 +722,6 @@ def _cli_conflict(command, case) -> bool:
             or case.get("execution") != "compiled" or "quantize" in case
             or set(case) & {"gpu", "dtype"}):
         return True  # FP8 training: compiled, bf16, on a GPU with FP8 (not the A100)
-    if command == "serve" and "quantize" in case and \
-            set(case) & {"draft", "slo_ttft", "slo_itl"}:
-        return True  # one batch or a server under load only
     if command == "serve":
         # one-shot reads peers over NVLink; PCIe GPUs have none
         if case.get("allreduce") == "one-shot" and case.get("topology") == "pcie4" \

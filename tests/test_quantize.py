@@ -220,3 +220,18 @@ def test_advise_prices_its_candidates_quantized_and_says_what_stays_in_bf16():
     assert "left in bf16" in notes and "K=256, N=520" in notes and "multiples of 16" in notes
     plain = fxshape.advise(m, mode="decode", gpu="h100", context_len=64, batch_size=8)
     assert "left in bf16" not in " ".join(plain.notes)
+
+
+def test_speculation_and_capacity_planning_take_the_quantization(tiny):
+    kw = dict(prompt_len=8, output_len=4, gpu="h100", acceptance=0.6, k=2)
+    plain = fxshape.speculate(tiny, **kw)
+    q4 = fxshape.speculate(tiny, quantize="int4", group_size=32, **kw)
+    # the target's layers are int4 (the draft's stay bf16): a cheaper plain step
+    assert all(r.quant == "int4:g32" for r in q4.target_step.report.rows if r.op == "linear")
+    assert all(not r.quant for r in q4.draft_step.report.rows)
+    assert q4.plain_tpot_s < plain.plain_tpot_s
+    cap = fxshape.plan_capacity(tiny, gpu="h100", prompt_len=8, output_len=4,
+                                slo_itl="50ms", tp=(1,), num_requests=20, quantize="int8")
+    base = fxshape.plan_capacity(tiny, gpu="h100", prompt_len=8, output_len=4,
+                                 slo_itl="50ms", tp=(1,), num_requests=20)
+    assert cap.options[0].itl_s != base.options[0].itl_s

@@ -222,7 +222,8 @@ def resolve_acceptance(k: int, acceptance=None, acceptance_length=None) -> float
 def speculate(model, *, prompt_len: int, output_len: int, draft="eagle", k: int = 3,
               acceptance=None, acceptance_length=None, batch_size: int = 1, gpu="h100",
               tp: int = 1, dtype=torch.bfloat16, allreduce: str = "auto", topology=None,
-              attention: str = "flash", kv_dtype=None, fuse="all") -> SpeculationResult:
+              attention: str = "flash", kv_dtype=None, fuse="all", quantize=None,
+              group_size=None) -> SpeculationResult:
     """Speculative decoding of ``batch_size`` requests (module docstring).
 
     Args:
@@ -237,6 +238,8 @@ def speculate(model, *, prompt_len: int, output_len: int, draft="eagle", k: int 
         prompt_len, output_len: the requests' sizes (they set the context priced).
         gpu, tp, dtype, allreduce, topology, attention, kv_dtype, fuse: as in
             ``fxshape.serve``.
+        quantize, group_size: the target's linear layers quantized, as in
+            ``fxshape.analyze`` (``fxshape.cost.quant``); the draft stays in ``dtype``.
 
     Raises:
         ValueError: bad sizes, ``k``, acceptance; a draft that is not ``"eagle"`` or a
@@ -266,7 +269,8 @@ def speculate(model, *, prompt_len: int, output_len: int, draft="eagle", k: int 
                   topology=topology, attention=attention, kv_dtype=kv_dtype, page_size=16,
                   allreduce=allreduce, provenance=None)
     ctx0 = min(1024, positions) if positions else 1024
-    t_rep = analyze(model, context_len=ctx0, **common)
+    t_rep = analyze(model, context_len=ctx0, quantize=quantize, group_size=group_size,
+                    **common)
     d_pos = max_positions(drafter_model.config)
     d_rep = analyze(drafter_model, context_len=min(ctx0, d_pos) if d_pos else ctx0, **common)
     # fuse="all": as vLLM runs them, Q, K, V in one GEMM, gate and up in one
