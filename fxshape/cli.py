@@ -343,7 +343,8 @@ def _cmd_sweep(args) -> int:
                    mode=args.mode, attention=args.attention, execution=args.execution,
                    optimizer=None if args.optimizer == "none" else args.optimizer,
                    context_len=args.context_len, kv_dtype=args.kv_dtype,
-                   page_size=args.page_size)
+                   page_size=args.page_size, quantize=_quantization(args),
+                   float8=args.float8)
     rows = [(p.value, "-" if p.tflops is None else f"{p.tflops:.1f}",
              "-" if p.time_s is None else f"{p.time_s * 1e3:.3f}",
              "-" if p.step_s is None else f"{p.step_s * 1e3:.3f}",
@@ -1066,6 +1067,7 @@ def build_parser() -> argparse.ArgumentParser:
     ps.add_argument("--param", required=True, help="config attribute, e.g. hidden_size")
     ps.add_argument("--range", required=True, help="START:STOP[:STEP], STOP included")
     ps.add_argument("--out", default=None, help="write a plot (.png or .svg)")
+    _quantize_args(ps, training=True)
     ps.set_defaults(func=_cmd_sweep)
 
     pn = sub.add_parser("plan", help="search the parallel plans for training on N GPUs",

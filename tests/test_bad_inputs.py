@@ -632,7 +632,9 @@ CLI_VALUES = {
                "min_speedup": ["0.02"], "format": ["json", "table", "markdown"],
                "quantize": ["int8"], "group_size": ["32"], "activation_scales": ["static"],
                "float8": ["tensorwise"]},
-    "sweep": {**_SHARED, "mode": ["inference", "train", "decode"], "out": ["@out.svg"]},
+    "sweep": {**_SHARED, "mode": ["inference", "train", "decode"], "out": ["@out.svg"],
+              "quantize": ["int8"], "group_size": ["32"], "activation_scales": ["static"],
+              "float8": ["tensorwise"]},
     "predict": {"batch": ["2"], "gpu": ["a100"], "dtype": ["fp16"], "layout": ["nt"],
                 "json": [True], "params": ["PARAMS"]},
     "calibrate": {"quick": [True], "out": ["@params.json"], "gpu": ["h100"],
@@ -711,13 +713,13 @@ def _cli_conflict(command, case) -> bool:
     mode = case.get("mode") or ("train" if case.get("train") else None)
     if command == "calibrate":
         return True  # no GPU here: every case is the one-line "needs a GPU"
-    if command in ("analyze", "serve", "advise") and \
+    if command in ("analyze", "serve", "advise", "sweep") and \
             set(case) & {"group_size", "activation_scales"}:
         return True  # int4's group size, fp8's scales: the matrix quantizes int8 (or not)
-    if command in ("analyze", "advise") and "quantize" in case and \
+    if command in ("analyze", "advise", "sweep") and "quantize" in case and \
             (mode or {"advise": "train"}.get(command)) == "train":
         return True  # quantized layers are priced for inference
-    if command in ("analyze", "advise") and "float8" in case and (
+    if command in ("analyze", "advise", "sweep") and "float8" in case and (
             (mode or {"advise": "train"}.get(command)) != "train"
             or case.get("execution") != "compiled" or "quantize" in case
             or set(case) & {"gpu", "dtype"}):

@@ -235,3 +235,15 @@ def test_speculation_and_capacity_planning_take_the_quantization(tiny):
     base = fxshape.plan_capacity(tiny, gpu="h100", prompt_len=8, output_len=4,
                                  slo_itl="50ms", tp=(1,), num_requests=20)
     assert cap.options[0].itl_s != base.options[0].itl_s
+
+
+def test_sweep_draws_the_quantized_sawtooth():
+    # int4 with groups of 128 packs K = 256 but not K = 320: that point says why, the others
+    # are priced quantized; the notes name what the model keeps in bf16 (its tied head)
+    cfg = transformers.GPT2Config(n_layer=1, n_head=4, n_embd=256, vocab_size=1000)
+    pts = fxshape.sweep(cfg, "n_embd", [256, 320], quantize="int4", seq_len=32, gpu="a100")
+    assert pts[0].time_s is not None
+    assert pts[1].time_s is None and "does not divide K=320" in pts[1].note
+    assert any("left in bf16" in n and "tied" in n for n in pts.notes)
+    with pytest.raises(ValueError, match="give mode='train'"):
+        fxshape.sweep(cfg, "n_embd", [256], float8="tensorwise")

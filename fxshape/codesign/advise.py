@@ -429,6 +429,22 @@ def _analyze_kwargs(*, mode, context_len, kv_dtype, page_size, **kw) -> dict:
     return dict(kw, mode=mode)
 
 
+def _low_precision(kw: dict, *, quantize, group_size, float8) -> dict:
+    """``kw`` with the low-precision options of ``analyze`` that were given
+    (docs/quantization.md), checked once here as ``analyze`` checks them: a sweep would
+    otherwise turn a refused option into a reason on every point."""
+    from ..analysis.lowprec import check_float8, check_quantize
+
+    if float8 is not None and quantize is not None:
+        raise ValueError("float8= trains in FP8, quantize= serves quantized layers: give "
+                         "one of them")
+    check_quantize(quantize, group_size, kw["mode"], kw["dtype"], kw["gpu"])
+    if float8 is not None:
+        check_float8(float8, kw["mode"], kw["dtype"], kw["gpu"], kw.get("execution"))
+    given = dict(quantize=quantize, group_size=group_size, float8=float8)
+    return dict(kw, **{k: v for k, v in given.items() if v is not None})
+
+
 def advise(model_or_config, *, gpu="h100", dtype=torch.bfloat16, batch_size=None,
            seq_len=None, tp: int = 1, mode: str | None = None, attention: str = "flash",
            param_tolerance: float = DEFAULT_TOLERANCE,
@@ -495,11 +511,9 @@ def advise(model_or_config, *, gpu="h100", dtype=torch.bfloat16, batch_size=None
             tp = parallel.tp
             kw = dict(kw, tp=1, parallel=parallel)
         kw = dict(kw, recompute=recompute, topology=topology)
-    # low precision (docs/quantization.md): every candidate analyzed quantized, or trained
-    # in float8, so that the ranking is the low-precision step's
-    for name, v in (("quantize", quantize), ("group_size", group_size), ("float8", float8)):
-        if v is not None:
-            kw = dict(kw, **{name: v})
+    # every candidate analyzed quantized, or trained in float8: the low-precision step's
+    # ranking
+    kw = _low_precision(kw, quantize=quantize, group_size=group_size, float8=float8)
     ev = _Evaluator(model_or_config, kw)
     config = ev.config
     base = ev(())
@@ -670,13 +684,17 @@ class Sweep(tuple):
 def sweep(model_or_config, param: str, values, *, gpu="h100", dtype=torch.bfloat16,
           batch_size=None, seq_len=None, tp: int = 1, mode: str | None = None,
           attention: str = "flash", execution: str | None = None, optimizer="adamw",
-          context_len=None, kv_dtype=None, page_size=None) -> list:
+          context_len=None, kv_dtype=None, page_size=None, quantize=None, group_size=None,
+          float8=None) -> list:
     """Predicted GEMM throughput across values of one config attribute (the sawtooth plots).
 
     Changing the hidden size or head count keeps a head_dim that was derived from them
     derived; values the model rejects (not divisible by the heads, ...) give a point with
     ``time_s=None`` and the reason. ``mode`` defaults to ``"inference"``; the other options
-    are :func:`fxshape.analyze`'s. Returns a :class:`Sweep` (a tuple of points).
+    are :func:`fxshape.analyze`'s (``quantize``, ``group_size``, ``float8``: the sawtooth of
+    the quantized or FP8-trained model, docs/quantization.md; a value whose layers the
+    method cannot take, such as an int4 group size not dividing K, is a point with the
+    reason). Returns a :class:`Sweep` (a tuple of points).
     """
     mode_default = mode is None
     mode = "inference" if mode is None else mode
@@ -696,6 +714,7 @@ def sweep(model_or_config, param: str, values, *, gpu="h100", dtype=torch.bfloat
                          mode=mode, attention=attention, execution=execution,
                          optimizer=optimizer, context_len=context_len, kv_dtype=kv_dtype,
                          page_size=page_size)
+    kw = _low_precision(kw, quantize=quantize, group_size=group_size, float8=float8)
     ev = _Evaluator(model_or_config, kw, baseline_provenance=None)
     hp = hyperparameters(config)
     out = []
@@ -706,7 +725,8 @@ def sweep(model_or_config, param: str, values, *, gpu="h100", dtype=torch.bfloat
         ev(())
         # (provenance is the sweep's own choice, not an option of sweep)
         info["notes"] = tuple(f"option {o.describe()}" for o in ev.report.options
-                              if o.name != "provenance")
+                              if o.name != "provenance") + tuple(
+            n for n in ev.report.notes if n.startswith("left in bf16"))
     except (ValueError, RuntimeError):
         pass  # an option the model refuses: every point below says why
     for v in _progress(values, f"sweep {param}"):
