@@ -43,11 +43,11 @@ elements in a lane: ``convert_i4x8_to_bf16x2x4``'s 4 ``lop3`` (the ``0x4300`` ex
 trick), 3 shifts and 4 ``fma.rn.bf16x2`` (the bias), 4 ``__hfma2`` for the scale and zero,
 and 8 fp32 adds folding its two MMAs' partial sums into the accumulator: 23 operations per 8
 elements, counted at the 64 per clock rate (its ``mma.sync`` run on the tensor cores beside
-them). AMD's rates are not in a source we
-found: CDNA's conversions are assumed at its FP32 vector rate (64 per CU per clock), so the
-term is a lower bound there. A kernel's time is the smooth maximum (the GEMM family's fitted
-``smooth_q``, ``fxshape.cost.gemm``) of its bytes at the streaming bandwidth
-(``fxshape.cost.memops``) and this arithmetic, plus its launch.
+them). AMD's rates are not in a source we found: CDNA's conversions are assumed at its
+FP32 vector rate (64 per CU per clock), so the term is a lower bound there. A kernel's time
+is the smooth maximum (the GEMM family's fitted ``smooth_q``, ``fxshape.cost.gemm``) of its
+bytes at the streaming bandwidth (``fxshape.cost.memops``) and this arithmetic, plus its
+launch.
 """
 
 from __future__ import annotations
