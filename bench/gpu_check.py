@@ -28,7 +28,11 @@ Sections, in order (a section that would start past the budget is listed as skip
    to); ``llama_layer``: one Llama-3-8B-shaped layer's forward (bf16, 4 x 2048), eager;
    ``host``: the CPU time per eager op (a tiny add, a view) beside the host model;
    ``decode_attention``: SDPA's flash backend on decode shapes (one query over a GQA cache,
-   batch 1-64, 1k-16k tokens) beside ``fxshape.cost.decode_attention``.
+   batch 1-64, 1k-16k tokens) beside ``fxshape.cost.decode_attention``; ``low_precision``:
+   ``torch._scaled_mm`` (FP8, per-tensor scales, bf16 out) at Llama-3-8B's shapes on a GPU
+   with FP8 (the FP8 GEMM constants are the fp16 fit's and unvalidated:
+   docs/quantization.md), tinygemm's int4 ``_weight_int4pack_mm`` at 1, 16 and 128 rows,
+   and the eager int8 weight-only linear, beside ``fxshape.cost.quant``.
 
 Writes ``gpu_check.csv`` (section, name, dtype, predicted_s, measured_s) and ``gpu_check.md``
 (one table per section, median and p90 |error|) into ``--out-dir``. GEMMs are timed with
@@ -209,6 +213,73 @@ def gpt2_step(gpu):  # pragma: no cover - needs CUDA and transformers
     rows += llama_layer(gpu)
     rows += host_ops()
     rows += decode_attention(gpu)
+    try:  # a kernel this torch build lacks must not lose the rows above
+        rows += low_precision(gpu)
+    except Exception as exc:
+        print(f"gpu_check: low_precision skipped ({type(exc).__name__}: {exc})",
+              file=sys.stderr)
+    return rows
+
+
+def low_precision(gpu):  # pragma: no cover - needs CUDA
+    """Quantized kernels beside ``fxshape.cost.quant``: FP8 ``torch._scaled_mm`` (per-tensor
+    scales of 1, e4m3 operands, bf16 out; static activation scales: no quantization kernel),
+    tinygemm's int4 GEMM (group 128) and eager PyTorch's int8 weight-only linear (a
+    conversion kernel, then the bf16 GEMM). Each kernel that fails on this build is left
+    out and said on stderr."""
+    import torch
+    import torch.nn.functional as F
+
+    from fxshape.cost.quant import predict_quantized, quantization_of
+    from fxshape.fit.measure import cuda_event_median
+    from fxshape.hardware.gpus import get_gpu
+
+    rows = []
+
+    def add(name, dt, pred, fn):
+        try:
+            rows.append(("low_precision", name, dt, pred, cuda_event_median(fn, 3, 20)))
+        except Exception as exc:
+            print(f"gpu_check: {name} skipped ({type(exc).__name__}: {exc})",
+                  file=sys.stderr)
+
+    if get_gpu(gpu).peaks.fp8 is not None:
+        static = quantization_of("fp8", activations="static")
+        one = torch.ones((), device="cuda", dtype=torch.float32)
+        for m, n, k in ((16, 6144, 4096), (512, 6144, 4096), (2048, 28672, 4096),
+                        (8192, 6144, 4096), (8192, 4096, 14336)):
+            a = torch.randn(m, k, device="cuda").to(torch.float8_e4m3fn)
+            b = torch.randn(n, k, device="cuda").to(torch.float8_e4m3fn).t()  # column-major
+
+            def mm(_i, a=a, b=b):
+                torch._scaled_mm(a, b, scale_a=one, scale_b=one, out_dtype=torch.bfloat16)
+            add(f"_scaled_mm {m}x{n}x{k}", "fp8",
+                predict_quantized(m, n, k, static, gpu=gpu).prediction.time_s, mm)
+    n, k, g = 4096, 4096, 128
+    int4 = quantization_of("int4", g)
+    try:
+        w = torch.randint(0, 256, (n, k // 2), dtype=torch.uint8, device="cuda")
+        packed = torch.ops.aten._convert_weight_to_int4pack(w, 8)
+        sz = torch.ones(k // g, n, 2, dtype=torch.bfloat16, device="cuda")
+    except Exception as exc:
+        print(f"gpu_check: int4 packing skipped ({type(exc).__name__}: {exc})",
+              file=sys.stderr)
+        packed = None
+    for m in (1, 16, 128):
+        x = torch.randn(m, k, dtype=torch.bfloat16, device="cuda")
+        if packed is not None:
+            def int4mm(_i, x=x):
+                torch.ops.aten._weight_int4pack_mm(x, packed, g, sz)
+            add(f"tinygemm int4 g{g} {m}x{n}x{k}", "int4",
+                predict_quantized(m, n, k, int4, gpu=gpu).prediction.time_s, int4mm)
+        w8 = torch.randint(-128, 127, (n, k), dtype=torch.int8, device="cuda")
+        s8 = torch.ones(n, dtype=torch.bfloat16, device="cuda")
+
+        def int8(_i, x=x, w8=w8, s8=s8):
+            F.linear(x, w8.to(torch.bfloat16)) * s8
+        add(f"eager int8 weight-only {m}x{n}x{k}", "int8",
+            predict_quantized(m, n, k, quantization_of("int8"), gpu=gpu).prediction.time_s,
+            int8)
     return rows
 
 
