@@ -383,7 +383,8 @@ def _kv_args(p) -> None:
                    help="decode: the tokens already in the KV cache (default 1024, capped "
                         "at the model's positions)")
     p.add_argument("--kv-dtype", default=None,
-                   help="decode: the KV cache's dtype when it is not --dtype (e.g. fp8)")
+                   help="decode: the KV cache's dtype when it is not --dtype: fp8, int8 or "
+                        "nvfp4 (Blackwell)")
     p.add_argument("--page-size", type=_positive_int, default=None,
                    help="decode: tokens per page of a paged KV cache (vLLM 16); default "
                         "a contiguous cache")
@@ -407,7 +408,8 @@ def _quantize_args(p, training: bool = False) -> None:
     p.add_argument("--quantize", choices=QUANT_METHODS, default=None,
                    help="quantized linear layers as inference engines run them: int8 or "
                         "int4 (weight-only, gpt-fast/torchao), fp8 (weights and "
-                        "activations, torch._scaled_mm; Hopper, Ada, Blackwell)")
+                        "activations, torch._scaled_mm; Hopper, Ada, Blackwell), nvfp4 or "
+                        "mxfp8 (block-scaled weights and activations; Blackwell)")
     p.add_argument("--group-size", type=int, choices=GROUP_SIZES, default=None,
                    help="--quantize int4: elements of K per scale and zero (default 128)")
     if training:
@@ -1182,7 +1184,8 @@ def build_parser() -> argparse.ArgumentParser:
                     help="the machine (default: the one --gpu usually comes in)")
     pw.add_argument("--attention", choices=ATTENTION_CHOICES, default="flash",
                     help="attention kernel (default flash)")
-    pw.add_argument("--kv-dtype", default=None, help="the KV cache's dtype (e.g. fp8)")
+    pw.add_argument("--kv-dtype", default=None,
+                    help="the KV cache's dtype: fp8, int8 or nvfp4 (Blackwell)")
     pw.add_argument("--page-size", type=_positive_int, default=None,
                     help="tokens per page of a paged KV cache (vLLM 16)")
     _allreduce_arg(pw, "auto")

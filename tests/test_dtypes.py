@@ -28,3 +28,15 @@ def test_itemsizes():
     # storage bytes: tf32 is stored as fp32; fp8 GEMMs write 16-bit outputs
     assert [itemsize(k) for k in ("fp16", "bf16", "tf32", "fp32", "fp8")] == [2, 2, 4, 4, 1]
     assert output_itemsize("fp8") == 2
+
+
+def test_kv_formats():
+    from fxshape.hardware.dtypes import kv_format
+
+    # NVFP4: two e2m1 a byte and one e4m3 scale per 16 elements: 0.5 + 1/16 = 0.5625
+    assert kv_format("fp4") == kv_format("NVFP4") == ("nvfp4", 0.5625)
+    assert kv_format(torch.int8) == kv_format("int8") == ("int8", 1.0)
+    assert kv_format(torch.float8_e4m3fn) == ("fp8", 1.0)
+    assert kv_format("bfloat16") == ("bf16", 2.0)
+    with pytest.raises(ValueError, match="unknown kv_dtype 'int3'"):
+        kv_format("int3")

@@ -19,7 +19,7 @@ import torch
 from ..cost.gemm import is_default_params, resolve_params_path, use_params
 from ..cost.gemv import price_matmul, use_gemv
 from ..cost.notes import join_notes
-from ..hardware.dtypes import canonical_dtype, itemsize
+from ..hardware.dtypes import canonical_dtype, kv_format
 from ..hardware.gpus import get_gpu
 from ..parallelism.experts import apportion, sharded_share
 from ..tracing.configs import HEAD_FIELDS, check_config
@@ -532,8 +532,10 @@ def analyze(model, example_inputs=None, example_kwargs=None, *, gpu="h100",
         context_len: for ``mode="decode"``, the tokens already in the KV cache (default
             1024, capped at the model's positions).
         kv_dtype: for ``mode="decode"``, the KV cache's dtype when it is not ``dtype``
-            (``torch.float8_e4m3fn``, ``"fp8"``: half the cache's bytes); the cache's memory
-            and the attention's reads use it.
+            (``torch.float8_e4m3fn``, ``"fp8"``: half the cache's bytes; ``"int8"``, the
+            same bytes; ``"nvfp4"``, Blackwell only: 0.5625 bytes an element,
+            ``fxshape.hardware.dtypes.kv_format``); the cache's memory and the attention's
+            reads use it.
         page_size: for ``mode="decode"``, tokens per page of a paged KV cache (vLLM's 16,
             FlashInfer's 1 to 128); default a contiguous cache. Memory holds whole pages.
         tp: Megatron-style tensor-parallel degree: per-GPU shapes (``fxshape.analysis.parallel``);
@@ -596,10 +598,12 @@ def analyze(model, example_inputs=None, example_kwargs=None, *, gpu="h100",
         quantize: the linear layers quantized as an inference engine runs them
             (``fxshape.cost.quant``): ``"int8"`` or ``"int4"`` (weight-only, as gpt-fast and
             torchao: activations stay in ``dtype``), ``"fp8"`` (FP8 weights and activations,
-            ``torch._scaled_mm``; Hopper, Ada, Blackwell) or a
+            ``torch._scaled_mm``; Hopper, Ada, Blackwell), ``"nvfp4"`` or ``"mxfp8"``
+            (Blackwell's block-scaled weights and activations) or a
             :class:`fxshape.cost.quant.Quantization` (fp8 with ``activations="static"``).
             Inference, prefill and decode only. Each quantized row carries ``quant``; the
-            layers left in bf16 (the LM head under fp8, dimensions FP8 cannot take) are in
+            layers left in bf16 (the LM head under fp8, nvfp4 and mxfp8, dimensions the
+            format cannot take) are in
             ``report.notes`` with the reason; ``report.memory`` holds the packed weights.
         group_size: for ``quantize="int4"``, elements of K per scale and zero (32, 64, 128,
             256; default 128); must divide every quantized layer's K.
@@ -1102,9 +1106,12 @@ def _analyze_decode(model, example_inputs, example_kwargs, *, gpu, dtype, batch_
                          "no page could ever fill; accepted: 1 to "
                          f"{positions} (vLLM uses 16)")
     dkey = canonical_dtype(dtype)
-    kv_key = canonical_dtype(kv_dtype) if kv_dtype is not None else None
+    kv_key, kv_item = kv_format(kv_dtype) if kv_dtype is not None else (None, None)
     if kv_key in (dkey, canonical_dtype(run_dtype(dkey))):
         kv_key = None  # the cache is in the run dtype already: the default
+    if kv_key == "nvfp4" and get_gpu(gpu).arch != "blackwell":
+        raise ValueError(f"kv_dtype='nvfp4' needs Blackwell (TensorRT-LLM's NVFP4 KV cache); "
+                         f"{get_gpu(gpu).name} is not; accepted here: 'fp8', 'int8'")
     heads, kv_heads = _head_counts(model)
     kv_heads = kv_heads or kv_heads_of(model.config)
     check_tp(tp, heads, kv_heads)
@@ -1128,7 +1135,7 @@ def _analyze_decode(model, example_inputs, example_kwargs, *, gpu, dtype, batch_
             raise CaptureError(f"could not capture one decode step of {type(model).__name__} "
                                "through transformers' static KV cache\n"
                                + "\n".join(str(exc).splitlines()[1:])) from None
-    item = itemsize(kv_key) if kv_key else run_dtype(dkey).itemsize
+    item = kv_item if kv_key else run_dtype(dkey).itemsize
     b = kwargs["input_ids"].shape[0]
     pages = -(-length // page_size) * page_size if page_size else length
     # each GPU holds its KV heads' share (one whole head each when tp exceeds them)
@@ -1147,7 +1154,8 @@ def _analyze_decode(model, example_inputs, example_kwargs, *, gpu, dtype, batch_
                                                  if page_size else "")
     step = dataclasses.replace(report.step, mode="decode", tokens=b,
                                notes=report.step.notes + (
-                                   f"decode: one token per sequence over a {cache}KV cache of "
+                                   f"decode: one token per sequence over {'an' if kv_key else 'a'} "
+                                   f"{cache}KV cache of "
                                    f"{length} tokens; attention on the split-KV decode path "
                                    "(fxshape.cost.decode_attention), each KV head read once "
                                    "per group",))

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextvars
 import dataclasses
+import re
 
 import torch
 
@@ -39,8 +40,9 @@ class QuantState:
 
 
 def quant_keep(model, q, tied: bool) -> dict:
-    """module -> why it stays in bf16: the LM head under fp8 (vLLM and TensorRT-LLM leave
-    it unquantized), or a head whose weight is the input embedding's (``tied``)."""
+    """module -> why it stays in bf16: the LM head under fp8, nvfp4 and mxfp8 (vLLM,
+    TensorRT-LLM and ModelOpt leave it unquantized), or a head whose weight is the input
+    embedding's (``tied``)."""
     get_out = getattr(model, "get_output_embeddings", None)
     head = get_out() if callable(get_out) else None
     if head is None:
@@ -51,6 +53,9 @@ def quant_keep(model, q, tied: bool) -> dict:
     if q.method == "fp8":
         return {name: "the LM head stays in bf16 (vLLM's and TensorRT-LLM's FP8 "
                       "checkpoints leave lm_head unquantized)"}
+    if q.method in ("nvfp4", "mxfp8"):
+        return {name: f"the LM head stays in bf16 (ModelOpt's {q.method.upper()} "
+                      "checkpoints exclude lm_head)"}
     if tied:
         return {name: "its weight is the input embedding's (tied), which the embedding "
                       "lookup reads in bf16"}
@@ -60,7 +65,8 @@ def quant_keep(model, q, tied: bool) -> dict:
 def quantized_row(node, g: Gemm, fqn, cls, phase, dkey, spec, state):
     """The row of a quantized linear layer's GEMM, or None when the layer stays in bf16
     (recorded in ``state.left`` with the reason)."""
-    from ..cost.quant import fp8_eligible, predict_quantized
+    from ..cost.quant import (BLOCK_ALIGN_RULE, BLOCK_FORMATS, block_eligible, fp8_eligible,
+                              predict_quantized)
 
     if g.attn is not None or phase != "forward":
         return None
@@ -77,6 +83,9 @@ def quantized_row(node, g: Gemm, fqn, cls, phase, dkey, spec, state):
     if reason is None and q.method == "fp8" and not fp8_eligible(g.n, g.k):
         reason = (f"K={g.k}, N={g.n}: FP8 GEMMs need multiples of 16 (torch._scaled_mm); "
                   "runs in bf16")
+    if reason is None and q.method in BLOCK_FORMATS and not block_eligible(g.n, g.k, q.method):
+        reason = (f"K={g.k}, N={g.n}: {q.method} GEMMs need multiples of "
+                  f"{BLOCK_FORMATS[q.method][3]} ({BLOCK_ALIGN_RULE[q.method]}); runs in bf16")
     if reason is not None:
         state.left[fqn or node.name] = reason
         return None
@@ -196,6 +205,13 @@ def check_quantize(quantize, group_size, mode, dtype, gpu):
         raise ValueError(f"{spec.name} has no FP8 tensor cores: quantize='fp8' needs one "
                          "that has (Hopper, Ada, Blackwell, MI300X); accepted here: 'int8', "
                          "'int4'")
+    if quant.method in ("nvfp4", "mxfp8"):
+        from ..cost.quant import block_peak
+
+        if block_peak(spec, quant.method) is None:
+            ok = "'fp8', 'int8', 'int4'" if spec.peaks.fp8 is not None else "'int8', 'int4'"
+            raise ValueError(f"{spec.name} has no block-scaled tensor cores: quantize="
+                             f"{quant.method!r} needs Blackwell (b200); accepted here: {ok}")
     return quant
 
 
@@ -262,15 +278,39 @@ def float8_report(report, state):
              + f" GEMMs as torch._scaled_mm ({formats}), {casts} amax and cast "
                "kernels with them (fxshape.cost.float8); memory as the bf16 run"
              + ("; FSDP gathers the converted weights in FP8" if state.fp8_gather else "")]
-    by_reason: dict = {}
-    for mod, why in state.left.items():
-        by_reason.setdefault(why, []).append(mod)
-    for why, mods in by_reason.items():
-        shown = ", ".join(mods[:4]) + (f" and {len(mods) - 4} more" if len(mods) > 4 else "")
-        notes.append(f"left in bf16: {shown}: {why}")
+    notes.extend(_left_notes(state.left, report.rows, decode=False))
     return dataclasses.replace(report, notes=report.notes + tuple(notes),
                                workload=dataclasses.replace(
                                    report.workload, quantize=f"float8 {state.recipe}"))
+
+
+def _left_notes(left: dict, rows, decode: bool) -> list:
+    """``left in bf16: <modules>: <reason>`` lines. The layers of a stack priced once and
+    copied (``dedup``) reach :func:`quantized_row` once: an unquantized row whose module
+    is a kept module's sibling (the same name but the layer index) is kept for the same
+    reason."""
+    def shown_name(mod):
+        # the decode wrapper's prefix, which the rows no longer carry
+        return mod[len("model."):] if decode and mod.startswith("model.") else mod
+
+    def sibling(mod):
+        return re.sub(r"\.\d+\.", ".#.", mod)
+
+    exact = {shown_name(m): why for m, why in left.items()}
+    by_pattern = {sibling(m): why for m, why in exact.items()}
+    by_reason: dict = {}
+    seen = set()
+    for mod in [r.module for r in rows if not r.quant and r.module] + list(exact):
+        why = exact.get(mod) or by_pattern.get(sibling(mod))
+        if why is None or mod in seen:
+            continue
+        seen.add(mod)
+        by_reason.setdefault(why, []).append(mod)
+    out = []
+    for why, mods in by_reason.items():
+        shown = ", ".join(mods[:4]) + (f" and {len(mods) - 4} more" if len(mods) > 4 else "")
+        out.append(f"left in bf16: {shown}: {why}")
+    return out
 
 
 def quantized_report(report, state, model):
@@ -292,15 +332,8 @@ def quantized_report(report, state, model):
         saved += b * (r.k * r.n * item - packed_weight_bytes(r.k, r.n, q))
     notes = [f"linear layers {q.label}: {len(rows)} GEMMs quantized "
              f"(fxshape.cost.quant); weights {saved / 2**30:.2f} GiB smaller per GPU"]
-    by_reason: dict = {}
-    decode = report.workload.mode == "decode"
-    for mod, why in state.left.items():
-        if decode and mod.startswith("model."):  # the decode wrapper's prefix, as the rows
-            mod = mod[len("model."):]
-        by_reason.setdefault(why, []).append(mod)
-    for why, mods in by_reason.items():
-        shown = ", ".join(mods[:4]) + (f" and {len(mods) - 4} more" if len(mods) > 4 else "")
-        notes.append(f"left in bf16: {shown}: {why}")
+    notes.extend(_left_notes(state.left, report.rows,
+                             decode=report.workload.mode == "decode"))
     mem = report.memory
     if mem is not None:
         memory = dataclasses.replace(mem, parameters=mem.parameters - saved,

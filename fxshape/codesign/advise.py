@@ -70,6 +70,8 @@ class Evaluation:
     step_s: float = 0.0  # the whole step (report.step.time_s)
     kv_bytes_per_token: int = 0  # decode: report.capacity.kv_bytes_per_token
     tokens_per_s: float | None = None  # report.step.tokens_per_s
+    #: quantized or float8 analyses: the report's "left in bf16: ..." notes
+    left: tuple = ()
 
 
 @dataclass(frozen=True)
@@ -220,7 +222,9 @@ class _Evaluator:
             kv = report.capacity.kv_bytes_per_token if report.capacity is not None else 0
             self.cache[key] = Evaluation(report.total_time_s, report.total_flops, params,
                                          sum(r.time_s for r in attn), kernels,
-                                         report.step.time_s, kv, report.step.tokens_per_s)
+                                         report.step.time_s, kv, report.step.tokens_per_s,
+                                         tuple(n for n in report.notes
+                                               if n.startswith("left in bf16")))
         return self.cache[key]
 
 
@@ -749,8 +753,12 @@ def sweep(model_or_config, param: str, values, *, gpu="h100", dtype=torch.bfloat
         except (ValueError, RuntimeError) as exc:
             out.append(SweepPoint(v, None, None, None, str(exc).splitlines()[0][:120]))
             continue
+        # a value that keeps layers out of the quantized format says so (the baseline's
+        # own, its LM head say, are in the sweep's notes)
+        base_left = ev.cache[()].left if () in ev.cache else ()
+        note = "; ".join(n for n in e.left if n not in base_left)
         out.append(SweepPoint(v, e.time_s, e.flops / e.time_s / 1e12 if e.time_s else 0.0,
-                              e.params, "", e.step_s, e.tokens_per_s))
+                              e.params, note, e.step_s, e.tokens_per_s))
     return Sweep(out, **info)
 
 

@@ -40,7 +40,7 @@ import json
 import os
 from dataclasses import asdict, dataclass, replace
 
-from ..hardware.dtypes import canonical_dtype, itemsize
+from ..hardware.dtypes import canonical_dtype, itemsize, kv_format
 from ..hardware.gpus import GPUSpec, get_gpu
 
 __all__ = ["AttentionShape", "AttentionParams", "AttentionPrediction", "predict_attention",
@@ -486,7 +486,7 @@ def predict_attention(shape: AttentionShape, *, direction: str = "forward",
     spec = get_gpu(gpu)
     dkey = canonical_dtype(dtype)
     spec.peak_tflops(dkey)
-    kv_key = canonical_dtype(kv_dtype) if kv_dtype is not None else None
+    kv_key = kv_format(kv_dtype)[0] if kv_dtype is not None else None
     check_page_size(page_size)
     return _predict_cached(shape, direction, attention, dkey, spec, _params_path(params_path),
                            kv_key, page_size)
@@ -513,7 +513,8 @@ def _decode(pred: AttentionPrediction, shape: AttentionShape, dkey: str, kv_key,
     item = itemsize(dkey)
     dp = predict_decode(shape.batch, shape.heads, shape.kv_heads, shape.seq_q, shape.seq_k,
                         shape.head_dim, gpu=spec, itemsize=item,
-                        kv_itemsize=itemsize(kv_key) if kv_key else item, page_size=page_size,
+                        kv_itemsize=kv_format(kv_key)[1] if kv_key else item,
+                        page_size=page_size,
                         head_dim_v=shape.head_dim_v, peak_tflops=spec.peak_tflops(dkey))
     split = (f"split-KV over {dp.splits} splits and a combine kernel" if dp.splits > 1
              else "one CTA per KV head and query block, no split")

@@ -33,6 +33,21 @@ the cast fused into the kernel that produces the activation (TensorRT-LLM's fuse
 kernel of its own. FP8 GEMMs need K and N multiples of 16 (16-byte rows, cuBLASLt's rule for
 ``_scaled_mm``); a layer that misses it stays in bf16, and the analysis says so.
 
+``"nvfp4"`` and ``"mxfp8"``, Blackwell's block-scaled formats, weights and activations, as
+vLLM's NVFP4 and MX linear methods and TensorRT-LLM run them on B200: ``"nvfp4"`` stores
+e2m1 (two elements a byte) with an e4m3 scale per 16 elements of K and a float per tensor;
+``"mxfp8"`` e4m3 with an e8m0 scale per 32 elements of K. The scales are laid out in
+cuBLAS's and CUTLASS's swizzled 128 x 4 tiles: ``round_up(rows, 128) x round_up(K / block,
+4)`` bytes per operand (``cutlass_scaled_fp4_mm`` checks exactly those shapes). Each GEMM's
+activation is quantized by a kernel of its own (vLLM's ``scaled_fp4_quant``: read bf16,
+write the packed values and the block scales; the fusions into the RMSNorm or SiLU kernel
+that TensorRT-LLM and vLLM's fusion passes make are not modelled). The block-scaled GEMM is
+``tcgen05``'s ``kind::mxf4nvf4`` / ``kind::mxf8f6f4`` MMA: priced as the same GEMM in FP8
+with its compute at the format's datasheet peak (``Peaks.fp4`` for NVFP4: twice FP8's on
+B200) and its operand bytes (values and scales) in place of FP8's; K and N must be
+multiples of 32 (``cutlass_scaled_fp4_mm``: 16-byte rows of e2m1, and MX's 32-element
+blocks). A layer that misses it stays in bf16, and the analysis says so.
+
 The dequantization's arithmetic is priced from instruction throughputs, not fitted: the
 CUDA C++ Programming Guide's table of arithmetic instruction throughputs (results per clock
 per SM) gives 16 for "all other type conversions" (int8 -> fp32 among them) on compute
@@ -62,10 +77,13 @@ from .memops import kernel_time, memops_params
 
 __all__ = ["QUANT_METHODS", "ACTIVATION_SCHEMES", "Quantization", "QuantizedGemm",
            "quantization_of", "check_quantization", "packed_weight_bytes", "fp8_eligible",
-           "predict_quantized", "DEFAULT_GROUP_SIZE", "GROUP_SIZES"]
+           "predict_quantized", "DEFAULT_GROUP_SIZE", "GROUP_SIZES", "BLOCK_FORMATS",
+           "block_eligible", "block_scale_bytes", "block_peak", "BLOCK_ALIGN_RULE",
+           "predict_block_gemm"]
 
-#: ``"fp8"`` (weights and activations), ``"int8"`` and ``"int4"`` (weight-only).
-QUANT_METHODS = ("fp8", "int8", "int4")
+#: ``"fp8"`` (weights and activations), ``"int8"`` and ``"int4"`` (weight-only),
+#: ``"nvfp4"`` and ``"mxfp8"`` (Blackwell's block-scaled formats, weights and activations).
+QUANT_METHODS = ("fp8", "int8", "int4", "nvfp4", "mxfp8")
 #: FP8 activations: per-token scales computed by a kernel (vLLM), or a static per-tensor
 #: scale fused into the producer (TensorRT-LLM).
 ACTIVATION_SCHEMES = ("dynamic", "static")
@@ -77,6 +95,15 @@ DEFAULT_GROUP_SIZE = 128
 TINYGEMM_M_BLOCK = 16
 #: Elements FP8 GEMM dimensions must be multiples of (16 bytes of e4m3).
 FP8_ALIGN = 16
+#: Block formats: (elements per scale, bytes per value, the ``Peaks`` field of its tensor
+#: cores, elements K and N must be multiples of).
+BLOCK_FORMATS = {"nvfp4": (16, 0.5, "fp4", 32), "mxfp8": (32, 1.0, "fp8", 32)}
+#: Why each block format needs its alignment, for the notes and errors.
+BLOCK_ALIGN_RULE = {"nvfp4": "16-byte rows of e2m1 and whole 16-element blocks: "
+                             "cutlass_scaled_fp4_mm's rule",
+                    "mxfp8": "whole 32-element scale blocks of K"}
+# the swizzled scale layout's tile: 128 rows x 4 scale columns (cuBLAS block scaling)
+_SF_ROWS, _SF_COLS = 128, 4
 
 # Bytes per stored scale or zero.
 _BF16, _FP32 = 2, 4
@@ -107,6 +134,12 @@ class Quantization:
     @property
     def label(self) -> str:
         """``"int4 (group 128)"``, ``"int8 weight-only"``, ``"fp8 (dynamic activations)"``."""
+        if self.method == "nvfp4":
+            return ("nvfp4 weights and activations (e2m1, an e4m3 scale per 16 elements, "
+                    "Blackwell)")
+        if self.method == "mxfp8":
+            return ("mxfp8 weights and activations (e4m3, an e8m0 scale per 32 elements, "
+                    "Blackwell)")
         if self.method == "int4":
             return f"int4 weight-only (group {self.group_size})"
         if self.method == "int8":
@@ -175,8 +208,9 @@ def quantization_of(quantize, group_size=None, activations=None) -> Quantization
             raise ValueError(f"activations={activations!r}; accepted: "
                              f"{', '.join(ACTIVATION_SCHEMES)}")
     elif activations is not None:
-        raise ValueError(f"activations= is for quantize='fp8'; {method!r} is weight-only "
-                         "(activations stay bf16)")
+        what = ("quantizes activations per block, by a kernel before each GEMM"
+                if method in BLOCK_FORMATS else "is weight-only (activations stay bf16)")
+        raise ValueError(f"activations= is for quantize='fp8'; {method!r} {what}")
     else:
         act = None
     return Quantization(method, g, act)
@@ -202,7 +236,26 @@ def packed_weight_bytes(k: int, n: int, q: Quantization) -> int:
         return k * n // 2 + (k // q.group_size) * n * 2 * _BF16
     if q.method == "int8":
         return k * n + n * _BF16
+    if q.method in BLOCK_FORMATS:
+        block, value, _, _ = BLOCK_FORMATS[q.method]
+        if k % block:
+            raise ValueError(f"{q.method} scales blocks of {block} elements of K; K={k} is "
+                             f"not a multiple (accepted: K a multiple of {block})")
+        return int(k * n * value) + block_scale_bytes(n, k, q.method) + _FP32
     return k * n + n * _FP32
+
+
+def block_scale_bytes(rows: int, k: int, method: str) -> int:
+    """Bytes of one operand's block scales (one byte each) in the swizzled layout:
+    ``round_up(rows, 128) x round_up(K / block, 4)``."""
+    block = BLOCK_FORMATS[method][0]
+    return (-(-rows // _SF_ROWS) * _SF_ROWS) * (-(-(k // block) // _SF_COLS) * _SF_COLS)
+
+
+def block_eligible(n: int, k: int, method: str) -> bool:
+    """Can the block-scaled GEMM take ``K`` and ``N`` (multiples of 32)?"""
+    a = BLOCK_FORMATS[method][3]
+    return k % a == 0 and n % a == 0
 
 
 def fp8_eligible(n: int, k: int) -> bool:
@@ -258,6 +311,8 @@ def predict_quantized(m: int, n: int, k: int, q: Quantization, *, gpu="h100",
     base = predict_matmul(m, n, k, batch=batch, dtype=dtype, gpu=spec, layout=layout)
     weights = packed_weight_bytes(k, n, q) * batch
     act_item = 2
+    if q.method in BLOCK_FORMATS:
+        return _predict_block(m, n, k, q.method, spec, batch, layout, act_item)
     if q.method == "fp8":
         if spec.peaks.fp8 is None:
             raise ValueError(f"{spec.name} has no FP8 tensor cores; quantize='fp8' needs "
@@ -304,6 +359,69 @@ def predict_quantized(m: int, n: int, k: int, q: Quantization, *, gpu="h100",
     t = max(t, launch + base.compute_time_s)
     what = "tinygemm _weight_int4pack_mm (int4 dequantized in registers)"
     return QuantizedGemm(_replace(base, t, transfer, conv, launch, weights + io, what), 1, what)
+
+
+def block_peak(spec, method: str) -> float | None:
+    """The datasheet peak (TFLOP/s) of ``method``'s block-scaled GEMMs on ``spec``; None
+    where the GPU has no block-scaled tensor cores (before Blackwell)."""
+    if spec.arch != "blackwell":
+        return None
+    return spec.peaks.get(BLOCK_FORMATS[method][2])
+
+
+def predict_block_gemm(m: int, n: int, k: int, method: str, *, gpu="b200", batch: int = 1,
+                       layout: str = "nt"):
+    """The block-scaled GEMM alone (operands already quantized: ``method``'s values and
+    swizzled scales in, bf16 out), as a ``MatmulPrediction`` with ``dtype=method``: the
+    same GEMM in FP8 with its compute at the format's peak and its operand bytes in place of
+    FP8's (module docstring).
+
+    Raises:
+        ValueError: a GPU without block-scaled tensor cores, or K or N not multiples of 32.
+    """
+    spec = get_gpu(gpu)
+    peak = block_peak(spec, method)
+    if peak is None:
+        raise ValueError(f"{spec.name} has no block-scaled tensor cores: quantize="
+                         f"{method!r} needs Blackwell (accepted: b200; elsewhere 'fp8', "
+                         "'int8', 'int4')")
+    if not block_eligible(n, k, method):
+        raise ValueError(f"the {method} GEMM needs K and N multiples of "
+                         f"{BLOCK_FORMATS[method][3]} ({BLOCK_ALIGN_RULE[method]}); got "
+                         f"K={k}, N={n}")
+    _, value, _, _ = BLOCK_FORMATS[method]
+    g8 = predict_matmul(m, n, k, batch=batch, dtype="fp8", gpu=spec, layout=layout)
+    p = model_params(spec)
+    # compute at the format's peak; operands (values and swizzled scales) in place of FP8's
+    comp = g8.compute_time_s * spec.peaks.fp8 / peak
+    out = batch * m * n * 2  # bf16 out
+    fp8_ops = batch * (m * k + k * n)
+    ops = batch * (int(m * k * value) + int(k * n * value)
+                   + block_scale_bytes(m, k, method) + block_scale_bytes(n, k, method))
+    mem = g8.memory_time_s * (ops + out) / (fp8_ops + out)
+    split = p.split_k_s if g8.split_k > 1 else 0.0
+    t = _smooth(comp, mem, float(p.smooth_q)) + g8.launch_s + split
+    what = f"block-scaled GEMM ({'e2m1' if method == 'nvfp4' else 'e4m3'}, bf16 out)"
+    return dataclasses.replace(
+        g8, dtype=method, time_s=t, tflops=g8.flops / t / 1e12,
+        efficiency=g8.flops / t / 1e12 / peak, peak_tflops=peak, bytes=ops + out,
+        compute_time_s=comp, memory_time_s=mem,
+        bound="memory" if mem >= comp else "compute", kernel=what)
+
+
+def _predict_block(m, n, k, method, spec, batch, layout, act_item) -> QuantizedGemm:
+    """An NVFP4 or MXFP8 linear layer: the activation's quantization kernel, then the
+    block-scaled GEMM (module docstring)."""
+    gemm = predict_block_gemm(m, n, k, method, gpu=spec, batch=batch, layout=layout)
+    _, value, _, _ = BLOCK_FORMATS[method]
+    # the activation's quantization: read bf16, write the values and the block scales
+    qbytes = batch * (m * k * act_item + int(m * k * value) + block_scale_bytes(m, k, method))
+    t = gemm.time_s + kernel_time("reduction", qbytes, gpu=spec).time_s
+    what = f"{method} activation quantization + {gemm.kernel}"
+    pred = dataclasses.replace(gemm, time_s=t, tflops=gemm.flops / t / 1e12,
+                               efficiency=gemm.flops / t / 1e12 / gemm.peak_tflops,
+                               kernel=what)
+    return QuantizedGemm(pred, 2, what)
 
 
 def _replace(base, t, transfer, arithmetic, launch, nbytes, what) -> MatmulPrediction:

@@ -8,7 +8,8 @@ TF32 tensor-core math.  Every public function that takes a dtype goes through
 
 from __future__ import annotations
 
-__all__ = ["DTYPE_KEYS", "canonical_dtype", "itemsize", "output_itemsize"]
+__all__ = ["DTYPE_KEYS", "KV_FORMATS", "canonical_dtype", "itemsize", "output_itemsize",
+           "kv_format"]
 
 #: Canonical keys, in the order tables list them.
 DTYPE_KEYS = ("fp16", "bf16", "tf32", "fp32", "fp8")
@@ -64,3 +65,34 @@ def itemsize(key: str) -> int:
 def output_itemsize(key: str) -> int:
     """Bytes per output element for a canonical dtype key."""
     return _OUT_ITEMSIZE[key]
+
+
+#: KV-cache formats beyond the compute dtypes, with their bytes per element: TensorRT-LLM's
+#: INT8 KV cache (a byte an element, a scale per tensor) and its NVFP4 KV cache (Blackwell:
+#: e2m1, two elements a byte, and an e4m3 scale per 16 elements: 0.5 + 1/16 bytes), which
+#: the attention kernels dequantize as they read.
+KV_FORMATS = {"int8": 1.0, "nvfp4": 0.5 + 1 / 16}
+_KV_ALIASES = {"int8": "int8", "torch.int8": "int8", "nvfp4": "nvfp4", "fp4": "nvfp4",
+               "fp4_e2m1": "nvfp4", "e2m1": "nvfp4"}
+
+
+def kv_format(kv_dtype) -> tuple:
+    """``(key, bytes per element)`` of a KV cache stored as ``kv_dtype``: a compute dtype
+    (:func:`canonical_dtype`: ``"fp8"`` is a byte an element) or a format of
+    :data:`KV_FORMATS` (``"int8"``; ``"nvfp4"``, also spelled ``"fp4"``).
+
+    Raises:
+        ValueError: anything else, naming what is accepted.
+    """
+    if isinstance(kv_dtype, str) and kv_dtype.strip().lower() in _KV_ALIASES:
+        key = _KV_ALIASES[kv_dtype.strip().lower()]
+        return key, KV_FORMATS[key]
+    if type(kv_dtype).__name__ == "dtype" and str(kv_dtype) == "torch.int8":
+        return "int8", KV_FORMATS["int8"]
+    try:
+        key = canonical_dtype(kv_dtype)
+    except ValueError:
+        raise ValueError(f"unknown kv_dtype {kv_dtype!r}; accepted: a dtype (bf16, fp16, "
+                         "fp32, fp8 / torch.float8_e4m3fn), 'int8' or 'nvfp4' (also 'fp4'; "
+                         "Blackwell)") from None
+    return key, float(_ITEMSIZE[key])

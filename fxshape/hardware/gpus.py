@@ -27,6 +27,10 @@ class Peaks:
     tf32: float | None
     fp32: float
     fp8: float | None = None
+    #: FP4 (NVFP4/MXFP4 block-scaled e2m1) tensor cores, Blackwell only: not a compute
+    #: dtype of its own (``DTYPE_KEYS``), read by the block-format GEMMs of
+    #: ``fxshape.cost.quant``.
+    fp4: float | None = None
 
     def get(self, key: str) -> float | None:
         return getattr(self, key)
@@ -232,10 +236,11 @@ _add(GPUSpec("h100-pcie", "nvidia", "hopper", 114, 1755,
 _add(GPUSpec("h200-sxm", "nvidia", "hopper", 132, 1980,
              Peaks(989.4, 989.4, 494.7, 66.9, 1978.9), 4800.0, 50.0, 141.0, 16, 128,
              _HOPPER_TILES, "NVIDIA H200 datasheet (SXM)"))
-# Source: NVIDIA HGX B200 / DGX B200 datasheets (per-GPU dense figures); Blackwell whitepaper.
+# Source: NVIDIA HGX B200 / DGX B200 datasheets (per-GPU dense figures: half the sparse
+# ones; HGX B200: FP4 144 PFLOPS and FP8 72 PFLOPS sparse for 8 GPUs); Blackwell whitepaper.
 _add(GPUSpec("b200", "nvidia", "blackwell", 148, 1965,
-             Peaks(2250.0, 2250.0, 1100.0, 75.0, 4500.0), 8000.0, 126.0, 180.0, 16, 128,
-             _BLACKWELL_TILES, "NVIDIA HGX B200 datasheet; Blackwell architecture whitepaper"))
+             Peaks(2250.0, 2250.0, 1100.0, 75.0, 4500.0, 9000.0), 8000.0, 126.0, 180.0, 16,
+             128, _BLACKWELL_TILES, "NVIDIA HGX B200 datasheet; Blackwell architecture whitepaper"))
 # Source: AMD Instinct MI210 datasheet (CDNA2).
 _add(GPUSpec("mi210", "amd", "cdna2", 104, 1700, Peaks(181.0, 181.0, None, 22.6),
              1638.0, 8.0, 64.0, 16, 128, _CDNA_TILES, "AMD Instinct MI210 datasheet"))

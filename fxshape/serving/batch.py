@@ -42,7 +42,7 @@ from ..cost.gemv import price_matmul
 from ..cost.quant import predict_quantized, quantization_of
 from ..cost.host import host_params
 from ..cost.memops import memops_params
-from ..hardware.dtypes import canonical_dtype, itemsize
+from ..hardware.dtypes import itemsize, kv_format
 from ..hardware.gpus import get_gpu
 from ..hardware.topology import default_topology, get_topology
 
@@ -230,7 +230,7 @@ class BatchStep:
         each prefill chunk ``(tokens, cached)`` as a causal chunk over itself plus the chunk
         over its cached tokens."""
         total = 0.0
-        kv_item = itemsize(canonical_dtype(self._kv_dtype)) if self._kv_dtype else None
+        kv_item = kv_format(self._kv_dtype)[1] if self._kv_dtype else None
         for c in self._calls:
             one = 0.0
             item = itemsize(c.dtype)

@@ -128,11 +128,12 @@ def max_positions(cfg) -> int | None:
     return None
 
 
-def kv_cache_bytes(wrapper, itemsize: int) -> int:
-    """Bytes of the static cache's key and value tensors at ``itemsize`` bytes each."""
+def kv_cache_bytes(wrapper, itemsize: float) -> int:
+    """Bytes of the static cache's key and value tensors at ``itemsize`` bytes each (0.5625
+    for NVFP4: a fraction)."""
     n = sum(buf.numel() for name, buf in wrapper.named_buffers()
             if "key_cache" in name or "value_cache" in name)
-    return n * itemsize
+    return int(round(n * itemsize))
 
 
 @contextlib.contextmanager
