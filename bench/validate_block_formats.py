@@ -5,7 +5,7 @@ nothing here is fitted).
     python bench/validate_block_formats.py [--format github]
 
 Each row of ``bench/block_formats_published.csv`` is one GEMM ``[M, K] x [K, N]`` timed on a
-B200 by a serving engine's kernel benchmark, predicted by ``fxshape.cost.quant`` as the
+B200 (or, for FP8, an H100) by a serving engine's kernel benchmark, predicted by ``fxshape.cost.quant`` as the
 engine runs it:
 
 - ``bf16``: ``torch.nn.functional.linear`` in bf16 (``predict_matmul``, layout ``nt``);
