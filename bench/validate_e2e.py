@@ -4,13 +4,14 @@
     python bench/validate_e2e.py [--format github] [--gpu NAME ...]
 
 Data: ``bench/e2e_published.csv`` (measured end-to-end latencies of BERT-large, GPT-2 large,
-"GPT-3 XL", GPT-3 2.7B and OPT-1.3B on H100, A100-PCIe-40GB, V100-PCIe, T4 and L4, published
-with NeuSight; the file says where from and how they were measured). The models are built from
+"GPT-3 XL", GPT-3 2.7B and OPT-1.3B on ten GPUs: H100, A100-PCIe-40GB, V100-PCIe, T4, L4,
+MI210, one MI250 GCD, A100-PCIe-80GB, P100 and P4, published with NeuSight; the file says
+where from and how they were measured). The models are built from
 the same configs (``_models``), captured on the meta device and analyzed as measured: fp32
 (SIMT, no TF32), ``attention="math"`` (Hugging Face's eager attention), ``execution="eager"``,
 inference or a training step without an optimizer. The error is predicted / measured - 1; the
 GEMM-and-attention sum alone (what fxshape predicted before the step model) is shown beside it.
-Held out: nothing in fxshape was fitted to these rows. Deterministic; a couple of minutes.
+Held out: nothing in fxshape was fitted to these rows. Deterministic; about five minutes.
 """
 
 from __future__ import annotations
@@ -80,18 +81,26 @@ def predict(r):
     return rep.step.time_s * 1e3, rep.total_time_s * 1e3, rep.step
 
 
+def errors(gpus=None):
+    """``(row, predicted ms, step error, GEMM-sum error, step)`` for every row (of ``gpus``)."""
+    out = []
+    for r in rows():
+        if gpus and r["gpu"] not in gpus:
+            continue
+        step_ms, gemm_ms, step = predict(r)
+        meas = float(r["measured_ms"])
+        out.append((r, step_ms, step_ms / meas - 1, gemm_ms / meas - 1, step))
+    return out
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--format", default="simple")
     ap.add_argument("--gpu", nargs="*", default=None)
     args = ap.parse_args(argv)
     body, errs, gemm_errs = [], {}, {}
-    for r in rows():
-        if args.gpu and r["gpu"] not in args.gpu:
-            continue
-        step_ms, gemm_ms, step = predict(r)
+    for r, step_ms, e, g, step in errors(args.gpu):
         meas = float(r["measured_ms"])
-        e, g = step_ms / meas - 1, gemm_ms / meas - 1
         errs.setdefault(r["gpu"], []).append(abs(e))
         gemm_errs.setdefault(r["gpu"], []).append(g)
         mem = step.by_class["memory"] / step.time_s

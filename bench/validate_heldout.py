@@ -119,12 +119,14 @@ def isotonic_floor(ms, times):
     return np.abs(np.exp(fit - y) - 1)
 
 
-def run(directory=None, only=None):
+def heldout(directory=None, only=None):
+    """Per GPU of ``PLAN``: ``(rows, in-sample |error|, held-out |error|, what was left out)``,
+    each row predicted by a fit that did not see its group."""
     rows = read_dir(directory, GEMM_SUBDIRS)
     by_sku = defaultdict(list)
     for r in rows:
         by_sku[calibration_sku(r.source, r.gpu)].append(r)
-    table, regimes = [], []
+    out = {}
     for sku, free, by in PLAN:
         if only and sku not in only or sku not in by_sku:
             continue
@@ -139,6 +141,13 @@ def run(directory=None, only=None):
             p, mm = _fit(train, sku, free)
             sub = [data[i] for i in test]
             held[test] = np.abs(_predict(sub, sku, p, mm) / np.array([r.time_s for r in sub]) - 1)
+        out[sku] = (data, ins, held, by)
+    return out
+
+
+def run(directory=None, only=None):
+    table, regimes = [], []
+    for sku, (data, ins, held, by) in heldout(directory, only).items():
         groups = defaultdict(list)
         for i, r in enumerate(data):
             groups[_group(r)].append(i)

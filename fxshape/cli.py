@@ -125,15 +125,38 @@ def _cmd_gpus(args) -> int:
         g = get_gpu(name)
         pk = g.peaks
         fmt = lambda v: "-" if v is None else f"{v:g}"  # noqa: E731
+        fp32 = fmt(pk.fp32) + ("" if pk.fp32_matrix is None else f" ({pk.fp32_matrix:g}m)")
         rows.append((name, ", ".join(sorted(a for a in back.get(name, []) if a != name)),
                      g.arch, g.sm_count, g.boost_clock_mhz, fmt(pk.fp16), fmt(pk.bf16),
-                     fmt(pk.tf32), fmt(pk.fp8), fmt(pk.fp32), f"{g.memory_gb:g}",
+                     fmt(pk.tf32), fmt(pk.fp8), fmt(pk.fp4), fp32, f"{g.memory_gb:g}",
                      f"{g.memory_bandwidth_gbs:g}", f"{g.l2_mb:g}"))
     print(tabulate(rows, headers=("gpu", "aliases", "arch", "SMs", "MHz", "fp16", "bf16",
-                                  "tf32", "fp8", "fp32", "memory GiB", "GB/s", "L2 MB")))
-    print("\npeaks: dense TFLOP/s per dtype (- = not supported); memory GiB: the capacity a "
-          "report's 'fits' is checked against")
+                                  "tf32", "fp8", "fp4", "fp32", "memory GiB", "GB/s", "L2 MB"),
+                   disable_numparse=True))
+    print("\npeaks: dense TFLOP/s per dtype (- = not supported; fp32 (Nm): GEMMs run on "
+          "matrix cores at N); memory GiB: the capacity a report's 'fits' is checked against")
+    print("\n" + _validation_table())
     return 0
+
+
+def _validation_table() -> str:
+    """Each GPU's held-out validation per regime (fxshape.hardware.validation), or
+    'unvalidated'."""
+    from .hardware.validation import validations
+
+    rows = []
+    for name in list_gpus():
+        got = validations(name)
+        if not got:
+            rows.append((name, "unvalidated", "", "", "", ""))
+        for regime, v in got.items():
+            rows.append((name, regime, v.n, f"{100 * v.median:.1f}%", f"{100 * v.p90:.1f}%",
+                         "" if v.signed_median is None else f"{100 * v.signed_median:+.1f}%"))
+    return ("held-out validation (bench/validation_summary.py: published measurements "
+            "nothing was fitted to; + = predicted slower):\n"
+            + tabulate(rows, headers=("gpu", "regime", "rows", "median abs error",
+                                      "p90 abs error", "median signed"),
+                       disable_numparse=True))
 
 
 def _capture_failure(exc, verbose: bool) -> str:

@@ -692,7 +692,37 @@ def analyze(model, example_inputs=None, example_kwargs=None, *, gpu="h100",
     if mode_default:
         report = dataclasses.replace(report, workload=dataclasses.replace(
             report.workload, mode_default=True))
+    report = _with_error_band(report, low_precision=quant is not None or float8 is not None)
     return dataclasses.replace(report, options=option_effects(report, given, ctx))
+
+
+def _with_error_band(report, low_precision: bool):
+    """``report.step.error_band`` from the held-out validation of the step's GPU and regime
+    (``fxshape.hardware.validation``), and a note saying it, or saying there is none."""
+    from ..hardware.validation import REGIMES, error_band, step_regime
+
+    step = report.step
+    if step is None:
+        return report
+    spec = get_gpu(report.gpu)
+    dkey = canonical_dtype(report.dtype)
+    band = None
+    if low_precision or dkey in ("fp8", "tf32"):
+        what = "quantized or FP8" if low_precision or dkey == "fp8" else "TF32"
+        note = (f"unvalidated: no held-out whole-step measurement of {what} runs on "
+                f"{spec.name}; the step's expected error is unknown (fxshape gpus lists "
+                "what is validated)")
+    else:
+        regime = step_regime(step.mode, dkey)
+        band = error_band(spec, regime)
+        if band is None:
+            note = (f"unvalidated: no held-out measurement of {REGIMES[regime]} on "
+                    f"{spec.name}; the step's expected error is unknown (fxshape gpus lists "
+                    "what is validated)")
+        else:
+            note = f"step {band.describe()}"
+    return dataclasses.replace(report, step=dataclasses.replace(step, error_band=band),
+                               notes=report.notes + (note,))
 
 
 def _analyze_mode(model, example_inputs, example_kwargs, ctx, *, gpu, dtype, batch_size,

@@ -125,6 +125,9 @@ class Step:
     critical: str = ""
     #: micro-batches per step (gradient accumulation)
     microbatches: int = 1
+    #: the expected error of ``time_s`` from the held-out validation of its GPU and regime
+    #: (``fxshape.hardware.validation.ErrorBand``); None where there is none (unvalidated)
+    error_band: object = None
 
     @property
     def mfu(self) -> float:
@@ -162,6 +165,7 @@ class Step:
                 "microbatches": self.microbatches,
                 "communication": [c.as_dict() for c in self.communication],
                 "stages": [s.as_dict() for s in self.stages], "critical": self.critical,
+                "error_band": None if self.error_band is None else self.error_band.as_dict(),
                 "notes": list(self.notes)}
 
     def describe(self) -> str:

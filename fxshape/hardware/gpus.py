@@ -31,6 +31,10 @@ class Peaks:
     #: dtype of its own (``DTYPE_KEYS``), read by the block-format GEMMs of
     #: ``fxshape.cost.quant``.
     fp4: float | None = None
+    #: FP32 on matrix cores, where the GEMM library runs fp32 GEMMs there (AMD CDNA2:
+    #: rocBLAS's sgemm uses ``v_mfma_f32`` at 256 FLOP per clock per CU, twice the vector
+    #: ``fp32``); :meth:`GPUSpec.peak_tflops` gives it for ``"fp32"``. None: ``fp32``.
+    fp32_matrix: float | None = None
 
     def get(self, key: str) -> float | None:
         return getattr(self, key)
@@ -109,6 +113,8 @@ class GPUSpec:
         """Dense peak TFLOP/s for ``dtype``; ValueError if there is no tensor-core path."""
         key = canonical_dtype(dtype)
         peak = self.peaks.get(key)
+        if key == "fp32" and self.peaks.fp32_matrix is not None:
+            peak = self.peaks.fp32_matrix
         if peak is None:
             have = ", ".join(k for k in DTYPE_KEYS if self.peaks.get(k) is not None)
             raise ValueError(
@@ -153,7 +159,7 @@ _TDP_W = {"p100-pcie": 250, "p4": 75, "v100-sxm2": 300, "v100-pcie": 250, "t4": 
           "a100-sxm4-40gb": 400, "a100-sxm4-80gb": 400, "a100-pcie-40gb": 250,
           "a100-pcie-80gb": 300, "a40": 300, "a10": 150, "l4": 72, "rtx-4090": 450,
           "h100-sxm": 700, "h100-pcie": 350, "h200-sxm": 700, "b200": 1000, "mi210": 300,
-          "mi250x-gcd": 280}  # MI250X: 560 W for two GCDs
+          "mi250x-gcd": 280, "mi250-gcd": 250}  # MI250X: 560 W, MI250: 500 W for two GCDs
 
 
 # Base clocks (MHz) of the GPUs with fp32 measurements and the low-power parts: NVIDIA
@@ -241,13 +247,23 @@ _add(GPUSpec("h200-sxm", "nvidia", "hopper", 132, 1980,
 _add(GPUSpec("b200", "nvidia", "blackwell", 148, 1965,
              Peaks(2250.0, 2250.0, 1100.0, 75.0, 4500.0, 9000.0), 8000.0, 126.0, 180.0, 16,
              128, _BLACKWELL_TILES, "NVIDIA HGX B200 datasheet; Blackwell architecture whitepaper"))
-# Source: AMD Instinct MI210 datasheet (CDNA2).
-_add(GPUSpec("mi210", "amd", "cdna2", 104, 1700, Peaks(181.0, 181.0, None, 22.6),
+# Source: AMD Instinct MI210 datasheet (CDNA2: FP32 vector 22.6, FP32 matrix 45.3 TFLOPS).
+_add(GPUSpec("mi210", "amd", "cdna2", 104, 1700,
+             Peaks(181.0, 181.0, None, 22.6, fp32_matrix=45.3),
              1638.0, 8.0, 64.0, 16, 128, _CDNA_TILES, "AMD Instinct MI210 datasheet"))
-# Source: AMD Instinct MI250X datasheet, halved: PyTorch sees each of the two GCDs as a device.
-_add(GPUSpec("mi250x-gcd", "amd", "cdna2", 110, 1700, Peaks(191.5, 191.5, None, 23.9),
+# Source: AMD Instinct MI250X datasheet, halved: PyTorch sees each of the two GCDs as a device
+# (220 CUs, FP16 383, FP32 vector 47.9 and matrix 95.7 TFLOPS, 3.2 TB/s for two GCDs).
+_add(GPUSpec("mi250x-gcd", "amd", "cdna2", 110, 1700,
+             Peaks(191.5, 191.5, None, 23.9, fp32_matrix=47.9),
              1638.0, 8.0, 64.0, 16, 128, _CDNA_TILES,
              "AMD Instinct MI250X datasheet, per GCD (383 TF fp16 / 3.2 TB/s for two GCDs)"))
+# Source: AMD Instinct MI250 datasheet, halved as the MI250X's (208 CUs, FP16 362.1, FP32
+# vector 45.3 and matrix 90.5 TFLOPS, 128 GB HBM2e at 3.2 TB/s, 500 W for two GCDs): the
+# MI250X's package with 104 CUs a GCD, the MI210's count.
+_add(GPUSpec("mi250-gcd", "amd", "cdna2", 104, 1700,
+             Peaks(181.0, 181.0, None, 22.6, fp32_matrix=45.3),
+             1638.0, 8.0, 64.0, 16, 128, _CDNA_TILES,
+             "AMD Instinct MI250 datasheet, per GCD (362 TF fp16 / 3.2 TB/s for two GCDs)"))
 # Source: AMD Instinct MI300X datasheet (dense figures); CDNA3 whitepaper (4 MB L2 per XCD x 8).
 _add(GPUSpec("mi300x", "amd", "cdna3", 304, 2100,
              Peaks(1307.4, 1307.4, 653.7, 163.4, 2614.9), 5300.0, 32.0, 192.0, 16, 128,
@@ -274,7 +290,7 @@ ALIASES = {
     "b200": "b200",
     "mi210": "mi210",
     "mi250x": "mi250x-gcd",
-    "mi250": "mi250x-gcd",
+    "mi250": "mi250-gcd",
     "mi300x": "mi300x",
 }
 

@@ -1,0 +1,187 @@
+#!/usr/bin/env python
+"""Per GPU and regime, how far fxshape's predictions are from published measurements they
+were not fitted to; writes ``fxshape/data/validation.json``, which ``fxshape gpus``, the
+report's notes and ``report.step.error_band`` read.
+
+    python bench/validation_summary.py [--format github] [--out PATH]
+
+Regimes and where their errors come from (every row held out: see each script's docstring):
+
+- ``gemm``: fp16/bf16 tensor-core GEMMs. ``bench/validate_heldout.py``'s held-out errors
+  (each calibration row predicted by a fit that left its TP degree or sweep out; the
+  calibration data under ``../shared/calibration``), and the bf16 rows of
+  ``bench/validate_block_formats.py`` (vLLM's kernel benchmarks: B200, H100);
+- ``gemm-fp8``, ``gemm-nvfp4``: the FP8 and NVFP4 rows of ``bench/validate_block_formats.py``
+  (the GEMM with its activation quantization, as vLLM runs it);
+- ``step-fp32``: ``bench/validate_e2e.py`` (whole Hugging Face models in fp32, eager,
+  inference and training; NeuSight's ten GPUs);
+- ``step-train``: ``bench/validate_training.py`` (multi-GPU bf16/fp16 training steps:
+  Megatron-LM, torchtitan and others);
+- ``serving``: ``bench/validate_serving.py``'s rows (gpt-fast decode, vLLM latency), each
+  predicted with the row's own engine options;
+- ``step-inference``: the unquantized rows of ``bench/quantized_published.csv``
+  (TensorRT-LLM's FP16 time to the first token).
+
+A record holds the rows' count, the median, 90th percentile and largest absolute error, and
+the median signed error (+: predicted slower than measured; None where any row has only its
+absolute error). Deterministic; about fifteen minutes on two cores (the GEMM folds
+refit the model).
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import os
+import statistics
+import sys
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+sys.path.insert(0, os.path.join(ROOT, "bench"))
+
+from tabulate import tabulate  # noqa: E402
+
+from fxshape.hardware.gpus import get_gpu  # noqa: E402
+from fxshape.hardware.validation import REGIMES, VALIDATION_PATH  # noqa: E402
+
+SOURCES = {
+    "gemm": "bench/validate_heldout.py (leave one group out) and bench/validate_block_formats.py",
+    "gemm-fp8": "bench/validate_block_formats.py",
+    "gemm-nvfp4": "bench/validate_block_formats.py",
+    "step-fp32": "bench/validate_e2e.py",
+    "step-train": "bench/validate_training.py",
+    "serving": "bench/validate_serving.py",
+    "step-inference": "bench/validate_quantized.py (unquantized rows)",
+}
+
+
+def _gemm(out):
+    import validate_heldout
+
+    for sku, (_, _, held, _) in validate_heldout.heldout().items():
+        out.setdefault((sku, "gemm"), []).extend((float(e), None) for e in held)
+
+
+def _block(out):
+    import validate_block_formats as v
+
+    regime = {"bf16": "gemm", "fp8": "gemm-fp8", "nvfp4": "gemm-nvfp4"}
+    for r in v.rows():
+        if r["kernel"] not in regime:  # the -noquant rows: the GEMM alone, not a layer
+            continue
+        m, n, k = int(r["m"]), int(r["n"]), int(r["k"])
+        meas = float(r["measured"])
+        meas_s = meas * 1e-6 if r["unit"] == "us" else 2 * m * n * k / (meas * 1e12)
+        e = v.predict(r["kernel"], m, n, k, r["gpu"]) / meas_s - 1
+        out.setdefault((get_gpu(r["gpu"]).name, regime[r["kernel"]]), []).append((abs(e), e))
+
+
+def _e2e(out):
+    import validate_e2e
+
+    for r, _, e, _, _ in validate_e2e.errors():
+        out.setdefault((get_gpu(r["gpu"]).name, "step-fp32"), []).append((abs(e), e))
+
+
+def _training(out):
+    import validate_training as v
+
+    for r in v.rows():
+        e = v.analyze(r).step.time_s / v.measured_step(r) - 1
+        out.setdefault((get_gpu(r["gpu"]).name, "step-train"), []).append((abs(e), e))
+
+
+def _serving(out):
+    import fxshape
+    import validate_serving as v
+
+    with open(v.DATA, newline="") as f:
+        rows = list(csv.DictReader(f))
+    models = {}
+    for r in rows:
+        m = models.setdefault(r["model"], v.model_of(r["model"]))
+        got = fxshape.serve(m, gpu=r["gpu"], topology=r["topology"], tp=int(r["tp"]),
+                            batch_size=int(r["batch_size"]), prompt_len=int(r["prompt_len"]),
+                            output_len=int(r["output_len"]),
+                            page_size=16 if r["source"].startswith("vllm") else None,
+                            allreduce=r["allreduce"], fuse=r["fuse"], gemv=r["gemv"])
+        meas = float(r["measured"])
+        e = (getattr(got, r["metric"]) - meas) / meas
+        out.setdefault((get_gpu(r["gpu"]).name, "serving"), []).append((abs(e), e))
+
+
+def _inference(out):
+    import fxshape
+    import validate_quantized as v
+    from fxshape.presets import build_preset
+
+    with open(v.DATA, newline="") as f:
+        rows = [r for r in csv.DictReader(f) if not r["quantize"]]
+    for r in rows:
+        got = fxshape.serve(build_preset(r["model"]), gpu=r["gpu"], topology=r["topology"],
+                            tp=int(r["tp"]), batch_size=int(r["batch_size"]),
+                            prompt_len=int(r["prompt_len"]), output_len=int(r["output_len"]),
+                            allreduce=r["allreduce"], fuse=r["fuse"], gemv=r["gemv"],
+                            dtype="fp16" if r["source"].startswith("trtllm") else "bf16")
+        meas = float(r["measured"])
+        e = (getattr(got, r["metric"]) - meas) / meas
+        out.setdefault((get_gpu(r["gpu"]).name, "step-inference"), []).append((abs(e), e))
+
+
+COLLECTORS = (_gemm, _block, _e2e, _training, _serving, _inference)
+
+
+def _percentile(xs, q):
+    xs = sorted(xs)
+    i = (len(xs) - 1) * q
+    lo, hi = int(i), min(int(i) + 1, len(xs) - 1)
+    return xs[lo] + (xs[hi] - xs[lo]) * (i - lo)
+
+
+def summarize(errors) -> dict:
+    """``{gpu: {regime: record}}`` from ``{(gpu, regime): [(|error|, signed or None)]}``."""
+    gpus: dict = {}
+    for (gpu, regime), pairs in sorted(errors.items()):
+        absolute = [a for a, _ in pairs]
+        # a sign only where every row has one (the GEMM folds keep absolute errors)
+        signed = [s for _, s in pairs] if all(s is not None for _, s in pairs) else []
+        gpus.setdefault(gpu, {})[regime] = {
+            "n": len(absolute),
+            "median": round(statistics.median(absolute), 4),
+            "p90": round(_percentile(absolute, 0.9), 4),
+            "max": round(max(absolute), 4),
+            "signed_median": round(statistics.median(signed), 4) if signed else None,
+            "source": SOURCES[regime],
+        }
+    return gpus
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--format", default="simple")
+    ap.add_argument("--out", default=VALIDATION_PATH)
+    args = ap.parse_args(argv)
+    errors: dict = {}
+    for collect in COLLECTORS:
+        collect(errors)
+        print(f"{collect.__name__.strip('_')}: done", file=sys.stderr, flush=True)
+    gpus = summarize(errors)
+    doc = {"comment": "Held-out error of fxshape's predictions per GPU and regime, written by "
+                      "bench/validation_summary.py: do not edit by hand. Fractions.",
+           "regimes": dict(REGIMES), "gpus": gpus}
+    with open(args.out, "w") as f:
+        json.dump(doc, f, indent=1, sort_keys=True)
+        f.write("\n")
+    table = [(g, reg, r["n"], f"{100 * r['median']:.1f}%", f"{100 * r['p90']:.1f}%",
+              "" if r["signed_median"] is None else f"{100 * r['signed_median']:+.1f}%")
+             for g, regs in gpus.items() for reg, r in regs.items()]
+    print(tabulate(table, headers=("GPU", "regime", "rows", "median abs error", "p90",
+                                   "median signed"), tablefmt=args.format,
+                   disable_numparse=True))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
