@@ -16,7 +16,8 @@ Regimes and where their errors come from (every row held out: see each script's 
 - ``step-fp32``: ``bench/validate_e2e.py`` (whole Hugging Face models in fp32, eager,
   inference and training; NeuSight's ten GPUs);
 - ``step-train``: ``bench/validate_training.py`` (multi-GPU bf16/fp16 training steps:
-  Megatron-LM, torchtitan and others);
+  Megatron-LM, torchtitan and others) and the bf16 runs of ``bench/validate_float8.py``
+  (torchtitan Llama-3-8B on H100, MI300X and B200);
 - ``serving``: ``bench/validate_serving.py``'s rows (gpt-fast decode, vLLM latency), each
   predicted with the row's own engine options;
 - ``step-inference``: the unquantized rows of ``bench/quantized_published.csv``
@@ -51,7 +52,7 @@ SOURCES = {
     "gemm-fp8": "bench/validate_block_formats.py",
     "gemm-nvfp4": "bench/validate_block_formats.py",
     "step-fp32": "bench/validate_e2e.py",
-    "step-train": "bench/validate_training.py",
+    "step-train": "bench/validate_training.py and bench/validate_float8.py (bf16 runs)",
     "serving": "bench/validate_serving.py",
     "step-inference": "bench/validate_quantized.py (unquantized rows)",
 }
@@ -130,7 +131,21 @@ def _inference(out):
         out.setdefault((get_gpu(r["gpu"]).name, "step-inference"), []).append((abs(e), e))
 
 
-COLLECTORS = (_gemm, _block, _e2e, _training, _serving, _inference)
+def _float8(out):
+    import validate_float8 as v
+    from fxshape.presets import build_preset
+
+    with open(v.DATA, newline="") as f:
+        rows = [r for r in csv.DictReader(f) if not r["recipe"]]  # the bf16 runs
+    models = {}
+    for r in rows:
+        m = models.setdefault(r["model"], build_preset(r["model"]))
+        # tokens per second per GPU: the step's time error is measured / predicted - 1
+        e = float(r["measured"]) / v.predict(m, r) - 1
+        out.setdefault((get_gpu(r["gpu"]).name, "step-train"), []).append((abs(e), e))
+
+
+COLLECTORS = (_gemm, _block, _e2e, _training, _float8, _serving, _inference)
 
 
 def _percentile(xs, q):
@@ -149,10 +164,10 @@ def summarize(errors) -> dict:
         signed = [s for _, s in pairs] if all(s is not None for _, s in pairs) else []
         gpus.setdefault(gpu, {})[regime] = {
             "n": len(absolute),
-            "median": round(statistics.median(absolute), 4),
-            "p90": round(_percentile(absolute, 0.9), 4),
-            "max": round(max(absolute), 4),
-            "signed_median": round(statistics.median(signed), 4) if signed else None,
+            "median": round(statistics.median(absolute), 6),
+            "p90": round(_percentile(absolute, 0.9), 6),
+            "max": round(max(absolute), 6),
+            "signed_median": round(statistics.median(signed), 6) if signed else None,
             "source": SOURCES[regime],
         }
     return gpus
