@@ -53,6 +53,13 @@ def predict(kernel: str, m: int, n: int, k: int, gpu: str) -> float:
     raise ValueError(f"unknown kernel {kernel!r} in {DATA}")
 
 
+def measured_s(r) -> float:
+    """A row's measured seconds (its unit: microseconds, or TFLOP/s of ``2 M N K``)."""
+    m, n, k = int(r["m"]), int(r["n"]), int(r["k"])
+    meas = float(r["measured"])
+    return meas * 1e-6 if r["unit"] == "us" else 2 * m * n * k / (meas * 1e12)
+
+
 def rows():
     with open(DATA, newline="") as f:
         return list(csv.DictReader(f))
@@ -66,8 +73,7 @@ def main(argv=None) -> int:
     for r in rows():
         m, n, k = int(r["m"]), int(r["n"]), int(r["k"])
         flops = 2 * m * n * k
-        meas = float(r["measured"])
-        meas_s = meas * 1e-6 if r["unit"] == "us" else flops / (meas * 1e12)
+        meas_s = measured_s(r)
         pred_s = predict(r["kernel"], m, n, k, r["gpu"])
         err = (pred_s - meas_s) / meas_s  # + : predicted slower than measured
         group = (r["source"], r["kernel"])

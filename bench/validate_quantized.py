@@ -38,6 +38,17 @@ def quantization(r):
                            r["activations"] or None)
 
 
+def serve_kwargs(r) -> dict:
+    """``fxshape.serve``'s arguments for a row, but the quantization."""
+    kw = dict(gpu=r["gpu"], topology=r["topology"], tp=int(r["tp"]),
+              batch_size=int(r["batch_size"]), prompt_len=int(r["prompt_len"]),
+              output_len=int(r["output_len"]), allreduce=r["allreduce"], fuse=r["fuse"],
+              gemv=r["gemv"])
+    if r["source"].startswith("trtllm"):
+        kw["dtype"] = "fp16"  # TensorRT-LLM's engines: --dtype float16
+    return kw
+
+
 def main(argv=None) -> int:
     import fxshape
     from fxshape.presets import build_preset
@@ -51,12 +62,7 @@ def main(argv=None) -> int:
     for r in rows:
         m = models.setdefault(r["model"], build_preset(r["model"]))
         q = quantization(r)
-        kw = dict(gpu=r["gpu"], topology=r["topology"], tp=int(r["tp"]),
-                  batch_size=int(r["batch_size"]), prompt_len=int(r["prompt_len"]),
-                  output_len=int(r["output_len"]), allreduce=r["allreduce"], fuse=r["fuse"],
-                  gemv=r["gemv"])
-        if r["source"].startswith("trtllm"):
-            kw["dtype"] = "fp16"  # TensorRT-LLM's engines: --dtype float16
+        kw = serve_kwargs(r)
         got = fxshape.serve(m, quantize=q, **kw)
         try:
             plain = getattr(fxshape.serve(m, **kw), r["metric"])

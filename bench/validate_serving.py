@@ -51,6 +51,15 @@ def model_of(name):
         return LlamaForCausalLM(cfg)
 
 
+def serve_kwargs(r) -> dict:
+    """``fxshape.serve``'s arguments for a row, but the engine options (all-reduce, fusion,
+    matrix-vector kernel), which the rows vary."""
+    return dict(gpu=r["gpu"], topology=r["topology"], tp=int(r["tp"]),
+                batch_size=int(r["batch_size"]), prompt_len=int(r["prompt_len"]),
+                output_len=int(r["output_len"]),
+                page_size=16 if r["source"].startswith("vllm") else None)
+
+
 def main(argv=None) -> int:
     import fxshape
 
@@ -62,10 +71,7 @@ def main(argv=None) -> int:
     models, out, errs = {}, [], {}
     for r in rows:
         m = models.setdefault(r["model"], model_of(r["model"]))
-        kw = dict(gpu=r["gpu"], topology=r["topology"], tp=int(r["tp"]),
-                  batch_size=int(r["batch_size"]), prompt_len=int(r["prompt_len"]),
-                  output_len=int(r["output_len"]),
-                  page_size=16 if r["source"].startswith("vllm") else None)
+        kw = serve_kwargs(r)
         a, f, g = r["allreduce"], r["fuse"], r["gemv"]
         got = {o: fxshape.serve(m, allreduce=o[0], fuse=o[1], gemv=o[2], **kw)
                for o in dict.fromkeys(((a, f, g), ("nccl", f, g), (a, "none", g),

@@ -72,10 +72,8 @@ def _block(out):
     for r in v.rows():
         if r["kernel"] not in regime:  # the -noquant rows: the GEMM alone, not a layer
             continue
-        m, n, k = int(r["m"]), int(r["n"]), int(r["k"])
-        meas = float(r["measured"])
-        meas_s = meas * 1e-6 if r["unit"] == "us" else 2 * m * n * k / (meas * 1e12)
-        e = v.predict(r["kernel"], m, n, k, r["gpu"]) / meas_s - 1
+        e = v.predict(r["kernel"], int(r["m"]), int(r["n"]), int(r["k"]), r["gpu"]) \
+            / v.measured_s(r) - 1
         out.setdefault((get_gpu(r["gpu"]).name, regime[r["kernel"]]), []).append((abs(e), e))
 
 
@@ -103,11 +101,8 @@ def _serving(out):
     models = {}
     for r in rows:
         m = models.setdefault(r["model"], v.model_of(r["model"]))
-        got = fxshape.serve(m, gpu=r["gpu"], topology=r["topology"], tp=int(r["tp"]),
-                            batch_size=int(r["batch_size"]), prompt_len=int(r["prompt_len"]),
-                            output_len=int(r["output_len"]),
-                            page_size=16 if r["source"].startswith("vllm") else None,
-                            allreduce=r["allreduce"], fuse=r["fuse"], gemv=r["gemv"])
+        got = fxshape.serve(m, allreduce=r["allreduce"], fuse=r["fuse"], gemv=r["gemv"],
+                            **v.serve_kwargs(r))
         meas = float(r["measured"])
         e = (getattr(got, r["metric"]) - meas) / meas
         out.setdefault((get_gpu(r["gpu"]).name, "serving"), []).append((abs(e), e))
@@ -121,11 +116,7 @@ def _inference(out):
     with open(v.DATA, newline="") as f:
         rows = [r for r in csv.DictReader(f) if not r["quantize"]]
     for r in rows:
-        got = fxshape.serve(build_preset(r["model"]), gpu=r["gpu"], topology=r["topology"],
-                            tp=int(r["tp"]), batch_size=int(r["batch_size"]),
-                            prompt_len=int(r["prompt_len"]), output_len=int(r["output_len"]),
-                            allreduce=r["allreduce"], fuse=r["fuse"], gemv=r["gemv"],
-                            dtype="fp16" if r["source"].startswith("trtllm") else "bf16")
+        got = fxshape.serve(build_preset(r["model"]), **v.serve_kwargs(r))
         meas = float(r["measured"])
         e = (getattr(got, r["metric"]) - meas) / meas
         out.setdefault((get_gpu(r["gpu"]).name, "step-inference"), []).append((abs(e), e))

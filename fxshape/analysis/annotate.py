@@ -1139,9 +1139,10 @@ def _analyze_decode(model, example_inputs, example_kwargs, *, gpu, dtype, batch_
     kv_key, kv_item = kv_format(kv_dtype) if kv_dtype is not None else (None, None)
     if kv_key in (dkey, canonical_dtype(run_dtype(dkey))):
         kv_key = None  # the cache is in the run dtype already: the default
-    if kv_key == "nvfp4" and get_gpu(gpu).arch != "blackwell":
+    spec = get_gpu(gpu)
+    if kv_key == "nvfp4" and spec.arch != "blackwell":
         raise ValueError(f"kv_dtype='nvfp4' needs Blackwell (TensorRT-LLM's NVFP4 KV cache); "
-                         f"{get_gpu(gpu).name} is not; accepted here: 'fp8', 'int8'")
+                         f"{spec.name} is not; accepted here: 'fp8', 'int8'")
     heads, kv_heads = _head_counts(model)
     kv_heads = kv_heads or kv_heads_of(model.config)
     check_tp(tp, heads, kv_heads)
@@ -1194,7 +1195,7 @@ def _analyze_decode(model, example_inputs, example_kwargs, *, gpu, dtype, batch_
     # the floor reads what the step must read: the context's keys and values, not the
     # unfilled rest of its last page
     floor = (mem.parameters - _input_embedding_bytes(model, tp, run_dtype(dkey).itemsize)
-             + read) / (get_gpu(gpu).memory_bandwidth_gbs * 1e9)
+             + read) / (spec.memory_bandwidth_gbs * 1e9)
     step = dataclasses.replace(step, floor_s=floor)
     report = dataclasses.replace(report, rows=tuple(strip(r) for r in report.rows),
                                  ops=tuple(strip(o) for o in report.ops), workload=workload,

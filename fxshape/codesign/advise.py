@@ -733,6 +733,9 @@ def sweep(model_or_config, param: str, values, *, gpu="h100", dtype=torch.bfloat
             n for n in ev.report.notes if n.startswith("left in bf16"))
     except (ValueError, RuntimeError):
         pass  # an option the model refuses: every point below says why
+    # what the unchanged model keeps out of a quantized format (its LM head, say) is in the
+    # sweep's notes; a point says only what its own value adds
+    base_left = ev.cache[()].left if () in ev.cache else ()
     for v in _progress(values, f"sweep {param}"):
         old = getattr(config, param)
         changes = [(param, old, v)]
@@ -753,9 +756,6 @@ def sweep(model_or_config, param: str, values, *, gpu="h100", dtype=torch.bfloat
         except (ValueError, RuntimeError) as exc:
             out.append(SweepPoint(v, None, None, None, str(exc).splitlines()[0][:120]))
             continue
-        # a value that keeps layers out of the quantized format says so (the baseline's
-        # own, its LM head say, are in the sweep's notes)
-        base_left = ev.cache[()].left if () in ev.cache else ()
         note = "; ".join(n for n in e.left if n not in base_left)
         out.append(SweepPoint(v, e.time_s, e.flops / e.time_s / 1e12 if e.time_s else 0.0,
                               e.params, note, e.step_s, e.tokens_per_s))

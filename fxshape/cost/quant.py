@@ -308,11 +308,11 @@ def predict_quantized(m: int, n: int, k: int, q: Quantization, *, gpu="h100",
             that does not divide K.
     """
     spec = get_gpu(gpu)
-    base = predict_matmul(m, n, k, batch=batch, dtype=dtype, gpu=spec, layout=layout)
-    weights = packed_weight_bytes(k, n, q) * batch
     act_item = 2
     if q.method in BLOCK_FORMATS:
         return _predict_block(m, n, k, q.method, spec, batch, layout, act_item)
+    base = predict_matmul(m, n, k, batch=batch, dtype=dtype, gpu=spec, layout=layout)
+    weights = packed_weight_bytes(k, n, q) * batch
     if q.method == "fp8":
         if spec.peaks.fp8 is None:
             raise ValueError(f"{spec.name} has no FP8 tensor cores; quantize='fp8' needs "
