@@ -63,7 +63,8 @@ KINDS = ("elementwise", "layer_norm", "softmax")
 FAMILY_FROM = {"ampere": "a100-pcie-40gb", "ampere-ga10x": "a100-pcie-40gb",
                "ada": "a100-pcie-40gb", "hopper": "a100-pcie-40gb",
                "blackwell": "a100-pcie-40gb", "volta": "v100-pcie", "turing": "t4",
-               "pascal": "p100-pcie", "cdna2": "mi250x-gcd", "cdna3": "a100-pcie-40gb"}
+               "pascal": "p100-pcie", "cdna1": "mi250x-gcd", "cdna2": "mi250x-gcd",
+               "cdna3": "a100-pcie-40gb"}
 #: GPUs without data whose streaming (elementwise) efficiency is sourced, not fitted: the
 #: other families' efficiencies are the base GPU's. MI250X, one GCD: "peak memory is
 #: theoretical 1.6 TB/s but achievable 1.3 TB/s per GCD" (AMD's presenter, answering a

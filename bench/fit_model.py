@@ -53,7 +53,7 @@ _FAMILY_FROM = {
     "pascal": "v100-sxm2",  # no tensor cores: only read for DRAM efficiency (fp32 models)
     "volta": "v100-sxm2", "turing": "v100-sxm2", "ampere": "a100-sxm4-80gb",
     "ampere-ga10x": "a40", "ada": "a40", "hopper": "h100-sxm", "blackwell": "h100-sxm",
-    "cdna2": "mi250x-gcd", "cdna3": "mi250x-gcd",
+    "cdna1": "mi250x-gcd", "cdna2": "mi250x-gcd", "cdna3": "mi250x-gcd",
 }
 
 def fit(calibration_dir=None, only=None):

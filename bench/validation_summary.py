@@ -13,8 +13,9 @@ Regimes and where their errors come from (every row held out: see each script's 
   ``bench/validate_block_formats.py`` (vLLM's kernel benchmarks: B200, H100);
 - ``gemm-fp8``, ``gemm-nvfp4``: the FP8 and NVFP4 rows of ``bench/validate_block_formats.py``
   (the GEMM with its activation quantization, as vLLM runs it);
-- ``step-fp32``: ``bench/validate_e2e.py`` (whole Hugging Face models in fp32, eager,
-  inference and training; NeuSight's ten GPUs);
+- ``step-fp32``, ``step-fp32-compiled``: ``bench/validate_e2e.py`` (whole Hugging Face
+  models in fp32, eager (inference and training; NeuSight's eleven GPUs) and under
+  ``torch.compile`` (inference; H100, A100 PCIe 40 GB, L4));
 - ``step-train``: ``bench/validate_training.py`` (multi-GPU bf16/fp16 training steps:
   Megatron-LM, torchtitan and others) and the bf16 runs of ``bench/validate_float8.py``
   (torchtitan Llama-3-8B on H100, MI300X and B200);
@@ -52,6 +53,7 @@ SOURCES = {
     "gemm-fp8": "bench/validate_block_formats.py",
     "gemm-nvfp4": "bench/validate_block_formats.py",
     "step-fp32": "bench/validate_e2e.py",
+    "step-fp32-compiled": "bench/validate_e2e.py (compiled runs)",
     "step-train": "bench/validate_training.py and bench/validate_float8.py (bf16 runs)",
     "serving": "bench/validate_serving.py",
     "step-inference": "bench/validate_quantized.py (unquantized rows)",
@@ -80,8 +82,10 @@ def _block(out):
 def _e2e(out):
     import validate_e2e
 
-    for r, _, e, _, _ in validate_e2e.errors():
-        out.setdefault((get_gpu(r["gpu"]).name, "step-fp32"), []).append((abs(e), e))
+    for res in validate_e2e.errors():
+        regime = "step-fp32" if res.row["execution"] == "eager" else "step-fp32-compiled"
+        out.setdefault((get_gpu(res.row["gpu"]).name, regime), []).append((abs(res.error),
+                                                                           res.error))
 
 
 def _training(out):

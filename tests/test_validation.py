@@ -79,6 +79,28 @@ def test_step_regimes():
     assert step_regime("train", "bf16") == "step-train"
     assert step_regime("decode", "fp16") == "serving"
     assert step_regime("prefill", "bf16") == "step-inference"
+    # fp32 under torch.compile is its own regime (Inductor's kernels, validated apart)
+    assert step_regime("inference", "fp32", "compiled") == "step-fp32-compiled"
+    assert step_regime("inference", "fp32", "cudagraphs") == "step-fp32-compiled"
+    assert step_regime("train", "bf16", "compiled") == "step-train"
+
+
+def test_a_compiled_fp32_step_takes_the_compiled_band():
+    import torch
+
+    # the A100 PCIe 40GB has both: NeuSight's eager runs and its torch.compile runs
+    got = validations("a100-pcie-40gb")
+    assert {"step-fp32", "step-fp32-compiled"} <= set(got)
+    r = fxshape.analyze(_gpt2(), gpu="a100-pcie-40gb", dtype=torch.float32, seq_len=16,
+                        provenance=None, execution="compiled")
+    assert r.step.error_band.validation == got["step-fp32-compiled"]
+    # a GPU with eager fp32 runs only: the compiled step is unvalidated, not given the
+    # eager band
+    assert "step-fp32-compiled" not in validations("v100-pcie")
+    r = fxshape.analyze(_gpt2(), gpu="v100-pcie", dtype=torch.float32, seq_len=16,
+                        provenance=None, execution="compiled")
+    assert r.step.error_band is None
+    assert any(n.startswith("unvalidated:") and "torch.compile" in n for n in r.notes)
 
 
 def test_bad_input(tmp_path):
@@ -105,6 +127,25 @@ def test_cdna2_fp32_peaks_against_their_per_clock_figures(gpu, cus, vector, matr
     # fp32 GEMMs are priced at the matrix figure; the vector lanes stay the vector ones
     assert spec.peak_tflops("fp32") == matrix
     assert spec.fp32_lanes_per_sm == pytest.approx(64, rel=0.01)
+
+
+def test_mi100_against_its_per_clock_figures():
+    # CDNA (first generation; AMD CDNA whitepaper): per CU and clock, 128 FP32 FLOP on the
+    # vector units, 256 on the matrix cores, 1024 FP16 and 512 bf16 (half the fp16 rate, as
+    # CDNA2 later doubled); 120 CUs at 1502 MHz -> 23.07, 46.1, 184.6 and 92.3 TFLOP/s, the
+    # datasheet's figures
+    spec = get_gpu("mi100")
+    assert (spec.vendor, spec.arch, spec.sm_count, spec.boost_clock_mhz) == (
+        "amd", "cdna1", 120, 1502)
+    for got, per_clk in ((spec.peaks.fp32, 128), (spec.peaks.fp32_matrix, 256),
+                         (spec.peaks.fp16, 1024), (spec.peaks.bf16, 512)):
+        assert got == pytest.approx(120 * 1.502e9 * per_clk / 1e12, abs=0.05)
+    # 4096-bit HBM2 at 2.4 GT/s (1.2 GHz, double data rate): 1228.8 GB/s
+    assert spec.memory_bandwidth_gbs == pytest.approx(4096 / 8 * 2.4, rel=1e-9)
+    assert spec.memory_gb == 32 and spec.tdp_w == 300
+    from fxshape.fit.calibrate import detect_gpu
+
+    assert detect_gpu("AMD Instinct MI100") == "mi100" and get_gpu("MI100") is spec
 
 
 def test_the_mi250_is_its_own_gpu():

@@ -713,7 +713,7 @@ def _with_error_band(report, low_precision: bool):
                 f"{spec.name}; the step's expected error is unknown (fxshape gpus lists "
                 "what is validated)")
     else:
-        regime = step_regime(step.mode, dkey)
+        regime = step_regime(step.mode, dkey, step.execution)
         band = error_band(spec, regime)
         if band is None:
             note = (f"unvalidated: no held-out measurement of {REGIMES[regime]} on "

@@ -159,7 +159,8 @@ _TDP_W = {"p100-pcie": 250, "p4": 75, "v100-sxm2": 300, "v100-pcie": 250, "t4": 
           "a100-sxm4-40gb": 400, "a100-sxm4-80gb": 400, "a100-pcie-40gb": 250,
           "a100-pcie-80gb": 300, "a40": 300, "a10": 150, "l4": 72, "rtx-4090": 450,
           "h100-sxm": 700, "h100-pcie": 350, "h200-sxm": 700, "b200": 1000, "mi210": 300,
-          "mi250x-gcd": 280, "mi250-gcd": 250}  # MI250X: 560 W, MI250: 500 W for two GCDs
+          "mi250x-gcd": 280, "mi250-gcd": 250, "mi100": 300}  # MI250X: 560 W, MI250: 500 W
+# for two GCDs
 
 
 # Base clocks (MHz) of the GPUs with fp32 measurements and the low-power parts: NVIDIA
@@ -247,6 +248,13 @@ _add(GPUSpec("h200-sxm", "nvidia", "hopper", 132, 1980,
 _add(GPUSpec("b200", "nvidia", "blackwell", 148, 1965,
              Peaks(2250.0, 2250.0, 1100.0, 75.0, 4500.0, 9000.0), 8000.0, 126.0, 180.0, 16,
              128, _BLACKWELL_TILES, "NVIDIA HGX B200 datasheet; Blackwell architecture whitepaper"))
+# Source: AMD Instinct MI100 datasheet (CDNA, the first generation: 120 CUs at 1502 MHz; FP16
+# matrix 184.6, bf16 92.3 (half the fp16 rate on CDNA1), FP32 vector 23.1 and matrix 46.1
+# TFLOPS; 32 GB HBM2 at 1.2288 TB/s; 8 MB L2; 300 W), as AMD's launch material and the ROCm
+# documentation's MI100 hardware page quote it.
+_add(GPUSpec("mi100", "amd", "cdna1", 120, 1502,
+             Peaks(184.6, 92.3, None, 23.1, fp32_matrix=46.1),
+             1228.8, 8.0, 32.0, 16, 128, _CDNA_TILES, "AMD Instinct MI100 datasheet"))
 # Source: AMD Instinct MI210 datasheet (CDNA2: FP32 vector 22.6, FP32 matrix 45.3 TFLOPS).
 _add(GPUSpec("mi210", "amd", "cdna2", 104, 1700,
              Peaks(181.0, 181.0, None, 22.6, fp32_matrix=45.3),
@@ -288,6 +296,7 @@ ALIASES = {
     "h100": "h100-sxm",
     "h200": "h200-sxm",
     "b200": "b200",
+    "mi100": "mi100",
     "mi210": "mi210",
     "mi250x": "mi250x-gcd",
     "mi250": "mi250-gcd",

@@ -29,6 +29,7 @@ REGIMES = {
     "gemm-fp8": "FP8 GEMMs with their activation quantization",
     "gemm-nvfp4": "NVFP4 GEMMs with their activation quantization",
     "step-fp32": "whole-model steps in fp32 (eager; inference and training)",
+    "step-fp32-compiled": "whole-model steps in fp32 under torch.compile (Inductor)",
     "step-train": "training steps in bf16/fp16 (one or many GPUs)",
     "step-inference": "prefill / inference steps in bf16/fp16",
     "serving": "decode and serving latency in bf16/fp16",
@@ -118,10 +119,12 @@ def error_band(gpu, regime: str, path: str | None = None) -> ErrorBand | None:
     return ErrorBand(v.p90 if v.n >= _P90_ROWS else v.max, v)
 
 
-def step_regime(mode: str, dtype) -> str:
-    """The regime of a step: ``"step-fp32"`` for fp32 (without TF32), else by mode."""
+def step_regime(mode: str, dtype, execution: str = "eager") -> str:
+    """The regime of a step: ``"step-fp32"`` for fp32 (without TF32) run eagerly,
+    ``"step-fp32-compiled"`` under ``torch.compile`` (``execution`` ``"compiled"`` or
+    ``"cudagraphs"``), else by mode."""
     if canonical_dtype(dtype) == "fp32":
-        return "step-fp32"
+        return "step-fp32" if execution == "eager" else "step-fp32-compiled"
     if mode == "train":
         return "step-train"
     if mode == "decode":
