@@ -32,8 +32,11 @@ from .padding.plan import PadDecision, PaddingPlan, can_pad, plan_padding
 from .padding.rewrite import PaddedConv1D, PaddedLinear, pad
 from .tracing.export import CaptureError, capture
 from .torchtitan import TitanJob, read_torchtitan
+from .traces import TraceComparison, compare_trace
 
 __all__ = [
+    "compare_trace",
+    "TraceComparison",
     "serve",
     "ServeResult",
     "simulate_serving",

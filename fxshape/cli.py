@@ -190,9 +190,9 @@ def _cmd_analyze(args) -> int:
         inputs = tuple(torch.zeros(shape, dtype=getattr(torch, dtype), device=device)
                        for shape, dtype in args.input)
         kwargs = None
-    if args.pad and args.format == "ops-csv":
-        raise ValueError("--pad adds the padding plan, which the op list (--format ops-csv) "
-                         "has no place for: use --format table, json, csv or markdown")
+    if args.pad and args.format in ("ops-csv", "chrome-trace"):
+        raise ValueError(f"--pad adds the padding plan, which --format {args.format} has no "
+                         "place for: use --format table, json, csv or markdown")
     if args.train and args.mode not in (None, "train"):
         raise ValueError(f"--train means --mode train, but --mode {args.mode} was given: "
                          "give one of them")
@@ -247,11 +247,19 @@ def _cmd_analyze(args) -> int:
         print(report.to_csv(), end="")
     elif args.format == "ops-csv":  # every op of the step, one line each
         print(report.ops_csv(), end="")
+    elif args.format == "chrome-trace":
+        _print_chrome_trace(report)
     elif args.format == "markdown":
         print(report.to_markdown())
     else:
         print(report.table())
     return 0
+
+
+def _print_chrome_trace(report) -> None:
+    from .analysis.chrome import chrome_trace
+
+    print(json.dumps(chrome_trace(report), sort_keys=True))
 
 
 #: analyze options a torchtitan job sets, with their defaults (given otherwise: refused)
@@ -298,6 +306,8 @@ def _analyze_titan(args, job) -> int:
         print(report.to_csv(), end="")
     elif args.format == "ops-csv":
         print(report.ops_csv(), end="")
+    elif args.format == "chrome-trace":
+        _print_chrome_trace(report)
     elif args.format == "markdown":
         print(report.to_markdown())
     else:
@@ -1000,9 +1010,11 @@ def build_parser() -> argparse.ArgumentParser:
     pa.add_argument("--train", action="store_true",
                     help="the same as --mode train: a training step, the backward GEMMs "
                          "autograd runs included")
-    pa.add_argument("--format", choices=("table", "json", "csv", "ops-csv", "markdown"),
+    pa.add_argument("--format", choices=("table", "json", "csv", "ops-csv", "markdown",
+                                         "chrome-trace"),
                     default="table", help="csv: one line per GEMM; ops-csv: one line per op "
-                                          "of the step (report.ops)")
+                                          "of the step (report.ops); chrome-trace: the "
+                                          "predicted step as a Chrome/Perfetto trace (JSON)")
     _step_args(pa)
     from .hardware.topology import TOPOLOGIES
 
@@ -1225,6 +1237,22 @@ def build_parser() -> argparse.ArgumentParser:
     pg = sub.add_parser("gpus", help="list the GPU table")
     pg.set_defaults(func=_cmd_gpus)
 
+    pt = sub.add_parser("compare", help="compare a PyTorch profiler trace with the model",
+                        description="Pair every kernel of a PyTorch profiler (Kineto) trace "
+                                    "with the operator that launched it, predict each "
+                                    "operator from its recorded shapes, and report the "
+                                    "error per class, the worst operators and the device "
+                                    "time the model cannot attribute.")
+    pt.add_argument("trace", help="the trace: prof.export_chrome_trace's JSON, or .json.gz")
+    pt.add_argument("--gpu", default=None,
+                    help="the GPU it ran on (default: the trace's deviceProperties)")
+    pt.add_argument("--format", choices=("markdown", "json", "csv"), default="markdown",
+                    help="markdown (default): the summary; json: every record; csv: one "
+                         "line per operator")
+    pt.add_argument("--worst", type=int, default=10,
+                    help="operators listed as the worst (markdown; default 10)")
+    pt.set_defaults(func=_cmd_compare)
+
     pc = sub.add_parser("calibrate", help="fit the GEMM model to this machine's GPU",
                         description="Time a built-in GEMM sweep on the local CUDA device, "
                                     "fit the model's constants, write a parameter file.")
@@ -1236,11 +1264,26 @@ def build_parser() -> argparse.ArgumentParser:
                     help="fxshape GPU name (default: detected from the device name)")
     pc.add_argument("--dtype", default="bf16", help="fp16, bf16 or tf32 (default bf16)")
     pc.set_defaults(func=_cmd_calibrate)
-    for sp in (pp, pa, pv, ps):
+    for sp in (pp, pa, pv, ps, pt):
         sp.add_argument("--params", default=None, metavar="PATH",
                         help="parameter file (from fxshape calibrate) to predict with; "
                              "default $FXSHAPE_PARAMS if set, else the packaged constants")
     return ap
+
+
+def _cmd_compare(args) -> int:
+    from .traces import compare_trace
+
+    if args.worst < 0:
+        raise ValueError(f"--worst must be 0 or more, got {args.worst}")
+    got = compare_trace(args.trace, gpu=args.gpu)
+    if args.format == "json":
+        print(got.to_json())
+    elif args.format == "csv":
+        sys.stdout.write(got.to_csv())
+    else:
+        sys.stdout.write(got.to_markdown(worst=args.worst))
+    return 0
 
 
 def _cmd_calibrate(args) -> int:

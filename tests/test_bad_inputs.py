@@ -635,6 +635,8 @@ CLI_VALUES = {
     "sweep": {**_SHARED, "mode": ["inference", "train", "decode"], "out": ["@out.svg"],
               "quantize": ["int8"], "group_size": ["32"], "activation_scales": ["static"],
               "float8": ["tensorwise"]},
+    "compare": {"gpu": ["a100"], "format": ["json", "csv"], "worst": ["1"],
+                "params": ["PARAMS"]},
     "predict": {"batch": ["2"], "gpu": ["a100"], "dtype": ["fp16"], "layout": ["nt"],
                 "json": [True], "params": ["PARAMS"]},
     "calibrate": {"quick": [True], "out": ["@params.json"], "gpu": ["h100"],
@@ -778,9 +780,26 @@ def _cli_conflict(command, case) -> bool:
     return False
 
 
+def _tiny_trace(folder) -> str:
+    """A profiler trace of one fp16 GEMM on an H100 (deviceProperties name it)."""
+    ev = [{"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 1, "tid": 1, "ts": 0,
+           "dur": 50, "args": {"Input Dims": [[256, 512], [512, 128]],
+                               "Input type": ["c10::Half", "c10::Half"]}},
+          {"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 1, "tid": 1,
+           "ts": 10, "dur": 5, "args": {"correlation": 1}},
+          {"ph": "X", "cat": "kernel", "name": "sm90_xmma_gemm_f16f16_f16f32_f32_nn_n_kernel",
+           "pid": 0, "tid": 7, "ts": 100, "dur": 9, "args": {"correlation": 1, "device": 0,
+                                                              "stream": 7}}]
+    path = os.path.join(folder, "trace.json")
+    with open(path, "w") as f:
+        json.dump({"traceEvents": ev, "deviceProperties": [
+            {"id": 0, "name": "NVIDIA H100 80GB HBM3", "numSms": 132}]}, f)
+    return path
+
+
 def _argv(command, case, folder, target):
     argv = [command] + ([target] if command in ("analyze", "advise", "sweep", "plan", "serve")
-                        else [])
+                        else [_tiny_trace(folder)] if command == "compare" else [])
     argv += _REQUIRED.get(command, [])
     opts = _parser_options(command)
     for dest, value in case.items():
@@ -827,6 +846,16 @@ def _stated(command, case, out: str, folder) -> None:
         return
     if command in ("gpus", "presets"):
         assert out.strip()
+        return
+    if command == "compare":
+        gpu = "a100-sxm4-80gb" if case.get("gpu") == "a100" else "h100-sxm"
+        if case.get("format") == "json":
+            d = json.loads(out)
+            assert d["gpu"] == gpu and [o["name"] for o in d["ops"]] == ["aten::mm"]
+        elif case.get("format") == "csv":
+            assert out.splitlines()[0].startswith("index,name,class") and "aten::mm" in out
+        else:
+            assert f"on {gpu} (" in out.splitlines()[0] and "| gemm" in out
         return
     if command == "serve":  # the GEMMs' fusion stated in every mode
         fused = case.get("fuse") or ("none" if case.get("attention") == "math" else "all")

@@ -63,9 +63,14 @@ class StageTime:
     bubble_s: float
     by_class: dict = field(hash=False, default_factory=dict)
     holds: str = ""
+    #: the rank's passes as the schedule ran them: ``(kind, micro, chunk, start_s, end_s)``
+    #: ("F" or "B"; empty without a pipeline). Drawn by ``Report.to_chrome_trace``; not in
+    #: ``as_dict`` (a step's JSON stays the size of its ranks).
+    passes: tuple = field(default=(), compare=False)
 
     def as_dict(self) -> dict:
         d = dataclasses.asdict(self)
+        d.pop("passes")
         d["layers"] = list(self.layers)
         return d
 
@@ -321,10 +326,11 @@ def plan_step(records, optimizer_records, *, plan, topo, stacks, layers, stage_p
                                     else 2).time_s
                  for b in range(stages - 1)]
         out = play(frozen_orders(plan.schedule, p, m, v), fwd_t, bwd_t, sends)
-        ends, busy = list(out.ends), list(out.busy)
+        ends, busy, passes = list(out.ends), list(out.busy), list(out.passes)
     else:
         sends = []
         ends = busy = [m * (fwd_t[0] + bwd_t[0])]
+        passes = [()]
 
     ranks, rank_comm = [], []
     for d in range(p):
@@ -394,7 +400,7 @@ def plan_step(records, optimizer_records, *, plan, topo, stacks, layers, stage_p
             rank=d, layers=tuple(_layers_in(mine, layers, stages)),
             forward_s=sum(fwd_t[s] for s in mine), backward_s=sum(bwd_t[s] for s in mine),
             busy_s=b, end_s=end, tail_s=tail + opt_wall, bubble_s=max(0.0, end - b),
-            by_class=cls, holds=_holds(d, p)))
+            by_class=cls, holds=_holds(d, p), passes=passes[d] if p > 1 else ()))
     tp_like = communication_of([r for s in ranks[critical][1]
                                 for u in _stage_units(grouped, in_stage[s], roots[s])
                                 for r in u.comm], tp, plan.cp, ep)

@@ -312,6 +312,15 @@ class Report:
     def to_json(self, indent: int = 2) -> str:
         return json.dumps(self.to_dict(), indent=indent, sort_keys=True)
 
+    def to_chrome_trace(self, path: str) -> str:
+        """Write the predicted step as a Chrome / Perfetto trace (the JSON
+        ``torch.profiler`` writes; gzipped when ``path`` ends in ``.gz``) and return
+        ``path``: the host thread, the compute and communication streams, pipeline ranks as
+        processes (``fxshape.analysis.chrome``)."""
+        from .chrome import write_chrome_trace
+
+        return write_chrome_trace(self, path)
+
     def to_csv(self) -> str:
         buf = io.StringIO()
         cols = ("node", "module", "module_type", "op", "kernel", "phase", "batch", "m", "n", "k",

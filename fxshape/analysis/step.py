@@ -844,6 +844,7 @@ def _dp_allreduce(records, *, dp, tp, topology, grad_bytes):
     rec = OpRecord("dp.all_reduce", "dp gradient all-reduce", "", "backward", "communication",
                    len(sizes), grad_bytes, 0, exposed, 0.0,
                    family=topology.link_class(dp, per_node),
+                   overlapped_s=max(0.0, total - exposed),
                    note=f"{len(sizes)} buckets, {grad_bytes / 2**20:.1f} MiB over {dp} GPUs: "
                         f"{total * 1e3:.3f} ms, {exposed * 1e3:.3f} ms not hidden by the "
                         "backward")

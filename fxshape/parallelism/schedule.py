@@ -42,11 +42,13 @@ class Pass:
 @dataclass(frozen=True)
 class Playout:
     """``makespan``: from the first forward's start to the last backward's end; ``busy``:
-    each rank's compute time; ``ends``: when each rank's last pass ends."""
+    each rank's compute time; ``ends``: when each rank's last pass ends; ``passes``: per
+    rank, each pass as ``(kind, micro, chunk, start, end)`` in the order it ran."""
 
     makespan: float
     busy: tuple
     ends: tuple
+    passes: tuple = ()
 
     @property
     def bubble(self) -> tuple:
@@ -116,6 +118,7 @@ def play(order: list, fwd, bwd, send=0.0) -> Playout:
     free = [0.0] * p
     busy = [0.0] * p
     pos = [0] * p
+    spans = [[] for _ in range(p)]
     remaining = sum(len(o) for o in order)
     while remaining:
         progressed = False
@@ -134,6 +137,7 @@ def play(order: list, fwd, bwd, send=0.0) -> Playout:
                 ready = 0.0 if dep is None else done[dep] + wire
                 start = max(free[d], ready)
                 free[d] = start + cost
+                spans[d].append((x.kind, x.micro, x.chunk, start, free[d]))
                 busy[d] += cost
                 done[(x.kind, x.micro, s)] = free[d]
                 pos[d] += 1
@@ -141,7 +145,8 @@ def play(order: list, fwd, bwd, send=0.0) -> Playout:
                 progressed = True
         if not progressed:
             raise ValueError("the pipeline orders wait on each other for ever")
-    return Playout(makespan=max(free), busy=tuple(busy), ends=tuple(free))
+    return Playout(makespan=max(free), busy=tuple(busy), ends=tuple(free),
+                   passes=tuple(tuple(x) for x in spans))
 
 
 def in_flight(order: list) -> list:

@@ -1,0 +1,451 @@
+"""What fxshape's models predict for one operator of a trace, from its recorded shapes.
+
+A trace's operator carries ``Input Dims`` and ``Input type`` (and, in newer traces, strides
+and scalar values), not tensors, so it is priced here, not by the graph walk's handlers
+(``fxshape.analysis.opcost``), which read FX nodes; both end in the same cost models:
+
+- GEMMs (``aten::mm``, ``addmm``, ``bmm``, ``baddbmm``): ``fxshape.cost.gemm.predict_matmul``
+  with the recorded sizes; the layout from the strides, else ``nt`` under ``aten::linear``;
+  fp32 inputs are TF32 when the kernel that ran says so (``tf32``, ``s1688gemm``,
+  ``s16816gemm``, ``xf32`` in its name), else fp32 without TF32, PyTorch's default
+  (``torch.backends.cuda.matmul.allow_tf32 = False``);
+- attention (SDPA's fused kernels): ``fxshape.cost.attention.predict_attention``;
+- memory-bound ops (pointwise, reductions, copies, fills, LayerNorm, softmax, ``cat``): the
+  bytes they move, from the shapes, at the fitted efficiency of their kernel family
+  (``fxshape.cost.memops.kernel_time``);
+- collectives (``nccl:*`` annotations, ``record_param_comms`` events):
+  ``fxshape.cost.comm.predict_collective`` over the group (the event's ``Group size``, else
+  the trace's world size) on the GPU's usual machine.
+
+Every other operator raises :class:`NoModel` with the reason: it is reported as an operator
+without a model, its measured time counted apart, never priced as zero. Handlers are
+registered by operator name (:func:`register_trace_handler`).
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+import re
+from dataclasses import dataclass
+
+from ..cost.attention import AttentionShape, predict_attention
+from ..cost.comm import predict_collective
+from ..cost.gemm import predict_matmul
+from ..cost.memops import kernel_time, memop_bytes, memop_family
+from ..hardware.topology import default_topology, get_topology
+
+__all__ = ["Priced", "NoModel", "PriceContext", "price_op", "register_trace_handler",
+           "trace_dtype", "TF32_MARKERS"]
+
+#: element types as ``Input type`` spells them -> (fxshape dtype key or None, bytes)
+_TYPES = {
+    "float": ("fp32", 4), "c10::Half": ("fp16", 2), "c10::BFloat16": ("bf16", 2),
+    "double": (None, 8), "c10::Float8_e4m3fn": ("fp8", 1), "c10::Float8_e5m2": ("fp8", 1),
+    "c10::Float8_e4m3fnuz": ("fp8", 1), "c10::Float8_e5m2fnuz": ("fp8", 1),
+    "long int": (None, 8), "int64_t": (None, 8), "int": (None, 4), "short int": (None, 2),
+    "signed char": (None, 1), "unsigned char": (None, 1), "bool": (None, 1),
+    "c10::complex<float>": (None, 8),
+}
+#: substrings of kernel names that mean an fp32 GEMM ran on TF32 tensor cores
+TF32_MARKERS = ("tf32", "s1688gemm", "s16816gemm", "xf32")
+
+_COLLECTIVES = {"all_reduce": "all_reduce", "allreduce": "all_reduce",
+                "all_reduce_coalesced": "all_reduce", "_all_gather_base": "all_gather",
+                "all_gather": "all_gather", "all_gather_into_tensor": "all_gather",
+                "all_gather_into_tensor_coalesced": "all_gather",
+                "_reduce_scatter_base": "reduce_scatter", "reduce_scatter": "reduce_scatter",
+                "reduce_scatter_tensor": "reduce_scatter",
+                "reduce_scatter_tensor_coalesced": "reduce_scatter",
+                "all_to_all": "all_to_all", "alltoall_base": "all_to_all",
+                "all_to_all_single": "all_to_all", "send": "send_recv", "recv": "send_recv",
+                "allgather": "all_gather", "_allgather_base": "all_gather",
+                "allgather_into_tensor_coalesced": "all_gather", "alltoall": "all_to_all"}
+#: ``record_param_comms``' ``dtype`` argument -> bytes per element
+_COMM_DTYPES = {"Float": 4, "BFloat16": 2, "Half": 2, "Double": 8, "Int": 4, "Long": 8,
+                "Byte": 1, "Char": 1, "Bool": 1, "Float8_e4m3fn": 1, "Float8_e5m2": 1}
+
+
+class NoModel(Exception):
+    """An operator fxshape has no model for; the message says why."""
+
+
+@dataclass(frozen=True)
+class Priced:
+    """One operator's prediction: ``cls`` (``"gemm"``, ``"attention"``, ``"memory"``,
+    ``"communication"``), ``time_s`` (device time of its kernels) and ``what`` (the sizes
+    and dtype it was priced at)."""
+
+    cls: str
+    time_s: float
+    what: str
+
+
+@dataclass(frozen=True)
+class PriceContext:
+    """What pricing one operator needs besides the operator: the GPU (a ``GPUSpec``), the
+    names of the kernels it launched, the operator enclosing it (its name, or ""), the
+    trace's world size and the GEMM parameter file."""
+
+    gpu: object
+    kernels: tuple
+    parent: str = ""
+    world_size: int | None = None
+    params_path: str | None = None
+
+
+_HANDLERS = {}
+
+
+def register_trace_handler(*names):
+    """Register ``fn(op, ctx) -> Priced`` for trace operators named ``names``
+    (``"aten::mm"``); it raises :class:`NoModel` for calls it cannot price."""
+    def deco(fn):
+        for n in names:
+            _HANDLERS[n] = fn
+        return fn
+    return deco
+
+
+def trace_dtype(type_name: str):
+    """``(fxshape dtype key or None, itemsize)`` of an ``Input type`` string."""
+    if type_name not in _TYPES:
+        raise NoModel(f"element type {type_name!r} unknown")
+    return _TYPES[type_name]
+
+
+def _is_shape(d) -> bool:
+    return isinstance(d, tuple) and all(isinstance(x, int) and not isinstance(x, bool)
+                                        for x in d)
+
+
+def _tensors(op):
+    """``(shape, itemsize)`` of each tensor input (scalars and tensor lists left out)."""
+    out = []
+    for i, d in enumerate(op.dims):
+        t = op.types[i] if i < len(op.types) else ""
+        if _is_shape(d) and d and t in _TYPES:
+            out.append((d, _TYPES[t][1]))
+    return out
+
+
+def _numel(shape) -> int:
+    return math.prod(shape)
+
+
+def _broadcast(shapes) -> tuple:
+    nd = max(len(s) for s in shapes)
+    out = []
+    for i in range(nd):
+        sizes = {s[len(s) - nd + i] for s in shapes if len(s) - nd + i >= 0}
+        sizes.discard(1)
+        out.append(max(sizes) if sizes else 1)
+    return tuple(out)
+
+
+# ---------------------------------------------------------------------------------------
+# GEMMs
+# ---------------------------------------------------------------------------------------
+
+def _gemm_dtype(op, ctx, idx) -> str:
+    key, _ = trace_dtype(op.types[idx] if idx < len(op.types) else "")
+    if key is None:
+        raise NoModel(f"a GEMM in {op.types[idx]!r} (no tensor-core or SIMT model)")
+    if key == "fp32" and any(m in k.lower() for k in ctx.kernels for m in TF32_MARKERS):
+        return "tf32"
+    return key
+
+
+def _transposed(shape, strides) -> bool:
+    # a matrix stored column-major: its last dimension is not the contiguous one
+    return (strides is not None and len(strides) >= 2 and strides[-1] != 1
+            and strides[-2] == 1 and shape[-1] > 1)
+
+
+_KERNEL_LAYOUT = re.compile(r"_(nn|nt|tn|tt)(?:_|$)")
+
+
+def _layout(op, ctx, ia, ib) -> str:
+    """fxshape's layout of the GEMM: from the recorded strides; else from the kernel's
+    name, whose suffix is cuBLAS's column-major view with the operands swapped (PyTorch
+    calls ``C^T = B^T A^T``: ``..._tn`` is fxshape's ``nt``, F.linear's); else ``nt`` under
+    ``aten::linear`` and ``nn`` otherwise."""
+    if op.strides is not None and len(op.strides) > max(ia, ib):
+        a = _transposed(op.dims[ia], op.strides[ia])
+        b = _transposed(op.dims[ib], op.strides[ib])
+        return ("t" if a else "n") + ("t" if b else "n")
+    for k in ctx.kernels:
+        m = _KERNEL_LAYOUT.search(k)
+        if m and ("gemm" in k.lower() or "Cijk" in k):
+            return m.group(1)[::-1]
+    return "nt" if ctx.parent == "aten::linear" else "nn"
+
+
+def _gemm(op, ctx, ia, ib, batched):
+    if len(op.dims) <= ib or not (_is_shape(op.dims[ia]) and _is_shape(op.dims[ib])):
+        raise NoModel("its input shapes are not recorded")
+    a, b = op.dims[ia], op.dims[ib]
+    if batched:
+        if len(a) != 3 or len(b) != 3:
+            raise NoModel(f"batched GEMM inputs {list(a)} x {list(b)} are not 3-D")
+        batch, m, k, n = a[0], a[1], a[2], b[2]
+    else:
+        if len(a) != 2 or len(b) != 2:
+            raise NoModel(f"GEMM inputs {list(a)} x {list(b)} are not 2-D")
+        batch, (m, k), n = 1, a, b[1]
+    if min(batch, m, n, k) <= 0:
+        raise NoModel("an empty GEMM")
+    dkey = _gemm_dtype(op, ctx, ia)
+    layout = _layout(op, ctx, ia, ib)
+    try:
+        p = predict_matmul(m, n, k, batch=batch, dtype=dkey, gpu=ctx.gpu, layout=layout,
+                           params_path=ctx.params_path)
+    except ValueError as exc:
+        raise NoModel(str(exc)) from None
+    what = f"{'B=' + str(batch) + ' ' if batch > 1 else ''}M={m} N={n} K={k} {dkey} {layout}"
+    return Priced("gemm", p.time_s, what)
+
+
+@register_trace_handler("aten::mm")
+def _mm(op, ctx):
+    return _gemm(op, ctx, 0, 1, False)
+
+
+@register_trace_handler("aten::addmm")
+def _addmm(op, ctx):
+    return _gemm(op, ctx, 1, 2, False)
+
+
+@register_trace_handler("aten::bmm")
+def _bmm(op, ctx):
+    return _gemm(op, ctx, 0, 1, True)
+
+
+@register_trace_handler("aten::baddbmm")
+def _baddbmm(op, ctx):
+    return _gemm(op, ctx, 1, 2, True)
+
+
+# ---------------------------------------------------------------------------------------
+# attention (SDPA's fused kernels; q, k, v as [batch, heads, seq, head_dim])
+# ---------------------------------------------------------------------------------------
+
+def _attention(op, ctx, direction, first):
+    dims = op.dims[first:first + 3]
+    if len(dims) < 3 or not all(_is_shape(d) and len(d) == 4 for d in dims):
+        raise NoModel("q, k and v shapes are not recorded as [batch, heads, seq, dim]")
+    (b, h, sq, d), (_, hk, sk, _), (_, _, _, dv) = dims
+    causal = False
+    concrete = op.arg("Concrete Inputs")
+    if isinstance(concrete, tuple):  # SDPA: (q, k, v, dropout_p, is_causal, ...)
+        flags = [c for c in concrete[3:] if c in ("True", "False")]
+        causal = bool(flags) and flags[0] == "True"
+    key, _ = trace_dtype(op.types[first] if first < len(op.types) else "")
+    if key not in ("fp16", "bf16"):
+        raise NoModel(f"fused attention in {key or op.types[first]!r}")
+    try:
+        p = predict_attention(AttentionShape(b, h, hk, sq, sk, d, dv, causal),
+                              direction=direction, dtype=key, gpu=ctx.gpu)
+    except ValueError as exc:
+        raise NoModel(str(exc)) from None
+    return Priced("attention", p.time_s, f"B={b} H={h} S={sq}x{sk} D={d} {key} "
+                  f"{'causal ' if causal else ''}{direction}")
+
+
+@register_trace_handler("aten::_scaled_dot_product_flash_attention",
+                        "aten::_scaled_dot_product_efficient_attention",
+                        "aten::_scaled_dot_product_cudnn_attention")
+def _sdpa(op, ctx):
+    return _attention(op, ctx, "forward", 0)
+
+
+@register_trace_handler("aten::_scaled_dot_product_flash_attention_backward",
+                        "aten::_scaled_dot_product_efficient_attention_backward",
+                        "aten::_scaled_dot_product_cudnn_attention_backward")
+def _sdpa_bwd(op, ctx):
+    return _attention(op, ctx, "backward", 1)  # grad_out first, then q, k, v
+
+
+# ---------------------------------------------------------------------------------------
+# memory-bound ops
+# ---------------------------------------------------------------------------------------
+
+def _kernel(family, nbytes, ctx, what):
+    return Priced("memory", kernel_time(family, int(nbytes), gpu=ctx.gpu).time_s, what)
+
+
+def _mb(nbytes) -> str:
+    return f"{nbytes / 1e6:.3g} MB"
+
+
+@register_trace_handler("aten::native_layer_norm")
+def _layer_norm(op, ctx):
+    ts = _tensors(op)
+    if not ts:
+        raise NoModel("its input shape is not recorded")
+    x = ts[0][0]
+    w = op.dims[2] if len(op.dims) > 2 and _is_shape(op.dims[2]) and op.dims[2] else x[-1:]
+    cols = _numel(w)
+    rows = _numel(x) // cols
+    dkey = _TYPES[op.types[0]][0] or "fp32"
+    return _kernel("layer_norm", memop_bytes("layer_norm", rows, cols, dkey), ctx,
+                   f"layer_norm {rows}x{cols}")
+
+
+@register_trace_handler("aten::native_layer_norm_backward")
+def _layer_norm_bwd(op, ctx):
+    ts = _tensors(op)
+    if len(ts) < 2:
+        raise NoModel("its input shapes are not recorded")
+    (x, e) = ts[1]
+    cols = x[-1]
+    rows = _numel(x) // cols
+    # dx: reads dy, x (and mean, rstd), writes dx; dgamma/dbeta: a second pass over dy, x
+    dx = _kernel("layer_norm", 3 * rows * cols * e + 2 * rows * 4, ctx, "")
+    dw = _kernel("reduction", 2 * rows * cols * e + 2 * cols * e, ctx, "")
+    return Priced("memory", dx.time_s + dw.time_s, f"layer_norm backward {rows}x{cols}")
+
+
+def _softmax(op, ctx, reads):
+    ts = _tensors(op)
+    if not ts:
+        raise NoModel("its input shape is not recorded")
+    x, e = ts[0]
+    dkey = _TYPES[op.types[0]][0] or "fp32"
+    fam = memop_family("softmax", x[-1], dkey)
+    nbytes = (reads + 1) * _numel(x) * e
+    return _kernel(fam, nbytes, ctx, f"softmax {_numel(x) // x[-1]}x{x[-1]} ({_mb(nbytes)})")
+
+
+@register_trace_handler("aten::_softmax", "aten::_log_softmax")
+def _softmax_fwd(op, ctx):
+    return _softmax(op, ctx, 1)
+
+
+@register_trace_handler("aten::_softmax_backward_data", "aten::_log_softmax_backward_data")
+def _softmax_bwd(op, ctx):
+    return _softmax(op, ctx, 2)
+
+
+@register_trace_handler("aten::copy_")
+def _copy(op, ctx):
+    ts = _tensors(op)
+    if len(ts) < 2:
+        raise NoModel("its input shapes are not recorded")
+    (dst, ed), (src, es) = ts[:2]
+    nbytes = _numel(dst) * ed + _numel(src) * es
+    return _kernel("copy", nbytes, ctx, f"copy {_mb(nbytes)}")
+
+
+@register_trace_handler("aten::fill_", "aten::zero_")
+def _fill(op, ctx):
+    ts = _tensors(op)
+    if not ts:
+        raise NoModel("its input shape is not recorded")
+    x, e = ts[0]
+    return _kernel("fill", _numel(x) * e, ctx, f"fill {_mb(_numel(x) * e)}")
+
+
+@register_trace_handler("aten::cat")
+def _cat(op, ctx):
+    parts = op.dims[0] if op.dims else ()
+    if not op.types or op.types[0] != "TensorList":
+        raise NoModel(f"its inputs are recorded as {list(op.types)}, not a tensor list")
+    shapes = [p for p in parts if _is_shape(p) and p] if isinstance(parts, tuple) else []
+    if not shapes:
+        raise NoModel("its input shapes are not recorded")
+    # TensorList inputs carry no element type of their own: the trace's next typed input
+    # or fp32
+    e = next((_TYPES[x][1] for x in op.types if x in _TYPES), 4)
+    nbytes = 2 * sum(_numel(s) for s in shapes) * e
+    return _kernel("copy", nbytes, ctx, f"cat {_mb(nbytes)}")
+
+
+@functools.lru_cache(maxsize=None)
+def _tags(name: str) -> frozenset:
+    """The ``torch.Tag`` names of any overload of aten operator ``name`` (``aten::add``)."""
+    import torch
+
+    if not name.startswith("aten::"):
+        return frozenset()
+    packet = getattr(torch.ops.aten, name[6:], None)
+    if packet is None:
+        return frozenset()
+    tags = set()
+    for ov in packet.overloads():
+        tags.update(str(t).split(".")[-1] for t in getattr(getattr(packet, ov), "tags", ()))
+    return frozenset(tags)
+
+
+def _generic(op, ctx):
+    """Pointwise and reduction ops by their tags; anything else has no model."""
+    tags = _tags(op.name)
+    ts = _tensors(op)
+    if "pointwise" in tags:
+        if not ts:
+            raise NoModel("its input shapes are not recorded")
+        out = _broadcast([s for s, _ in ts])
+        e_out = max(e for _, e in ts)
+        read = sum(_numel(s) * e for s, e in ts)
+        nbytes = read + _numel(out) * e_out
+        return _kernel("elementwise", nbytes, ctx, f"pointwise {_mb(nbytes)}")
+    if "reduction" in tags:
+        if not ts:
+            raise NoModel("its input shapes are not recorded")
+        x, e = ts[0]
+        return _kernel("reduction", _numel(x) * e, ctx, f"reduction {_mb(_numel(x) * e)}")
+    raise NoModel(f"no trace model for {op.name}")
+
+
+# ---------------------------------------------------------------------------------------
+# collectives
+# ---------------------------------------------------------------------------------------
+
+def _collective(op, ctx):
+    """An ``nccl:*`` annotation (its buffers in ``Input Dims``) or a ``record_param_comms``
+    event (``Collective name``, ``In msg nelems`` / ``Out msg nelems``, ``dtype``)."""
+    comms = op.name == "record_param_comms"
+    name = str(op.arg("Collective name", "")) if comms else op.name[len("nccl:"):]
+    kind = _COLLECTIVES.get(name)
+    if kind is None:
+        raise NoModel(f"no model for the collective {name or op.name!r}")
+    n = op.arg("Group size") or ctx.world_size
+    if not isinstance(n, int) or n < 1:
+        raise NoModel("the group size is unknown (no 'Group size' on the event and no "
+                      "distributedInfo.world_size in the trace)")
+    if comms:
+        e = _COMM_DTYPES.get(str(op.arg("dtype", "")))
+        nel = op.arg("Out msg nelems" if kind == "all_gather" else "In msg nelems")
+        if e is None or not isinstance(nel, int) or nel <= 0:
+            raise NoModel("its message size or dtype is not recorded")
+        nbytes = nel * e  # all_gather: the gathered (output) buffer, as the model takes it
+    else:
+        ts = _tensors(op)
+        if not ts:
+            raise NoModel("its buffer sizes are not recorded")
+        nbytes = sum(_numel(s) * e for s, e in ts)
+        if kind == "all_gather":
+            nbytes *= n  # the input is this rank's shard; the model takes the gathered buffer
+    topo = default_topology(ctx.gpu.name)
+    nodes = max(1, -(-n // topo.gpus_per_node))
+    try:
+        p = predict_collective(kind, nbytes, n if kind != "send_recv" else 2,
+                               topology=get_topology(f"{topo.name}:{nodes}"))
+    except ValueError as exc:
+        raise NoModel(str(exc)) from None
+    return Priced("communication", p.time_s,
+                  f"{kind} {_mb(nbytes)} over {n} GPUs ({topo.name})")
+
+
+def price_op(op, ctx: PriceContext) -> Priced:
+    """Price trace operator ``op`` (a ``fxshape.traces.kineto.TraceOp``).
+
+    Raises:
+        NoModel: fxshape has no model for it (the message says why).
+    """
+    if op.name.startswith("nccl:") or op.name == "record_param_comms":
+        return _collective(op, ctx)
+    handler = _HANDLERS.get(op.name)
+    if handler is not None:
+        return handler(op, ctx)
+    return _generic(op, ctx)

@@ -1,0 +1,279 @@
+"""Profiler traces in (issue 34): reading a Kineto trace, pairing kernels with the operators
+that launched them, pricing each operator, and the comparison's records, on a small trace
+built by hand (every expectation below is counted from the events written here)."""
+
+import gzip
+import json
+import os
+
+import pytest
+
+import fxshape
+from fxshape.fit.calibration import calibration_dir
+from fxshape.traces import compare_trace, read_trace
+from fxshape.traces.pairing import NO_LAUNCH, OUTSIDE, pair
+
+A100 = {"id": 0, "name": "NVIDIA A100-SXM4-40GB", "numSms": 108, "warpSize": 32,
+        "totalGlobalMem": 42_505_273_344}
+GEMM_BF16 = "sm80_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize128x128x32_stage4_kernel"
+SPLITK = "void cublasLt::splitKreduce_kernel<32, 16, int, float, __nv_bfloat16>"
+SGEMM = "ampere_sgemm_128x64_nn"
+TF32 = "void cutlass::Kernel<cutlass_80_tensorop_s1688gemm_128x128_32x5_nn_align4>"
+ADD = "void at::native::vectorized_elementwise_kernel<4, CUDAFunctor_add<c10::BFloat16>>"
+
+
+def _op(name, ts, dur, dims=(), types=(), tid=1, cat="cpu_op", **args):
+    a = {"Input Dims": [list(d) if isinstance(d, tuple) else d for d in dims],
+         "Input type": list(types)}
+    a.update(args)
+    return {"ph": "X", "cat": cat, "name": name, "pid": 10, "tid": tid, "ts": ts, "dur": dur,
+            "args": a}
+
+
+def _launch(corr, ts, tid=1):
+    return {"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 10,
+            "tid": tid, "ts": ts, "dur": 3, "args": {"correlation": corr}}
+
+
+def _kernel(name, corr, ts, dur, stream=7, cat="kernel"):
+    return {"ph": "X", "cat": cat, "name": name, "pid": 0, "tid": stream, "ts": ts,
+            "dur": dur, "args": {"correlation": corr, "device": 0, "stream": stream}}
+
+
+def _events():
+    bf = "c10::BFloat16"
+    return [
+        # thread 1: F.linear -> addmm, whose GEMM is split K: the GEMM and its reduce kernel
+        _op("aten::linear", 0, 100, [(1024, 4096), (1024, 4096), (1024,)], [bf, bf, bf]),
+        _op("aten::addmm", 10, 60, [(1024,), (1024, 4096), (4096, 1024)], [bf, bf, bf]),
+        _launch(1, 20), _launch(2, 40),
+        _kernel(GEMM_BF16, 1, 1000, 50), _kernel(SPLITK, 2, 1050, 5),
+        # an fp32 mm on the SIMT kernels and one on TF32 tensor cores
+        _op("aten::mm", 120, 60, [(512, 256), (256, 128)], ["float", "float"]),
+        _launch(3, 130), _kernel(SGEMM, 3, 1100, 30),
+        _op("aten::mm", 190, 20, [(512, 256), (256, 128)], ["float", "float"]),
+        _launch(4, 195), _kernel(TF32, 4, 1140, 12),
+        # a pointwise add of two [1024, 1024] bf16 tensors
+        _op("aten::add", 220, 20, [(1024, 1024), (1024, 1024), ()], [bf, bf, "Scalar"]),
+        _launch(5, 225), _kernel(ADD, 5, 1160, 10),
+        # an operator fxshape has no model for
+        _op("mylib::weird", 250, 20, [(8,)], ["float"]),
+        _launch(6, 255), _kernel("weird_kernel", 6, 1180, 7),
+        # a copy to the host
+        _op("aten::copy_", 280, 10, [(4,), (4,)], ["float", "float"]),
+        _launch(7, 282), _kernel("Memcpy DtoH (Device -> Pageable)", 7, 1190, 2,
+                                 cat="gpu_memcpy"),
+        # a launch outside any operator, and a kernel whose launch was not recorded
+        _launch(8, 300), _kernel("stray_kernel", 8, 1200, 4),
+        _kernel("orphan_kernel", 99, 1210, 3),
+        # thread 2 launches while thread 1's linear is open: not the linear's kernel
+        _op("aten::mm", 50, 30, [(64, 64), (64, 64)], ["float", "float"], tid=2),
+        _launch(9, 55, tid=2), _kernel(SGEMM, 9, 1220, 6, stream=8),
+    ]
+
+
+def _write(tmp_path, events=None, gz=False, props=(A100,), **extra):
+    doc = {"schemaVersion": 1, "record_shapes": 1, "traceEvents": events or _events()}
+    if props is not None:
+        doc["deviceProperties"] = list(props)
+    doc.update(extra)
+    path = tmp_path / ("t.json.gz" if gz else "t.json")
+    data = json.dumps(doc).encode()
+    path.write_bytes(gzip.compress(data) if gz else data)
+    return str(path)
+
+
+def _by_name(c, name):
+    return [o for o in c.ops if o.name == name]
+
+
+def test_pairing_innermost_operator_and_the_unattributed(tmp_path):
+    tr = read_trace(_write(tmp_path))
+    p = pair(tr)
+    names = {tr.ops[i].name: [e.name for e in evs] for i, evs in p.by_op.items()
+             if tr.ops[i].name != "aten::mm"}
+    # the split-K GEMM's two kernels go to addmm, the innermost op, not to linear
+    assert names["aten::addmm"] == [GEMM_BF16, SPLITK]
+    assert "aten::linear" not in names
+    mms = sorted((tr.ops[i].tid, [e.name for e in evs]) for i, evs in p.by_op.items()
+                 if tr.ops[i].name == "aten::mm")
+    # thread 2's launch pairs with thread 2's mm, though thread 1's linear was open then
+    assert mms == [(1, [SGEMM]), (1, [TF32]), (2, [SGEMM])]
+    loose = sorted((e.name, why) for e, why in p.unattributed)
+    assert loose == [("orphan_kernel", NO_LAUNCH), ("stray_kernel", OUTSIDE)]
+
+
+def test_comparison_records(tmp_path):
+    c = compare_trace(_write(tmp_path))
+    assert c.gpu == "a100-sxm4-40gb" and "A100-SXM4-40GB" in c.gpu_from
+    (addmm,) = _by_name(c, "aten::addmm")
+    assert addmm.measured_s == pytest.approx(55e-6)  # 50 us GEMM + 5 us split-K reduce
+    # priced with the recorded sizes: x [1024, 4096] @ W^T [4096, 1024]; the kernel's
+    # cuBLAS suffix "tn" (operands swapped) is fxshape's "nt", F.linear's layout
+    want = fxshape.predict_matmul(1024, 1024, 4096, dtype="bf16", gpu="a100-sxm4-40gb",
+                                  layout="nt")
+    assert addmm.cls == "gemm" and addmm.predicted_s == pytest.approx(want.time_s)
+    assert "M=1024 N=1024 K=4096 bf16 nt" in addmm.what
+    simt, tf32 = sorted((o for o in _by_name(c, "aten::mm") if o.measured_s > 7e-6),
+                        key=lambda o: o.index)
+    assert " fp32 " in simt.what and " tf32 " in tf32.what  # the kernel names say which
+    (add,) = _by_name(c, "aten::add")
+    # reads two 2 MiB bf16 tensors, writes one: 3 x 1024 x 1024 x 2 bytes
+    assert add.cls == "memory" and add.what == f"pointwise {3 * 1024 * 1024 * 2 / 1e6:.3g} MB"
+    (weird,) = _by_name(c, "mylib::weird")
+    assert weird.predicted_s is None and weird.cls == "no model" and "mylib::weird" in weird.note
+    (copy,) = _by_name(c, "aten::copy_")
+    assert copy.predicted_s is None and "host and device" in copy.note
+    # device time: 50+5+30+12+10+7+2+4+3+6 = 129 us; operators got all but the stray 4 and
+    # the orphan 3
+    assert c.kernel_s == pytest.approx(129e-6)
+    assert c.attributed_s == pytest.approx(122e-6)
+    assert c.modelled_s == pytest.approx(122e-6 - 7e-6 - 2e-6)
+    assert {(u.kernel, u.reason) for u in c.unattributed} == {
+        ("stray_kernel", OUTSIDE), ("orphan_kernel", NO_LAUNCH)}
+    gemm = c.class_error("gemm")
+    assert gemm.ops == 4 and gemm.measured_s == pytest.approx((55 + 30 + 12 + 6) * 1e-6)
+    assert gemm.median <= gemm.p90
+    # the worst operator is the one furthest off in time
+    w = c.worst(1)[0]
+    assert all(abs(o.predicted_s - o.measured_s) <= abs(w.predicted_s - w.measured_s)
+               for o in c.ops if o.predicted_s is not None)
+
+
+def test_idle_time_is_the_window_minus_the_busy_union(tmp_path):
+    # kernels at [1000, 1055] ... [1220, 1226] on two streams; busy union by hand:
+    # [1000,1055] 55, [1100,1130] 30, [1140,1152] 12, [1160,1170] 10, [1180,1187] 7,
+    # [1190,1192] 2, [1200,1204] 4, [1210,1213] 3, [1220,1226] 6 -> 129 of a 226 us window
+    c = compare_trace(_write(tmp_path))
+    assert c.window_s == pytest.approx(226e-6)
+    assert c.idle_s == pytest.approx(97e-6)
+
+
+def test_records_render_and_parse_back(tmp_path):
+    c = compare_trace(_write(tmp_path))
+    d = json.loads(c.to_json())
+    assert d["gpu"] == "a100-sxm4-40gb" and len(d["ops"]) == len(c.ops)
+    assert {x["name"] for x in d["no_model"]} == {"mylib::weird", "aten::copy_"}
+    lines = c.to_csv().splitlines()
+    assert len(lines) == 1 + len(c.ops)
+    md = c.to_markdown()
+    assert "| gemm " in md and "mylib::weird" in md and "stray_kernel" in md
+    # same input, same output
+    assert compare_trace(_write(tmp_path)).to_json() == c.to_json()
+
+
+def test_gzipped_and_plain_read_the_same(tmp_path):
+    plain = compare_trace(_write(tmp_path))
+    zipped = compare_trace(_write(tmp_path, gz=True))
+    assert [o.as_dict() for o in plain.ops] == [o.as_dict() for o in zipped.ops]
+
+
+def test_gpu_from_the_trace_or_given(tmp_path):
+    no_props = _write(tmp_path, props=None)
+    with pytest.raises(ValueError, match="no deviceProperties .* pass gpu="):
+        compare_trace(no_props)
+    assert compare_trace(no_props, gpu="a100-40gb").gpu == "a100-sxm4-40gb"
+    # an AMD device named generically: 104 CUs and 64 GiB fit both the MI210 and an MI250
+    # GCD, so the trace cannot say which
+    amd = dict(A100, name="AMD Radeon Graphics", numSms=104, warpSize=64,
+               totalGlobalMem=68_702_699_520)
+    with pytest.raises(ValueError, match="matches mi210 and mi250-gcd .* pass gpu="):
+        compare_trace(_write(tmp_path, props=[amd]))
+    with pytest.raises(ValueError, match="unknown GPU 'z9'"):
+        compare_trace(no_props, gpu="z9")
+
+
+def test_bad_traces(tmp_path):
+    hint = r"torch\.profiler\.profile\(.*record_shapes=True"
+    with pytest.raises(ValueError, match="no trace file"):
+        compare_trace(str(tmp_path / "missing.json"))
+    notjson = tmp_path / "x.json"
+    notjson.write_text("hello")
+    with pytest.raises(ValueError, match="not a PyTorch profiler trace .*" + hint):
+        compare_trace(str(notjson))
+    nolist = tmp_path / "y.json"
+    nolist.write_text(json.dumps({"events": []}))
+    with pytest.raises(ValueError, match="no 'traceEvents' list"):
+        compare_trace(str(nolist))
+    cpu_only = [e for e in _events() if e["cat"] not in ("kernel", "gpu_memcpy")]
+    with pytest.raises(ValueError, match="has no GPU kernels .*" + hint):
+        compare_trace(_write(tmp_path, events=cpu_only))
+    no_shapes = [dict(e, args={k: v for k, v in e["args"].items() if k != "Input Dims"})
+                 for e in _events()]
+    with pytest.raises(ValueError, match="without record_shapes=True"):
+        compare_trace(_write(tmp_path, events=no_shapes))
+
+
+def test_the_command_line(tmp_path, capsys):
+    from fxshape import cli
+
+    path = _write(tmp_path)
+    assert cli.main(["compare", path]) == 0
+    out = capsys.readouterr().out
+    assert "a100-sxm4-40gb" in out and "| gemm" in out
+    assert cli.main(["compare", path, "--format", "json"]) == 0
+    assert json.loads(capsys.readouterr().out)["gpu"] == "a100-sxm4-40gb"
+    assert cli.main(["compare", str(tmp_path / "nope.json")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("fxshape: error: no trace file") and "\n" not in err
+
+
+TRACES = os.path.join(calibration_dir(), "traces")
+
+
+@pytest.mark.needs_data(TRACES)
+def test_the_shared_a100_trace_is_attributed():
+    # HTA's sampled rank-0 trace of a 128-GPU A100 run: every kernel but 16 optimizer
+    # kernels launched outside any operator is paired with an operator
+    c = compare_trace(os.path.join(TRACES, "hta_a100_128rank_sampled_rank0.json.gz"),
+                      gpu="a100-sxm4-40gb")
+    assert c.attributed_fraction >= 0.99
+    gemm = c.class_error("gemm")
+    assert gemm.ops >= 300  # its aten::mm/addmm/bmm with their cuBLAS and CUTLASS kernels
+    assert {u.reason for u in c.unattributed} == {OUTSIDE}
+
+
+def test_collectives_over_their_group(tmp_path):
+    from fxshape.cost.comm import predict_collective
+
+    h100 = {"id": 0, "name": "NVIDIA H100 80GB HBM3", "numSms": 132}
+    ev = [
+        # an all-gather annotation: this rank's [1024] bf16 shard, 8 ranks -> 8 x 2 KiB
+        _op("nccl:_all_gather_base", 0, 50, [(1024,)], ["c10::BFloat16"],
+            cat="user_annotation", **{"Group size": 8}),
+        _launch(1, 10), _kernel("ncclDevKernel_AllGather_RING_LL", 1, 100, 20, stream=9),
+        # a newer trace's record_param_comms: a reduce-scatter of 4096 fp32 over 16 ranks
+        _op("record_param_comms", 60, 50, [(4096,)], ["float"],
+            **{"Collective name": "_reduce_scatter_base", "In msg nelems": 4096,
+               "Out msg nelems": 256, "Group size": 16, "dtype": "Float"}),
+        _launch(2, 70), _kernel("ncclDevKernel_ReduceScatter_Sum_f32_RING_LL", 2, 130, 30,
+                                stream=9),
+        # the group size is nowhere: no model, and said so
+        _op("nccl:all_reduce", 120, 20, [(64,)], ["float"], cat="user_annotation"),
+        _launch(3, 125), _kernel("ncclDevKernel_AllReduce_Sum_f32_RING_LL", 3, 170, 9),
+        _op("aten::mm", 150, 20, [(64, 64), (64, 64)], ["float", "float"]),
+        _launch(4, 155), _kernel(SGEMM, 4, 190, 5),
+    ]
+    c = compare_trace(_write(tmp_path, events=ev, props=[h100]))
+    ag, rs, ar = (_by_name(c, n)[0] for n in ("nccl:_all_gather_base", "record_param_comms",
+                                              "nccl:all_reduce"))
+    assert ag.cls == rs.cls == "communication"
+    assert ag.predicted_s == pytest.approx(
+        predict_collective("all_gather", 8 * 1024 * 2, 8, topology="dgx-h100:1").time_s)
+    # 16 ranks are two DGX H100 nodes of 8
+    assert rs.predicted_s == pytest.approx(
+        predict_collective("reduce_scatter", 4096 * 4, 16, topology="dgx-h100:2").time_s)
+    assert ar.predicted_s is None and "group size is unknown" in ar.note
+    # the trace's world size stands in for a missing group size
+    c = compare_trace(_write(tmp_path, events=ev, props=[h100],
+                             distributedInfo={"backend": "nccl", "world_size": 4}))
+    ar = _by_name(c, "nccl:all_reduce")[0]
+    assert ar.predicted_s == pytest.approx(
+        predict_collective("all_reduce", 64 * 4, 4, topology="dgx-h100:1").time_s)
+
+
+def test_a_given_gpu_other_than_the_traces_is_noted(tmp_path):
+    c = compare_trace(_write(tmp_path), gpu="h100")
+    assert c.gpu == "h100-sxm"
+    assert any("the trace's device is a100-sxm4-40gb" in n for n in c.notes)
+    assert not any("trace's device" in n for n in compare_trace(_write(tmp_path)).notes)
