@@ -1262,7 +1262,12 @@ def build_parser() -> argparse.ArgumentParser:
                     help="parameter file to write (default fxshape_params.json)")
     pc.add_argument("--gpu", default=None,
                     help="fxshape GPU name (default: detected from the device name)")
-    pc.add_argument("--dtype", default="bf16", help="fp16, bf16 or tf32 (default bf16)")
+    pc.add_argument("--dtype", default=None,
+                    help="fp16, bf16 or tf32 (default bf16; with --trace, the trace's most "
+                         "common GEMM dtype)")
+    pc.add_argument("--trace", default=None, metavar="TRACE",
+                    help="fit to the GEMM kernels of this PyTorch profiler trace instead of "
+                         "timing a sweep on the local GPU (no GPU needed)")
     pc.set_defaults(func=_cmd_calibrate)
     for sp in (pp, pa, pv, ps, pt):
         sp.add_argument("--params", default=None, metavar="PATH",
@@ -1289,7 +1294,20 @@ def _cmd_compare(args) -> int:
 def _cmd_calibrate(args) -> int:
     from .fit.calibrate import main as calibrate_main
 
-    return calibrate_main(args)
+    if args.trace is None:
+        if args.dtype is None:
+            args.dtype = "bf16"
+        return calibrate_main(args)
+    if args.quick:
+        raise ValueError("--quick sets the sweep timed on the local GPU; with --trace the "
+                         "trace's kernels are the measurements: drop one of them")
+    from .traces.calibrate import calibrate_from_trace
+
+    got = calibrate_from_trace(args.trace, gpu=args.gpu, out=args.out, dtype=args.dtype)
+    print(got.describe())
+    print(f"use it with: FXSHAPE_PARAMS={got.out} fxshape analyze ...   or   "
+          f"params={got.out!r}")
+    return 0
 
 
 @contextlib.contextmanager

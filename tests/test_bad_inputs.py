@@ -640,7 +640,7 @@ CLI_VALUES = {
     "predict": {"batch": ["2"], "gpu": ["a100"], "dtype": ["fp16"], "layout": ["nt"],
                 "json": [True], "params": ["PARAMS"]},
     "calibrate": {"quick": [True], "out": ["@params.json"], "gpu": ["h100"],
-                  "dtype": ["fp16"]},
+                  "dtype": ["fp16"], "trace": ["@no-such-trace.json"]},
     "gpus": {}, "presets": {},
     "plan": {"gpu": ["a100"], "dtype": ["fp16"], "topology": ["dgx-a100"],
              "micro_batches": ["1,2"], "zero": ["0,1"], "recompute": ["none"], "top": ["3"],

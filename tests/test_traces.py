@@ -277,3 +277,80 @@ def test_a_given_gpu_other_than_the_traces_is_noted(tmp_path):
     assert c.gpu == "h100-sxm"
     assert any("the trace's device is a100-sxm4-40gb" in n for n in c.notes)
     assert not any("trace's device" in n for n in compare_trace(_write(tmp_path)).notes)
+
+
+def _gemm_trace(tmp_path, shapes, params_path, gpu_name="NVIDIA H100 80GB HBM3"):
+    """A trace of bf16 GEMMs whose kernel durations are the model's predictions with the
+    constants of ``params_path``: what calibrating should find again."""
+    bf = "c10::BFloat16"
+    ev, ts = [], 0
+    for i, (b, m, n, k) in enumerate(shapes):
+        t = fxshape.predict_matmul(m, n, k, batch=b, dtype="bf16", gpu="h100",
+                                   params_path=params_path).time_s
+        name, dims = (("aten::bmm", [(b, m, k), (b, k, n)]) if b > 1
+                      else ("aten::mm", [(m, k), (k, n)]))
+        ev += [_op(name, ts, 20, dims, [bf, bf]), _launch(i + 1, ts + 5),
+               _kernel("sm90_xmma_gemm_bf16bf16_bf16f32_f32_nn_n_kernel", i + 1,
+                       10_000 + ts, t * 1e6)]
+        ts += 30
+    return _write(tmp_path, events=ev, props=[{"id": 0, "name": gpu_name}])
+
+
+def test_calibrating_from_a_trace_recovers_its_constants(tmp_path):
+    import dataclasses
+
+    from fxshape.cost.gemm import ModelParams, model_params
+    from fxshape.traces.calibrate import calibrate_from_trace
+
+    # a GPU 20% slower at peak and with 1.5x the launch latency of the packaged H100
+    base = model_params("h100")
+    true = dataclasses.replace(base, e_max=base.e_max * 0.8, launch_s=base.launch_s * 1.5)
+    truth = tmp_path / "truth.json"
+    truth.write_text(json.dumps({"gpus": {"h100-sxm": {
+        f: getattr(true, f) for f in ModelParams.STORED}}}))
+    sizes = (64, 256, 1024, 4096, 8192)
+    shapes = [(1, m, n, k) for m in sizes for n in (1024, 4096) for k in (512, 4096)]
+    shapes += [(8, 512, 512, 512), (16, 1024, 1024, 128), (32, 256, 256, 64),
+               (4, 2048, 2048, 2048), (64, 128, 128, 128), (12, 1024, 1024, 64)]
+    got = calibrate_from_trace(_gemm_trace(tmp_path, shapes, str(truth)),
+                               out=str(tmp_path / "fitted.json"))
+    assert got.gpu == "h100-sxm" and got.dtype == "bf16"
+    assert got.held_rows > 0 and got.fitted_rows + got.held_rows == len(shapes)
+    # the packaged constants miss the shapes held out by the changes made; the fitted ones
+    # predict them again
+    assert got.heldout_before > 0.1
+    assert got.heldout_after < 0.03
+    # every shape is 16-byte aligned: the misalignment constants cannot be told
+    assert {"ld_issue_clk", "align_mem_eff"} <= {c for c, _ in got.kept}
+    assert not {"ld_issue_clk", "align_mem_eff"} & set(got.fitted)
+    doc = json.loads((tmp_path / "fitted.json").read_text())
+    assert doc["gpus"]["h100-sxm"]["fitted"] == sorted(got.fitted)
+    assert doc["calibration"]["not_identified"] == [c for c, _ in got.kept]
+
+
+def test_calibrating_from_a_trace_refuses_what_it_cannot_fit(tmp_path):
+    from fxshape.traces.calibrate import calibrate_from_trace
+
+    # the hand-built trace's GEMMs: one bf16 and four fp32 (SIMT or TF32) shapes
+    with pytest.raises(ValueError, match="has 1 distinct bf16 GEMM shapes; calibrating "
+                                         "needs at least 5"):
+        calibrate_from_trace(_write(tmp_path), dtype="bf16", out=str(tmp_path / "p.json"))
+    with pytest.raises(ValueError, match="no fp16 GEMMs; it has bf16 x1, fp32 x2, tf32 x1"):
+        calibrate_from_trace(_write(tmp_path), dtype="fp16", out=str(tmp_path / "p.json"))
+    with pytest.raises(ValueError, match="fp32 without TF32 .*bench/fit_fp32.py"):
+        calibrate_from_trace(_write(tmp_path), dtype="fp32", out=str(tmp_path / "p.json"))
+
+
+def test_calibrate_trace_on_the_command_line(tmp_path, capsys):
+    from fxshape import cli
+
+    shapes = [(1, m, n, 1024) for m in (128, 512, 2048) for n in (1024, 4096, 8192)]
+    path = _gemm_trace(tmp_path, shapes, None)
+    out = str(tmp_path / "p.json")
+    assert cli.main(["calibrate", "--trace", path, "--out", out]) == 0
+    text = capsys.readouterr().out
+    assert "calibrated h100-sxm (bf16)" in text and os.path.exists(out)
+    # durations from the packaged constants: the fit has nothing to correct
+    assert json.load(open(out))["calibration"]["median_error_before"] < 1e-3
+    assert cli.main(["calibrate", "--trace", path, "--quick"]) == 2
+    assert "--quick sets the sweep" in capsys.readouterr().err

@@ -76,13 +76,14 @@ def _median_err(prob, params: ModelParams) -> float:
     return float(statistics.median((abs(prob.measured_model(params, []) / prob.t - 1)).tolist()))
 
 
-def fit_rows(rows, gpu, *, start: ModelParams | None = None):
+def fit_rows(rows, gpu, *, start: ModelParams | None = None, hold=()):
     """Fit every constant to measured rows of one GPU and dtype.
 
     Args:
         rows: :class:`fxshape.fit.calibration.CalibrationRow` (CUDA-event timings).
         gpu: the GPU they were measured on.
         start: starting constants (default: the packaged ones for ``gpu``).
+        hold: constants kept at their starting values (the rows cannot tell them).
 
     Returns:
         ``(params, summary)``: the fitted :class:`ModelParams` and a dict with the median
@@ -111,18 +112,22 @@ def fit_rows(rows, gpu, *, start: ModelParams | None = None):
     # data cannot tell them, and they keep the starting constants' values)
     if not any(load_class(r.m, r.n, r.k, dkey, r.layout) for r in rows):
         free = tuple(f for f in free if f not in ModelParams.ALIGNMENT)
+    free = tuple(f for f in free if f not in hold)
     starts = ({f: getattr(before, f) for f in free},) + _STARTS
     params, _, loss = _fit_one(prob, free, fixed, starts=starts)
     summary = dict(rows=len(rows), dtype=dkey, gpu=spec.name,
                    median_before=_median_err(prob, before),
-                   median_after=_median_err(prob, params), mean_abs_log=loss)
+                   median_after=_median_err(prob, params), mean_abs_log=loss,
+                   fitted=tuple(sorted(free)))
     return params, summary
 
 
-def write_params(path: str, params: ModelParams, summary: dict, device: str = "") -> None:
-    """Write a parameter file holding one GPU (it overlays the packaged constants)."""
+def write_params(path: str, params: ModelParams, summary: dict, device: str = "",
+                 extra: dict | None = None) -> None:
+    """Write a parameter file holding one GPU (it overlays the packaged constants);
+    ``extra``: more of what the calibration found, under ``calibration``."""
     entry = {f: float(f"{getattr(params, f):.5g}") for f in ModelParams.STORED}
-    entry["fitted"] = sorted(ModelParams.STORED)
+    entry["fitted"] = sorted(summary.get("fitted", ModelParams.STORED))
     entry["rows"] = summary["rows"]
     doc = {"comment": "Written by fxshape calibrate; entries replace the packaged constants "
                       "for these GPUs (use with params= or FXSHAPE_PARAMS).",
@@ -130,7 +135,8 @@ def write_params(path: str, params: ModelParams, summary: dict, device: str = ""
            "calibration": {"device": device, "dtype": summary["dtype"],
                            "rows": summary["rows"],
                            "median_error_before": round(summary["median_before"], 4),
-                           "median_error_after": round(summary["median_after"], 4)}}
+                           "median_error_after": round(summary["median_after"], 4),
+                           **(extra or {})}}
     with open(path, "w") as f:
         json.dump(doc, f, indent=1, sort_keys=True)
         f.write("\n")

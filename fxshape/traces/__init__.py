@@ -5,8 +5,9 @@ their recorded shapes, launches, kernels; ``pairing`` gives each kernel to the i
 operator enclosing its launch (correlation ids); ``price`` predicts one operator from its
 recorded shapes with the cost models; ``compare`` puts them together
 (:func:`compare_trace` -> :class:`TraceComparison`: per-class errors, the worst operators,
-the device time no model accounts for). It reads the GPU table and the fitted cost models;
-``fit.calibrate`` lends its device-name lookup.
+the device time no model accounts for); ``calibrate`` fits the GEMM constants to a trace's
+kernels (``fxshape calibrate --trace``). It reads the GPU table and the fitted cost models;
+``fit`` lends its device-name lookup, its fit and its parameter file.
 
 May import: hardware, cost, fit.
 """

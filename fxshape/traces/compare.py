@@ -47,6 +47,8 @@ class TraceOpRecord:
     measured_s: float
     predicted_s: float | None
     note: str = ""
+    #: a GEMM's ``(batch, m, n, k, dtype, layout)`` as priced; () otherwise
+    gemm: tuple = ()
 
     @property
     def error(self) -> float | None:
@@ -320,7 +322,7 @@ def compare_trace(path, gpu=None, *, params_path: str | None = None) -> TraceCom
                                          "copies or memsets): not compared"))
             continue
         records.append(TraceOpRecord(idx, op.name, got.cls, got.what, names, measured,
-                                     got.time_s))
+                                     got.time_s, gemm=got.gemm))
     by_class = []
     for cls in CLASSES:
         rs = [r for r in records if r.cls == cls and r.error is not None]

@@ -79,6 +79,8 @@ class Priced:
     cls: str
     time_s: float
     what: str
+    #: a GEMM's ``(batch, m, n, k, dtype, layout)`` as priced; () for other classes
+    gemm: tuple = ()
 
 
 @dataclass(frozen=True)
@@ -203,7 +205,7 @@ def _gemm(op, ctx, ia, ib, batched):
     except ValueError as exc:
         raise NoModel(str(exc)) from None
     what = f"{'B=' + str(batch) + ' ' if batch > 1 else ''}M={m} N={n} K={k} {dkey} {layout}"
-    return Priced("gemm", p.time_s, what)
+    return Priced("gemm", p.time_s, what, (batch, m, n, k, dkey, layout))
 
 
 @register_trace_handler("aten::mm")

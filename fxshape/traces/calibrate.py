@@ -1,0 +1,186 @@
+"""Calibrate the GEMM model to the kernels of a user's own profiler trace
+(``fxshape calibrate --trace TRACE``).
+
+Every GEMM operator the comparison priced (``fxshape.traces.compare``) becomes one measured
+row: its recorded sizes, dtype and layout, and the summed duration of its kernels (a split-K
+GEMM's reduce kernel and cuBLAS's workspace memset included): kernel time, with no host
+overhead to fit. Repeated calls of one shape are one row at their median. The rows of the
+trace's most common GEMM dtype are fitted (``fxshape.fit.calibrate.fit_rows``) after a
+deterministic quarter of the shapes (by a hash of the shape) is set aside to report the
+fit's error on shapes it did not see.
+
+A constant is fitted only where the trace has shapes that tell it (:data:`NEEDS`: at least
+:data:`MIN_ROWS` rows of the kind); the others keep the packaged values and the report
+names them. The file written is the one ``fxshape calibrate`` writes: one GPU's entry that
+overlays the packaged constants (``params=`` or ``FXSHAPE_PARAMS``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import statistics
+from collections import Counter, defaultdict
+from dataclasses import dataclass
+
+from ..cost.gemm import ModelParams, predict_matmul
+from ..fit.calibration import CalibrationRow
+from ..hardware.gpus import get_gpu
+from .compare import compare_trace
+
+__all__ = ["TraceCalibration", "trace_rows", "calibrate_from_trace", "NEEDS", "MIN_ROWS"]
+
+#: rows of a kind needed before the constants it tells are fitted
+MIN_ROWS = 5
+
+
+def _bound(r, gpu, dkey):
+    return predict_matmul(r.m, r.n, r.k, batch=r.batch, dtype=dkey, gpu=gpu,
+                          layout=r.layout)
+
+
+#: constant -> (the kind of shape that tells it, a test on (row, packaged prediction))
+NEEDS = {
+    "e_max": ("compute-bound", lambda r, p: p.bound == "compute"),
+    "power_eff": ("compute-bound", lambda r, p: p.bound == "compute"),
+    "smooth_q": ("compute-bound", lambda r, p: p.bound == "compute"),
+    "l2_bytes_per_clk_per_sm": ("compute-bound", lambda r, p: p.bound == "compute"),
+    "dram_eff": ("memory-bound", lambda r, p: p.bound == "memory"),
+    "sm_stream_bytes_per_clk": ("memory-bound", lambda r, p: p.bound == "memory"),
+    "launch_s": ("latency-bound", lambda r, p: p.bound == "latency"),
+    "wave_s": ("more than one wave", lambda r, p: p.waves > 1),
+    "split_k_s": ("split-K", lambda r, p: p.split_k > 1),
+    "batched_eff": ("batched (bmm)", lambda r, p: r.batch > 1),
+    "ld_issue_clk": ("misaligned", lambda r, p: p.aligned is False),
+    "align_mem_eff": ("misaligned", lambda r, p: p.aligned is False),
+}
+
+
+@dataclass(frozen=True)
+class TraceCalibration:
+    """What ``calibrate_from_trace`` did: the GPU and dtype, rows fitted and held out, the
+    held-out median |error| with the packaged and the fitted constants, the constants
+    fitted and those kept (with the kind of shape the trace lacked), the GEMM dtypes left
+    out, and the parameter file written."""
+
+    gpu: str
+    dtype: str
+    fitted_rows: int
+    held_rows: int
+    heldout_before: float | None
+    heldout_after: float | None
+    fitted: tuple
+    kept: tuple  # (constant, what the trace lacked)
+    other_dtypes: tuple  # (dtype, rows) not fitted
+    out: str
+    params: ModelParams
+
+    def describe(self) -> str:
+        lines = [f"calibrated {self.gpu} ({self.dtype}) on {self.fitted_rows} GEMM shapes of "
+                 f"the trace; wrote {self.out}"]
+        if self.heldout_before is not None:
+            lines.append(f"held out ({self.held_rows} shapes): median |error| "
+                         f"{100 * self.heldout_before:.1f}% with the packaged constants, "
+                         f"{100 * self.heldout_after:.1f}% fitted")
+        else:
+            lines.append("no shape held out (too few): the fit's error is in-sample only")
+        lines.append("fitted: " + ", ".join(self.fitted))
+        if self.kept:
+            lines.append("not identified by the trace (packaged values kept): " + "; ".join(
+                f"{c} (needs {MIN_ROWS}+ {why} GEMMs)" for c, why in self.kept))
+        if self.other_dtypes:
+            lines.append("not fitted (another dtype; calibrate one at a time): " + ", ".join(
+                f"{d} x{n}" for d, n in self.other_dtypes))
+        return "\n".join(lines)
+
+
+def trace_rows(comparison) -> list:
+    """One :class:`CalibrationRow` per distinct GEMM shape of a ``TraceComparison`` (the
+    median of its calls' kernel time)."""
+    by = defaultdict(list)
+    for o in comparison.ops:
+        if o.cls == "gemm" and o.gemm and o.measured_s > 0:
+            by[o.gemm].append(o.measured_s)
+    rows = []
+    for (b, m, n, k, dkey, layout), ts in sorted(by.items()):
+        rows.append(CalibrationRow("trace", comparison.path, comparison.gpu,
+                                   "bmm" if b > 1 else "mm", layout, dkey, b, m, n, k,
+                                   statistics.median(ts), "profiler-kernel"))
+    return rows
+
+
+def _held(r) -> bool:
+    key = f"{r.batch}x{r.m}x{r.n}x{r.k}:{r.layout}".encode()
+    return hashlib.sha1(key).digest()[0] % 4 == 0
+
+
+def _median_err(rows, gpu, dkey, params_path=None) -> float:
+    return statistics.median(abs(predict_matmul(r.m, r.n, r.k, batch=r.batch, dtype=dkey,
+                                                gpu=gpu, layout=r.layout,
+                                                params_path=params_path).time_s / r.time_s - 1)
+                             for r in rows)
+
+
+def calibrate_from_trace(path, *, gpu=None, out: str = "fxshape_params.json",
+                         dtype=None) -> TraceCalibration:
+    """Fit ``gpu``'s GEMM constants to the GEMM kernels of the trace at ``path``.
+
+    Args:
+        path: a PyTorch profiler trace (``fxshape compare`` reads the same).
+        gpu: the GPU it ran on (default: the trace's device properties).
+        out: the parameter file to write.
+        dtype: the GEMM dtype to fit (default: the trace's most common one).
+
+    Raises:
+        ValueError: what ``compare_trace`` refuses; a trace without GEMMs of a tensor-core
+            dtype to fit (fp32 without TF32 runs SIMT kernels: ``bench/fit_fp32.py``), or
+            with fewer than :data:`MIN_ROWS` distinct shapes.
+    """
+    from ..fit.calibrate import fit_rows, write_params
+
+    c = compare_trace(path, gpu=gpu)
+    spec = get_gpu(c.gpu)
+    rows = trace_rows(c)
+    counts = Counter(r.dtype for r in rows)
+    if not counts:
+        raise ValueError(f"{path!r} has no GEMM the model priced (aten::mm, addmm, bmm, "
+                         "baddbmm with recorded shapes): nothing to calibrate")
+    dkey = dtype or max(sorted(counts), key=lambda d: counts[d])
+    if dkey not in counts:
+        raise ValueError(f"the trace has no {dkey} GEMMs; it has "
+                         + ", ".join(f"{d} x{n}" for d, n in sorted(counts.items())))
+    if dkey == "fp32" and spec.vendor == "nvidia":
+        raise ValueError("the trace's GEMMs are fp32 without TF32 (SIMT sgemm kernels), "
+                         "which calibrate does not fit (bench/fit_fp32.py does, from kernel "
+                         "names); record with torch.backends.cuda.matmul.allow_tf32 = True, "
+                         "or in bf16/fp16, to calibrate the tensor-core constants")
+    mine = [r for r in rows if r.dtype == dkey]
+    if len(mine) < MIN_ROWS:
+        raise ValueError(f"the trace has {len(mine)} distinct {dkey} GEMM shapes; "
+                         f"calibrating needs at least {MIN_ROWS}")
+    held = [r for r in mine if _held(r)]
+    fit = [r for r in mine if not _held(r)]
+    if len(fit) < MIN_ROWS:  # too few to set a quarter aside: fit them all
+        fit, held = mine, []
+    packaged = {id(r): _bound(r, spec, dkey) for r in fit}
+    kept, hold = [], set()
+    for const, (why, test) in NEEDS.items():
+        if sum(1 for r in fit if test(r, packaged[id(r)])) < MIN_ROWS:
+            hold.add(const)
+            kept.append((const, why))
+    params, summary = fit_rows(fit, spec, hold=tuple(sorted(hold)))
+    extra = {"source": f"profiler trace {c.path}", "held_out_rows": len(held),
+             "not_identified": [c for c, _ in kept]}
+    before = after = None
+    write_params(out, params, summary, device=f"trace {c.path}", extra=extra)
+    if held:
+        before = _median_err(held, spec, dkey)
+        after = _median_err(held, spec, dkey, params_path=out)
+        extra.update(held_out_median_error_before=round(before, 4),
+                     held_out_median_error_after=round(after, 4))
+        write_params(out, params, summary, device=f"trace {c.path}", extra=extra)
+    fitted = tuple(f for f in ModelParams.STORED if f in summary["fitted"])
+    kept += [(f, NEEDS[f][0]) for f in ModelParams.STORED
+             if f not in fitted and f not in hold]
+    return TraceCalibration(spec.name, dkey, len(fit), len(held), before, after, fitted,
+                            tuple(kept), tuple((d, n) for d, n in sorted(counts.items())
+                                               if d != dkey), out, params)
