@@ -24,6 +24,7 @@ from dataclasses import dataclass
 
 from ..cost.gemm import ModelParams, predict_matmul
 from ..fit.calibration import CalibrationRow
+from ..hardware.dtypes import canonical_dtype
 from ..hardware.gpus import get_gpu
 from .compare import compare_trace
 
@@ -144,7 +145,7 @@ def calibrate_from_trace(path, *, gpu=None, out: str = "fxshape_params.json",
     if not counts:
         raise ValueError(f"{path!r} has no GEMM the model priced (aten::mm, addmm, bmm, "
                          "baddbmm with recorded shapes): nothing to calibrate")
-    dkey = dtype or max(sorted(counts), key=lambda d: counts[d])
+    dkey = canonical_dtype(dtype) if dtype else max(sorted(counts), key=lambda d: counts[d])
     if dkey not in counts:
         raise ValueError(f"the trace has no {dkey} GEMMs; it has "
                          + ", ".join(f"{d} x{n}" for d, n in sorted(counts.items())))

@@ -185,7 +185,9 @@ class TraceComparison:
         return buf.getvalue()
 
     def to_markdown(self, worst: int = 10) -> str:
-        """The report ``fxshape compare`` prints."""
+        """The report ``fxshape compare`` prints: the attribution, the error per class, and
+        (``worst`` > 0) the ``worst`` worst operators, operators without a model and
+        unattributed kernels."""
         from tabulate import tabulate
 
         us = lambda s: f"{s * 1e6:,.1f}"  # noqa: E731
@@ -210,13 +212,13 @@ class TraceComparison:
                                  for o in w],
                                 headers=("op", "priced as", "measured us", "predicted us",
                                          "error %"), tablefmt="github", disable_numparse=True))
-        nm = self.no_model()
+        nm = self.no_model() if worst > 0 else ()
         if nm:
             out += ["", "operators without a model (measured time not predicted):"]
             out.append(tabulate([(n, r, c, us(t)) for n, r, c, t in nm[:worst]],
                                 headers=("op", "why", "count", "measured us"),
                                 tablefmt="github", disable_numparse=True))
-        if self.unattributed:
+        if self.unattributed and worst > 0:
             out += ["", "device time no operator launched:"]
             out.append(tabulate([(u.kernel[:80], u.reason, u.count, us(u.time_s))
                                  for u in self.unattributed[:worst]],
