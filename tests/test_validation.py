@@ -173,3 +173,20 @@ def test_the_docs_table_is_the_data():
             sign = "" if v.signed_median is None else f"{100 * v.signed_median:+.1f}%"
             assert (gpu, regime, str(v.n), f"{100 * v.median:.1f}%", f"{100 * v.p90:.1f}%",
                     sign) in rows
+
+
+def test_the_gemm_rows_band():
+    import torch
+
+    # the H100's bf16 GEMMs are validated (the held-out calibration folds: regime gemm)
+    r = fxshape.analyze(_gpt2(), gpu="h100", seq_len=16, provenance=None)
+    band = r.gemm_error_band
+    v = validations("h100")["gemm"]
+    assert band.validation == v and band.fraction == v.p90 >= v.median
+    assert json.loads(r.to_json())["gemm_error_band"]["regime"] == "gemm"
+    # an A10 has no GEMM measurement; fp32 (SIMT) rows are not the gemm regime
+    assert fxshape.analyze(_gpt2(), gpu="a10", seq_len=16,
+                           provenance=None).gemm_error_band is None
+    r32 = fxshape.analyze(_gpt2(), gpu="h100", dtype=torch.float32, seq_len=16,
+                          provenance=None)
+    assert r32.gemm_error_band is None and json.loads(r32.to_json())["gemm_error_band"] is None

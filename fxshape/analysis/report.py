@@ -85,6 +85,22 @@ class Report:
         peak = get_gpu(self.gpu).peak_tflops(self.dtype) * 1e12
         return self.total_flops / self.total_time_s / peak
 
+    @property
+    def gemm_error_band(self):
+        """The expected error of the report's plain GEMM rows (fp16/bf16 tensor-core GEMMs,
+        neither attention nor quantized) on its GPU: the held-out validation of regime
+        ``gemm`` (``fxshape.hardware.validation.ErrorBand``; each such row's time is within
+        ``± fraction`` of what is measured on about nine GEMMs in ten). None where the report
+        has no such row or the GPU has no GEMM validation (the other rows: unvalidated as
+        GEMMs; the step has its own band, ``step.error_band``)."""
+        from ..hardware.dtypes import canonical_dtype
+        from ..hardware.validation import error_band
+
+        plain = [r for r in self.rows if not r.quant and r.attention is None]
+        if not plain or any(canonical_dtype(r.dtype) not in ("fp16", "bf16") for r in plain):
+            return None
+        return error_band(self.gpu, "gemm")
+
     # -- grouping -------------------------------------------------------------------------
     def groups(self):
         """Distinct GEMMs with repeated layers collapsed, sorted by predicted time share."""
@@ -275,6 +291,8 @@ class Report:
             "rows": [_row_dict(r) for r in self.rows],
             "unsupported": [u.__dict__ for u in self.unsupported],
             "step": None if self.step is None else self.step.as_dict(),
+            "gemm_error_band": (None if self.gemm_error_band is None
+                                else self.gemm_error_band.as_dict()),
             "ops": [o.as_dict() for o in self.ops],
             "unsupported_ops": [u.__dict__ for u in self.unsupported_ops],
             "memory": None if self.memory is None else self.memory.as_dict(),
