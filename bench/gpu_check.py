@@ -32,7 +32,10 @@ Sections, in order (a section that would start past the budget is listed as skip
    ``torch._scaled_mm`` (FP8, per-tensor scales, bf16 out) at Llama-3-8B's shapes on a GPU
    with FP8 (the FP8 GEMM constants are the fp16 fit's and unvalidated:
    docs/quantization.md), tinygemm's int4 ``_weight_int4pack_mm`` at 1, 16 and 128 rows,
-   and the eager int8 weight-only linear, beside ``fxshape.cost.quant``.
+   and the eager int8 weight-only linear, beside ``fxshape.cost.quant``; ``trace``: one
+   eager and one compiled step recorded with ``torch.profiler`` and read back by
+   ``fxshape.compare_trace`` (the traces, their comparisons and the predicted steps as
+   Chrome traces are written beside the tables: issue 34's held-out traces).
 
 Writes ``gpu_check.csv`` (section, name, dtype, predicted_s, measured_s) and ``gpu_check.md``
 (one table per section, median and p90 |error|) into ``--out-dir``. GEMMs are timed with
@@ -151,7 +154,60 @@ def run_sdpa(shapes, timer, gpu, budget_end):
     return rows, False
 
 
-def gpt2_step(gpu):  # pragma: no cover - needs CUDA and transformers
+def traced_steps(gpu, out_dir, cases, step_of):  # pragma: no cover - needs CUDA
+    """One profiled training step per ``(label, model)`` of ``cases`` (``torch.profiler``,
+    ``record_shapes=True``), written to ``trace_gpt2_<label>.json.gz`` in ``out_dir`` and
+    compared with the model (``fxshape.compare_trace``: ``trace_gpt2_<label>.md``); the
+    predicted step drawn beside it (``predicted_gpt2_<label>.json.gz``). Rows: per class,
+    the predicted and measured kernel time of the trace's operators; the device time
+    attributed to operators (predicted column 1)."""
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    import fxshape
+
+    rows = []
+    os.makedirs(out_dir, exist_ok=True)
+    for label, model, execution in cases:
+        step = step_of(model)
+        for i in range(2):  # warm the allocator (a compiled model is warm already)
+            step(i)
+        torch.cuda.synchronize()
+        with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA],
+                     record_shapes=True) as prof:
+            step(0)
+            torch.cuda.synchronize()
+        path = os.path.join(out_dir, f"trace_gpt2_{label}.json.gz")
+        prof.export_chrome_trace(path)
+        c = fxshape.compare_trace(path, gpu=gpu)
+        with open(os.path.join(out_dir, f"trace_gpt2_{label}.md"), "w") as f:
+            f.write(c.to_markdown(worst=15))
+        for k in c.by_class:
+            rows.append(("trace", f"gpt2 {label} {k.cls} ({k.ops} ops, median |err| "
+                         f"{100 * k.median:.0f}%)", "bf16", k.predicted_s, k.measured_s))
+        rows.append(("trace", f"gpt2 {label} attributed fraction", "", 1.0,
+                     c.attributed_fraction))
+        rep = fxshape.analyze(getattr(model, "_orig_mod", model), gpu=gpu, mode="train",
+                              batch_size=8, seq_len=1024,
+                              execution=execution, optimizer="sgd", provenance=None)
+        rep.to_chrome_trace(os.path.join(out_dir, f"predicted_gpt2_{label}.json.gz"))
+    return rows
+
+
+def _traced(gpu, out_dir, cases, step_of):  # pragma: no cover - needs CUDA
+    """:func:`traced_steps` where an output folder is given; a profiler problem is printed
+    and loses no other row."""
+    if out_dir is None:
+        return []
+    try:
+        return traced_steps(gpu, out_dir, cases, step_of)
+    except Exception as exc:
+        print(f"gpu_check: traced steps skipped ({type(exc).__name__}: {exc})",
+              file=sys.stderr)
+        return []
+
+
+def gpt2_step(gpu, out_dir=None):  # pragma: no cover - needs CUDA and transformers
     """Measured training steps of GPT-2 (124M, 8 x 1024 tokens, bf16 autocast, SGD) under
     each way of running it, beside fxshape's predicted step (``report.step``: eager or
     compiled) where it predicts one; the measured peak memory beside ``report.memory``; one
@@ -178,7 +234,8 @@ def gpt2_step(gpu):  # pragma: no cover - needs CUDA and transformers
         return step
 
     def predicted(model, execution):
-        rep = fxshape.analyze(model, gpu=gpu, mode="train", batch_size=8, seq_len=1024,
+        rep = fxshape.analyze(getattr(model, "_orig_mod", model), gpu=gpu, mode="train",
+                              batch_size=8, seq_len=1024,
                               execution=execution, optimizer="sgd", provenance=None)
         return rep
 
@@ -195,6 +252,7 @@ def gpt2_step(gpu):  # pragma: no cover - needs CUDA and transformers
                      float(torch.cuda.max_memory_allocated())))
     import torch._inductor.config as icfg
 
+    rows += _traced(gpu, out_dir, (("eager", base, "eager"),), step_fn)
     compiled_pred = predicted(base, "compiled").step.time_s
     for name, kw, flag in (("torch.compile inductor", {}, False),
                            ("inductor shape_padding", {}, True),
@@ -207,6 +265,8 @@ def gpt2_step(gpu):  # pragma: no cover - needs CUDA and transformers
             pred = compiled_pred if name == "torch.compile inductor" else float("nan")
             rows.append(("gpt2_step", name, "bf16", pred,
                          cuda_event_median(step_fn(model), 3, 10)))
+            if name == "torch.compile inductor":  # traced while compiled and warm
+                rows += _traced(gpu, out_dir, (("compiled", model, "compiled"),), step_fn)
         finally:
             icfg.shape_padding = old
     rows += sustained_gemm(gpu)
@@ -459,7 +519,7 @@ def run(gpu, out_dir, budget_s, gemm_timer_factory, sdpa_timer, step_fn=gpt2_ste
             skipped.append("part of memops")
     if time.monotonic() < end - 60 and step_fn is not None:
         try:
-            rows += step_fn(gpu)
+            rows += step_fn(gpu, out_dir=out_dir)
         except Exception as exc:  # report, do not lose the measured sections
             skipped.append(f"gpt2_step ({type(exc).__name__}: {str(exc)[:200]})")
     else:
