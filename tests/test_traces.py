@@ -354,3 +354,62 @@ def test_calibrate_trace_on_the_command_line(tmp_path, capsys):
     assert json.load(open(out))["calibration"]["median_error_before"] < 1e-3
     assert cli.main(["calibrate", "--trace", path, "--quick"]) == 2
     assert "--quick sets the sweep" in capsys.readouterr().err
+
+
+def test_memory_bound_and_attention_operators_priced_by_their_bytes(tmp_path):
+    from fxshape.cost.attention import AttentionShape, predict_attention
+    from fxshape.cost.memops import kernel_time
+
+    bf = "c10::BFloat16"
+    sdpa_in = {"Concrete Inputs": ["", "", "", "0.0", "True", "False", ""]}
+    ops = [
+        # LayerNorm over 1024 of a [4, 1024, 1024] bf16 tensor (weight and bias [1024])
+        ("aten::native_layer_norm", [(4, 1024, 1024), [], (1024,), (1024,), []],
+         [bf, "ScalarList", bf, bf, "Scalar"], {}),
+        # softmax over the last 512 of a [64, 512] fp32 tensor
+        ("aten::_softmax", [(64, 512), [], []], ["float", "Scalar", "Scalar"], {}),
+        # cat of two [1024, 64] fp32 tensors
+        ("aten::cat", [[(1024, 64), (1024, 64)], []], ["TensorList", "Scalar"], {}),
+        # SDPA's flash forward, causal, bf16 q/k/v [2, 8, 1024, 64]
+        ("aten::_scaled_dot_product_flash_attention",
+         [(2, 8, 1024, 64)] * 3 + [[], []], [bf, bf, bf, "Scalar", "Scalar"], sdpa_in),
+        # the same in fp32: no fused-attention model for it
+        ("aten::_scaled_dot_product_efficient_attention",
+         [(2, 8, 1024, 64)] * 3, ["float"] * 3, {}),
+    ]
+    ev = []
+    for i, (name, dims, types, extra) in enumerate(ops):
+        ev += [_op(name, 100 * i, 50, dims, types, **extra), _launch(i + 1, 100 * i + 10),
+               _kernel(f"kernel_{i}", i + 1, 10_000 + 100 * i, 20)]
+    c = compare_trace(_write(tmp_path, events=ev))
+    ln, sm, cat, fa, fa32 = (_by_name(c, n)[0] for n, *_ in ops)
+    # LayerNorm: reads x, writes y (2 x 4M x 2 bytes), weight and bias (2 x 1024 x 2), and
+    # the fp32 mean and rstd of 4096 rows (2 x 4096 x 4)
+    n = 4 * 1024 * 1024
+    want = kernel_time("layer_norm", 2 * n * 2 + 2 * 1024 * 2 + 2 * 4096 * 4,
+                       gpu="a100-sxm4-40gb").time_s
+    assert ln.cls == "memory" and ln.predicted_s == pytest.approx(want)
+    # softmax: reads and writes 64 x 512 fp32; 512 elements a row is the warp kernel's
+    want = kernel_time("softmax_warp", 2 * 64 * 512 * 4, gpu="a100-sxm4-40gb").time_s
+    assert sm.predicted_s == pytest.approx(want)
+    # cat: reads both inputs and writes their sum: 2 x (2 x 1024 x 64 x 4 bytes)
+    want = kernel_time("copy", 2 * 2 * 1024 * 64 * 4, gpu="a100-sxm4-40gb").time_s
+    assert cat.predicted_s == pytest.approx(want)
+    want = predict_attention(AttentionShape(2, 8, 8, 1024, 1024, 64, 64, causal=True),
+                             dtype="bf16", gpu="a100-sxm4-40gb").time_s
+    assert fa.cls == "attention" and fa.predicted_s == pytest.approx(want)
+    assert "causal" in fa.what
+    assert fa32.predicted_s is None and "fused attention in 'fp32'" in fa32.note
+
+
+def test_sdpa_causal_flag_read_where_each_signature_has_it():
+    from fxshape.traces.price import _is_causal_at
+
+    # aten's own schemas, counted by hand from native_functions.yaml: flash (q, k, v,
+    # dropout_p, is_causal, ...) -> 4; efficient (q, k, v, attn_bias, compute_log_sumexp,
+    # dropout_p, is_causal, ...) -> 6; their backwards -> 11
+    assert _is_causal_at("aten::_scaled_dot_product_flash_attention") == 4
+    assert _is_causal_at("aten::_scaled_dot_product_efficient_attention") == 6
+    assert _is_causal_at("aten::_scaled_dot_product_flash_attention_backward") == 11
+    assert _is_causal_at("aten::_scaled_dot_product_efficient_attention_backward") == 11
+    assert _is_causal_at("aten::mm") is None

@@ -232,6 +232,18 @@ def _baddbmm(op, ctx):
 # attention (SDPA's fused kernels; q, k, v as [batch, heads, seq, head_dim])
 # ---------------------------------------------------------------------------------------
 
+@functools.lru_cache(maxsize=None)
+def _is_causal_at(name: str):
+    """Where aten operator ``name``'s ``is_causal`` argument is in its schema (what its
+    ``Concrete Inputs`` follow), or None."""
+    import torch
+
+    packet = getattr(torch.ops.aten, name[len("aten::"):], None)
+    schema = getattr(getattr(packet, "default", None), "_schema", None)
+    names = [a.name for a in schema.arguments] if schema is not None else []
+    return names.index("is_causal") if "is_causal" in names else None
+
+
 def _attention(op, ctx, direction, first):
     dims = op.dims[first:first + 3]
     if len(dims) < 3 or not all(_is_shape(d) and len(d) == 4 for d in dims):
@@ -239,9 +251,9 @@ def _attention(op, ctx, direction, first):
     (b, h, sq, d), (_, hk, sk, _), (_, _, _, dv) = dims
     causal = False
     concrete = op.arg("Concrete Inputs")
-    if isinstance(concrete, tuple):  # SDPA: (q, k, v, dropout_p, is_causal, ...)
-        flags = [c for c in concrete[3:] if c in ("True", "False")]
-        causal = bool(flags) and flags[0] == "True"
+    at = _is_causal_at(op.name)
+    if isinstance(concrete, tuple) and at is not None and at < len(concrete):
+        causal = concrete[at] == "True"
     key, _ = trace_dtype(op.types[first] if first < len(op.types) else "")
     if key not in ("fp16", "bf16"):
         raise NoModel(f"fused attention in {key or op.types[first]!r}")
