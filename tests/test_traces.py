@@ -413,3 +413,20 @@ def test_sdpa_causal_flag_read_where_each_signature_has_it():
     assert _is_causal_at("aten::_scaled_dot_product_flash_attention_backward") == 11
     assert _is_causal_at("aten::_scaled_dot_product_efficient_attention_backward") == 11
     assert _is_causal_at("aten::mm") is None
+
+
+def test_inductor_kernels_are_grouped_without_a_model(tmp_path):
+    # a compiled step: Inductor's Triton kernels run under record_function events named
+    # after them (no input shapes), its extern GEMMs under aten::mm
+    ev = [_op("aten::mm", 0, 20, [(512, 256), (256, 128)], ["c10::BFloat16"] * 2),
+          _launch(1, 5), _kernel(GEMM_BF16, 1, 1000, 10)]
+    kernels = (("triton_poi_fused_add_0", 3), ("triton_poi_fused_mul_1", 4),
+               ("triton_red_fused_sum_2", 6))
+    for i, (name, dur) in enumerate(kernels):
+        ev += [_op(name, 30 + 10 * i, 8), _launch(2 + i, 32 + 10 * i),
+               _kernel(name, 2 + i, 1020 + 10 * i, dur)]
+    c = compare_trace(_write(tmp_path, events=ev))
+    nm = {(n, count, round(t * 1e6)) for n, _, count, t in c.no_model()}
+    assert nm == {("triton_poi_*", 2, 7), ("triton_red_*", 1, 6)}
+    assert all("Inductor" in r for _, r, _, _ in c.no_model())
+    assert c.class_error("gemm").ops == 1 and c.attributed_fraction == 1.0

@@ -90,6 +90,15 @@ class Unattributed:
     time_s: float
 
 
+def _family(name: str) -> str:
+    """An operator's name as the no-model table groups it: Inductor's generated Triton
+    kernels (``triton_poi_fused_add_3``) by their kind (``triton_poi_*``)."""
+    if name.startswith("triton_"):
+        parts = name.split("_")
+        return f"triton_{parts[1]}_*" if len(parts) > 2 else name
+    return name
+
+
 def _quantile(xs, q):
     xs = sorted(xs)
     if not xs:
@@ -143,11 +152,11 @@ class TraceComparison:
 
     def no_model(self) -> tuple:
         """``(operator name, reason, count, measured s)`` of the operators without a model,
-        most time first."""
+        most time first (Inductor's Triton kernels grouped by kind: ``triton_poi_*``)."""
         agg = defaultdict(lambda: [0, 0.0])
         for o in self.ops:
             if o.predicted_s is None:
-                a = agg[(o.name, o.note)]
+                a = agg[(_family(o.name), o.note)]
                 a[0] += 1
                 a[1] += o.measured_s
         rows = [(k[0], k[1], v[0], v[1]) for k, v in agg.items()]

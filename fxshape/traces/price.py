@@ -459,6 +459,10 @@ def price_op(op, ctx: PriceContext) -> Priced:
     """
     if op.name.startswith("nccl:") or op.name == "record_param_comms":
         return _collective(op, ctx)
+    if op.name.startswith("triton_"):
+        raise NoModel("a Triton kernel Inductor generated: the trace records no tensor "
+                      "shapes for it (analyze(execution='compiled') prices its fusion group "
+                      "from the graph)")
     handler = _HANDLERS.get(op.name)
     if handler is not None:
         return handler(op, ctx)
