@@ -208,24 +208,13 @@ def _gemm(op, ctx, ia, ib, batched):
     return Priced("gemm", p.time_s, what, (batch, m, n, k, dkey, layout))
 
 
-@register_trace_handler("aten::mm")
-def _mm(op, ctx):
-    return _gemm(op, ctx, 0, 1, False)
-
-
-@register_trace_handler("aten::addmm")
-def _addmm(op, ctx):
-    return _gemm(op, ctx, 1, 2, False)
-
-
-@register_trace_handler("aten::bmm")
-def _bmm(op, ctx):
-    return _gemm(op, ctx, 0, 1, True)
-
-
-@register_trace_handler("aten::baddbmm")
-def _baddbmm(op, ctx):
-    return _gemm(op, ctx, 1, 2, True)
+#: GEMM operators: (the input index of A, of B, batched); addmm and baddbmm take the
+#: added tensor first
+_GEMMS = {"aten::mm": (0, 1, False), "aten::addmm": (1, 2, False),
+          "aten::bmm": (0, 1, True), "aten::baddbmm": (1, 2, True)}
+for _name, (_a, _b, _batched) in _GEMMS.items():
+    register_trace_handler(_name)(
+        lambda op, ctx, a=_a, b=_b, batched=_batched: _gemm(op, ctx, a, b, batched))
 
 
 # ---------------------------------------------------------------------------------------
