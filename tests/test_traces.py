@@ -117,6 +117,11 @@ def test_comparison_records(tmp_path):
     simt, tf32 = sorted((o for o in _by_name(c, "aten::mm") if o.measured_s > 7e-6),
                         key=lambda o: o.index)
     assert " fp32 " in simt.what and " tf32 " in tf32.what  # the kernel names say which
+    # the SIMT GEMM is priced as the sgemm kernel that ran, not the model's choice
+    want = fxshape.predict_matmul(512, 128, 256, dtype="fp32", gpu="a100-sxm4-40gb",
+                                  layout="nn", kernel=SGEMM)
+    assert simt.predicted_s == pytest.approx(want.time_s)
+    assert "(ampere_sgemm_128x64 as run)" in simt.what
     (add,) = _by_name(c, "aten::add")
     # reads two 2 MiB bf16 tensors, writes one: 3 x 1024 x 1024 x 2 bytes
     assert add.cls == "memory" and add.what == f"pointwise {3 * 1024 * 1024 * 2 / 1e6:.3g} MB"
@@ -430,3 +435,19 @@ def test_inductor_kernels_are_grouped_without_a_model(tmp_path):
     assert nm == {("triton_poi_*", 2, 7), ("triton_red_*", 1, 6)}
     assert all("Inductor" in r for _, r, _, _ in c.no_model())
     assert c.class_error("gemm").ops == 1 and c.attributed_fraction == 1.0
+
+
+def test_predict_matmul_prices_the_sgemm_kernel_that_ran():
+    kw = dict(dtype="fp32", gpu="a100-pcie-40gb", layout="nt")
+    chosen = fxshape.predict_matmul(2048, 160, 512, **kw)
+    other = "ampere_sgemm_32x128_tn" if "32x128" not in chosen.kernel else \
+        "ampere_sgemm_128x64_tn"
+    ran = fxshape.predict_matmul(2048, 160, 512, kernel=other, **kw)
+    assert ran.kernel == other
+    # the model's own choice is its cheapest candidate: another kernel is no faster
+    assert ran.time_s >= chosen.time_s
+    # a kernel outside the menu (cuBLAS's large-K sgemm) leaves the choice to the model;
+    # tensor-core dtypes ignore the argument
+    assert fxshape.predict_matmul(2048, 160, 512, kernel="sgemm_largek_lds64", **kw) == chosen
+    assert fxshape.predict_matmul(2048, 160, 512, dtype="bf16", gpu="a100", kernel=other) \
+        == fxshape.predict_matmul(2048, 160, 512, dtype="bf16", gpu="a100")

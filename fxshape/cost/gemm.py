@@ -31,6 +31,7 @@ import json
 import math
 import numbers
 import os
+import re
 from dataclasses import asdict, dataclass
 from types import SimpleNamespace
 from typing import NamedTuple
@@ -583,7 +584,8 @@ def _alignment(spec: GPUSpec, dkey: str, m: int, n: int, k: int, layout: str):
 
 
 def predict_matmul(m, n, k, *, batch=1, dtype="bf16", gpu="h100", layout="nn",
-                   params_path: str | None = None, params=None) -> MatmulPrediction:
+                   params_path: str | None = None, params=None,
+                   kernel: str | None = None) -> MatmulPrediction:
     """Predict time and efficiency of ``C[batch, M, N] = A[batch, M, K] @ B[batch, K, N]``.
 
     Args:
@@ -597,6 +599,10 @@ def predict_matmul(m, n, k, *, batch=1, dtype="bf16", gpu="h100", layout="nn",
             dimensions and so which misalignments cost vector width.
         params_path, params: a parameter file (``fxshape calibrate``, ``bench/fit_model.py``)
             whose entries replace the packaged constants; default ``$FXSHAPE_PARAMS`` if set.
+        kernel: fp32 without TF32 only: the cuBLAS SIMT kernel that ran (its name, from a
+            profiler trace: ``"ampere_sgemm_128x64_tn"``). The prediction then prices that
+            kernel instead of the model's choice; a name outside the GPU's sgemm menu
+            leaves the choice to the model (``MatmulPrediction.kernel`` says which ran).
 
     Returns:
         A frozen :class:`MatmulPrediction`.
@@ -618,7 +624,12 @@ def predict_matmul(m, n, k, *, batch=1, dtype="bf16", gpu="h100", layout="nn",
     spec.peak_tflops(dkey)  # raises if there is no tensor-core path for dkey
     path = resolve_params_path(params_path or params)
     _load_params(path)  # cached; a bad file: one-line ValueError here, not a KeyError later
-    return _predict_cached(m, n, k, batch, dkey, spec, layout.lower(), path)
+    ran = None
+    if kernel is not None and _is_simt(spec, dkey):
+        base = re.sub(r"_(nn|nt|tn|tt)$", "", str(kernel))
+        if any(kk.name == base for kk in simt_menu(spec.arch, batch > 1)):
+            ran = base
+    return _predict_cached(m, n, k, batch, dkey, spec, layout.lower(), path, ran)
 
 
 def _simt_kernels(spec: GPUSpec, batched: bool, p: ModelParams):
@@ -636,7 +647,8 @@ def _is_simt(spec: GPUSpec, dkey: str) -> bool:
 
 
 @functools.lru_cache(maxsize=1 << 18)
-def _predict_cached(m, n, k, batch, dkey, spec, layout, params_path) -> MatmulPrediction:
+def _predict_cached(m, n, k, batch, dkey, spec, layout, params_path,
+                    ran: str | None = None) -> MatmulPrediction:
     simt = _is_simt(spec, dkey)
     p = model_params(spec, params_path, simt=simt)
     peak = spec.peak_tflops(dkey) * 1e12  # the datasheet peak, which efficiency is of
@@ -648,6 +660,9 @@ def _predict_cached(m, n, k, batch, dkey, spec, layout, params_path) -> MatmulPr
     steps = 0 if dkey == "fp32" else _misalign_steps(_SCALAR, m, n, k, e, layout, eo)
     if simt:
         menu, kernels = _simt_kernels(spec, batch > 1, p)
+        if ran is not None:  # the kernel that ran, not the model's choice
+            keep = [i for i, kk in enumerate(menu) if kk.name == ran]
+            menu, kernels = tuple(menu[i] for i in keep), tuple(kernels[i] for i in keep)
         t, ti, s, ctas, waves, t_comp, t_mem = _core(
             _SCALAR, batch, m, n, k, steps, spec=spec, p=p, peak_flops=core_peak, e=e, eo=eo,
             kernels=kernels, splits=_SIMT_SPLIT_K if batch == 1 else (1,), k_tile=_SIMT_K_TILE,

@@ -199,12 +199,16 @@ def _gemm(op, ctx, ia, ib, batched):
         raise NoModel("an empty GEMM")
     dkey = _gemm_dtype(op, ctx, ia)
     layout = _layout(op, ctx, ia, ib)
+    # fp32 without TF32: price the sgemm kernel that ran, where the trace names one
+    ran = next((k_ for k_ in ctx.kernels if "sgemm" in k_), None) if dkey == "fp32" else None
     try:
         p = predict_matmul(m, n, k, batch=batch, dtype=dkey, gpu=ctx.gpu, layout=layout,
-                           params_path=ctx.params_path)
+                           params_path=ctx.params_path, kernel=ran)
     except ValueError as exc:
         raise NoModel(str(exc)) from None
     what = f"{'B=' + str(batch) + ' ' if batch > 1 else ''}M={m} N={n} K={k} {dkey} {layout}"
+    if ran is not None and p.kernel and ran.startswith(p.kernel[:-3]):
+        what += f" ({p.kernel[:-3]} as run)"
     return Priced("gemm", p.time_s, what, (batch, m, n, k, dkey, layout))
 
 
