@@ -139,6 +139,10 @@ def test_comparison_records(tmp_path):
     gemm = c.class_error("gemm")
     assert gemm.ops == 4 and gemm.measured_s == pytest.approx((55 + 30 + 12 + 6) * 1e-6)
     assert gemm.median <= gemm.p90
+    # the same GEMMs split by what bounds each in the model, none lost
+    assert sum(b.ops for b in c.gemm_by_bound) == gemm.ops
+    assert {o.bound for o in c.ops if o.cls == "gemm"} == {b.cls for b in c.gemm_by_bound}
+    assert addmm.bound == want.bound
     # the worst operator is the one furthest off in time
     w = c.worst(1)[0]
     assert all(abs(o.predicted_s - o.measured_s) <= abs(w.predicted_s - w.measured_s)

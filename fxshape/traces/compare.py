@@ -49,6 +49,9 @@ class TraceOpRecord:
     note: str = ""
     #: a GEMM's ``(batch, m, n, k, dtype, layout)`` as priced; () otherwise
     gemm: tuple = ()
+    #: a GEMM's bound in the model (``"compute"``, ``"memory"``, ``"latency"``); ""
+    #: otherwise
+    bound: str = ""
 
     @property
     def error(self) -> float | None:
@@ -60,7 +63,8 @@ class TraceOpRecord:
     def as_dict(self) -> dict:
         return {"index": self.index, "name": self.name, "class": self.cls, "what": self.what,
                 "kernels": list(self.kernels), "measured_s": self.measured_s,
-                "predicted_s": self.predicted_s, "error": self.error, "note": self.note}
+                "predicted_s": self.predicted_s, "error": self.error, "note": self.note,
+                "bound": self.bound}
 
 
 @dataclass(frozen=True)
@@ -131,6 +135,9 @@ class TraceComparison:
     idle_s: float
     window_s: float
     notes: tuple = ()
+    #: the GEMMs' error by what bounds each in the model (``ClassError`` with ``cls`` one of
+    #: ``"compute"``, ``"memory"``, ``"latency"``): where the GEMM model is off
+    gemm_by_bound: tuple = ()
 
     @property
     def attributed_fraction(self) -> float:
@@ -171,6 +178,7 @@ class TraceComparison:
             "modelled_fraction": self.modelled_fraction, "idle_s": self.idle_s,
             "window_s": self.window_s,
             "by_class": [c.as_dict() for c in self.by_class],
+            "gemm_by_bound": [c.as_dict() for c in self.gemm_by_bound],
             "unattributed": [u.__dict__ for u in self.unattributed],
             "no_model": [{"name": n, "reason": r, "count": c, "measured_s": t}
                          for n, r, c, t in self.no_model()],
@@ -213,6 +221,15 @@ class TraceComparison:
                                            "median abs err %", "p90 %", "median signed %",
                                            "within 20%"), tablefmt="github",
                             disable_numparse=True))
+        if self.gemm_by_bound:
+            out += ["", "GEMMs by what bounds them in the model:"]
+            out.append(tabulate([(c.cls, c.ops, us(c.measured_s), us(c.predicted_s),
+                                  f"{100 * c.median:.1f}", f"{100 * c.signed_median:+.1f}",
+                                  f"{c.within_20}/{c.ops}") for c in self.gemm_by_bound],
+                                headers=("bound", "GEMMs", "measured us", "predicted us",
+                                         "median abs err %", "median signed %",
+                                         "within 20%"), tablefmt="github",
+                                disable_numparse=True))
         w = self.worst(worst)
         if w:
             out += ["", f"worst {len(w)} (by time):"]
@@ -333,17 +350,11 @@ def compare_trace(path, gpu=None, *, params_path: str | None = None) -> TraceCom
                                          "copies or memsets): not compared"))
             continue
         records.append(TraceOpRecord(idx, op.name, got.cls, got.what, names, measured,
-                                     got.time_s, gemm=got.gemm))
-    by_class = []
-    for cls in CLASSES:
-        rs = [r for r in records if r.cls == cls and r.error is not None]
-        if not rs:
-            continue
-        errs = [r.error for r in rs]
-        by_class.append(ClassError(
-            cls, len(rs), sum(r.measured_s for r in rs), sum(r.predicted_s for r in rs),
-            statistics.median(abs(e) for e in errs), _quantile([abs(e) for e in errs], 0.9),
-            statistics.median(errs), sum(abs(e) <= 0.2 for e in errs)))
+                                     got.time_s, gemm=got.gemm, bound=got.bound))
+    by_class = [e for e in (_errors(cls, [r for r in records if r.cls == cls])
+                            for cls in CLASSES) if e is not None]
+    by_bound = [e for e in (_errors(b, [r for r in records if r.bound == b])
+                            for b in ("compute", "memory", "latency")) if e is not None]
     loose = defaultdict(lambda: [0, 0.0])
     for ev, why in pairing.unattributed:
         a = loose[(why, ev.name)]
@@ -380,7 +391,19 @@ def compare_trace(path, gpu=None, *, params_path: str | None = None) -> TraceCom
                      "= False)")
     return TraceComparison(trace.path, spec.name, how, tuple(records), tuple(by_class),
                            kernel_s, attributed, modelled, tuple(unattributed), idle, window,
-                           tuple(notes))
+                           tuple(notes), tuple(by_bound))
+
+
+def _errors(label: str, rs) -> ClassError | None:
+    """The error over records ``rs`` (those with a prediction and a measured time)."""
+    rs = [r for r in rs if r.error is not None]
+    if not rs:
+        return None
+    errs = [r.error for r in rs]
+    return ClassError(label, len(rs), sum(r.measured_s for r in rs),
+                      sum(r.predicted_s for r in rs), statistics.median(abs(e) for e in errs),
+                      _quantile([abs(e) for e in errs], 0.9), statistics.median(errs),
+                      sum(abs(e) <= 0.2 for e in errs))
 
 
 def _parents(trace: Trace) -> dict:

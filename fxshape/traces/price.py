@@ -81,6 +81,9 @@ class Priced:
     what: str
     #: a GEMM's ``(batch, m, n, k, dtype, layout)`` as priced; () for other classes
     gemm: tuple = ()
+    #: a GEMM's bound in the model: ``"compute"``, ``"memory"`` or ``"latency"``; ""
+    #: otherwise
+    bound: str = ""
 
 
 @dataclass(frozen=True)
@@ -209,7 +212,7 @@ def _gemm(op, ctx, ia, ib, batched):
     what = f"{'B=' + str(batch) + ' ' if batch > 1 else ''}M={m} N={n} K={k} {dkey} {layout}"
     if ran is not None and p.kernel and ran.startswith(p.kernel[:-3]):
         what += f" ({p.kernel[:-3]} as run)"
-    return Priced("gemm", p.time_s, what, (batch, m, n, k, dkey, layout))
+    return Priced("gemm", p.time_s, what, (batch, m, n, k, dkey, layout), p.bound)
 
 
 #: GEMM operators: (the input index of A, of B, batched); addmm and baddbmm take the
