@@ -155,10 +155,11 @@ def run_sdpa(shapes, timer, gpu, budget_end):
 
 
 def traced_steps(gpu, out_dir, cases, step_of):  # pragma: no cover - needs CUDA
-    """One profiled training step per ``(label, model)`` of ``cases`` (``torch.profiler``,
-    ``record_shapes=True``), written to ``trace_gpt2_<label>.json.gz`` in ``out_dir`` and
-    compared with the model (``fxshape.compare_trace``: ``trace_gpt2_<label>.md``); the
-    predicted step drawn beside it (``predicted_gpt2_<label>.json.gz``). Rows: per class,
+    """One profiled training step per ``(label, model, report)`` of ``cases``
+    (``torch.profiler``, ``record_shapes=True``), written to ``trace_gpt2_<label>.json.gz``
+    in ``out_dir`` and compared with the model (``fxshape.compare_trace``:
+    ``trace_gpt2_<label>.md``); the step ``report`` predicted, drawn beside it
+    (``predicted_gpt2_<label>.json.gz``). Rows: per class,
     the predicted and measured kernel time of the trace's operators; the device time
     attributed to operators (predicted column 1)."""
     import torch
@@ -168,7 +169,7 @@ def traced_steps(gpu, out_dir, cases, step_of):  # pragma: no cover - needs CUDA
 
     rows = []
     os.makedirs(out_dir, exist_ok=True)
-    for label, model, execution in cases:
+    for label, model, report in cases:
         step = step_of(model)
         for i in range(2):  # warm the allocator (a compiled model is warm already)
             step(i)
@@ -187,10 +188,7 @@ def traced_steps(gpu, out_dir, cases, step_of):  # pragma: no cover - needs CUDA
                          f"{100 * k.median:.0f}%)", "bf16", k.predicted_s, k.measured_s))
         rows.append(("trace", f"gpt2 {label} attributed fraction", "", 1.0,
                      c.attributed_fraction))
-        rep = fxshape.analyze(getattr(model, "_orig_mod", model), gpu=gpu, mode="train",
-                              batch_size=8, seq_len=1024,
-                              execution=execution, optimizer="sgd", provenance=None)
-        rep.to_chrome_trace(os.path.join(out_dir, f"predicted_gpt2_{label}.json.gz"))
+        report.to_chrome_trace(os.path.join(out_dir, f"predicted_gpt2_{label}.json.gz"))
     return rows
 
 
@@ -234,16 +232,15 @@ def gpt2_step(gpu, out_dir=None):  # pragma: no cover - needs CUDA and transform
         return step
 
     def predicted(model, execution):
-        rep = fxshape.analyze(getattr(model, "_orig_mod", model), gpu=gpu, mode="train",
-                              batch_size=8, seq_len=1024,
+        rep = fxshape.analyze(model, gpu=gpu, mode="train", batch_size=8, seq_len=1024,
                               execution=execution, optimizer="sgd", provenance=None)
         return rep
 
-    rows = []
+    rows, reports = [], {}
     base = GPT2LMHeadModel(cfg).cuda()
     padded = fxshape.pad(base, gpu=gpu, mode="train", batch_size=8, seq_len=1024)
     for name, model in (("eager", base), ("fxshape.pad eager", padded)):
-        rep = predicted(model, "eager")
+        rep = reports[name] = predicted(model, "eager")
         torch.cuda.reset_peak_memory_stats()
         t = cuda_event_median(step_fn(model), 3, 10)
         rows.append(("gpt2_step", name, "bf16", rep.step.time_s, t))
@@ -252,8 +249,9 @@ def gpt2_step(gpu, out_dir=None):  # pragma: no cover - needs CUDA and transform
                      float(torch.cuda.max_memory_allocated())))
     import torch._inductor.config as icfg
 
-    rows += _traced(gpu, out_dir, (("eager", base, "eager"),), step_fn)
-    compiled_pred = predicted(base, "compiled").step.time_s
+    rows += _traced(gpu, out_dir, (("eager", base, reports["eager"]),), step_fn)
+    compiled_rep = predicted(base, "compiled")
+    compiled_pred = compiled_rep.step.time_s
     for name, kw, flag in (("torch.compile inductor", {}, False),
                            ("inductor shape_padding", {}, True),
                            ("torch.compile backend=fxshape", {"backend": "fxshape"}, False)):
@@ -266,7 +264,7 @@ def gpt2_step(gpu, out_dir=None):  # pragma: no cover - needs CUDA and transform
             rows.append(("gpt2_step", name, "bf16", pred,
                          cuda_event_median(step_fn(model), 3, 10)))
             if name == "torch.compile inductor":  # traced while compiled and warm
-                rows += _traced(gpu, out_dir, (("compiled", model, "compiled"),), step_fn)
+                rows += _traced(gpu, out_dir, (("compiled", model, compiled_rep),), step_fn)
         finally:
             icfg.shape_padding = old
     rows += sustained_gemm(gpu)
