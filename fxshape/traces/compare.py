@@ -325,7 +325,6 @@ def compare_trace(path, gpu=None, *, params_path: str | None = None) -> TraceCom
     spec, how = resolve_trace_gpu(trace, gpu)
     pairing = pair(trace)
     ops_by_index = {o.index: o for o in trace.ops}
-    parent = _parents(trace)
     records = []
     for idx in sorted(pairing.by_op):
         op = ops_by_index[idx]
@@ -337,7 +336,8 @@ def compare_trace(path, gpu=None, *, params_path: str | None = None) -> TraceCom
             records.append(TraceOpRecord(idx, op.name, "no model", "", names, measured, None,
                                          "a copy between host and device (no PCIe model)"))
             continue
-        ctx = PriceContext(spec, names, parent.get(idx, ""), trace.world_size, params_path)
+        ctx = PriceContext(spec, names, pairing.parent.get(idx, ""), trace.world_size,
+                           params_path)
         try:
             got = price_op(op, ctx)
         except NoModel as exc:
@@ -404,20 +404,3 @@ def _errors(label: str, rs) -> ClassError | None:
                       sum(r.predicted_s for r in rs), statistics.median(abs(e) for e in errs),
                       _quantile([abs(e) for e in errs], 0.9), statistics.median(errs),
                       sum(abs(e) <= 0.2 for e in errs))
-
-
-def _parents(trace: Trace) -> dict:
-    """operator index -> the name of the operator directly enclosing it (same thread)."""
-    out = {}
-    by_thread = defaultdict(list)
-    for o in trace.ops:
-        by_thread[(o.pid, o.tid)].append(o)
-    for ops in by_thread.values():
-        stack = []
-        for o in sorted(ops, key=lambda o: (o.ts, -o.dur, o.index)):
-            while stack and stack[-1].end < o.ts:
-                stack.pop()
-            if stack:
-                out[o.index] = stack[-1].name
-            stack.append(o)
-    return out

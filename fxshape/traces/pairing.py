@@ -4,7 +4,8 @@ A kernel names its launch by ``correlation`` id; the launch runs on a host threa
 stack of operators (``aten::linear`` > ``aten::addmm``; ``MmBackward0`` > ``aten::mm``); the
 kernel belongs to the *innermost* operator enclosing the launch on that thread (or to the
 ``nccl:*`` annotation of a collective). One sweep per thread over operators and launches in
-time order, with a stack of the operators still open: O(n log n).
+time order, with a stack of the operators still open: O(n log n); the same sweep notes
+each operator's enclosing one.
 
 A device event is *unattributed* when its correlation id has no launch in the trace (the
 launch fell outside the recording window) or when no operator encloses its launch (work
@@ -14,7 +15,7 @@ started by Python code outside any ``aten`` op, or a library thread).
 from __future__ import annotations
 
 from collections import defaultdict
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from .kineto import Trace
 
@@ -28,10 +29,13 @@ OUTSIDE = "launched outside any operator"
 @dataclass(frozen=True)
 class Pairing:
     """``by_op``: operator index -> the device events it launched (trace order);
-    ``unattributed``: ``(device event, reason)`` for the others."""
+    ``unattributed``: ``(device event, reason)`` for the others; ``parent``: operator
+    index -> the name of the operator directly enclosing it (on the threads that launch
+    device work)."""
 
     by_op: dict
     unattributed: tuple
+    parent: dict = field(default_factory=dict)
 
 
 def pair(trace: Trace) -> Pairing:
@@ -51,6 +55,7 @@ def pair(trace: Trace) -> Pairing:
     for ln in wanted.values():
         by_thread[(ln.pid, ln.tid)][1].append(ln)
     owner = {}  # correlation -> operator index
+    parent = {}  # operator index -> the enclosing operator's name
     for ops, launches in by_thread.values():
         if not launches:
             continue
@@ -63,6 +68,8 @@ def pair(trace: Trace) -> Pairing:
             while stack and stack[-1].end < ts:
                 stack.pop()
             if kind == 0:
+                if stack:
+                    parent[item.index] = stack[-1].name
                 stack.append(item)
             elif stack:
                 owner[item.correlation] = stack[-1].index
@@ -75,4 +82,4 @@ def pair(trace: Trace) -> Pairing:
             by_op[owner[ln.correlation]].append(ev)
         else:
             loose.append((ev, OUTSIDE))
-    return Pairing(dict(by_op), tuple(loose))
+    return Pairing(dict(by_op), tuple(loose), parent)
