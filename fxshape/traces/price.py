@@ -228,13 +228,21 @@ for _name, (_a, _b, _batched) in _GEMMS.items():
 # attention (SDPA's fused kernels; q, k, v as [batch, heads, seq, head_dim])
 # ---------------------------------------------------------------------------------------
 
+def _aten(name: str):
+    """The ``torch.ops.aten`` overload packet of a trace operator named ``aten::NAME``, or
+    None."""
+    import torch
+
+    if not name.startswith("aten::"):
+        return None
+    return getattr(torch.ops.aten, name[len("aten::"):], None)
+
+
 @functools.lru_cache(maxsize=None)
 def _is_causal_at(name: str):
     """Where aten operator ``name``'s ``is_causal`` argument is in its schema (what its
     ``Concrete Inputs`` follow), or None."""
-    import torch
-
-    packet = getattr(torch.ops.aten, name[len("aten::"):], None)
+    packet = _aten(name)
     schema = getattr(getattr(packet, "default", None), "_schema", None)
     names = [a.name for a in schema.arguments] if schema is not None else []
     return names.index("is_causal") if "is_causal" in names else None
@@ -374,11 +382,7 @@ def _cat(op, ctx):
 @functools.lru_cache(maxsize=None)
 def _tags(name: str) -> frozenset:
     """The ``torch.Tag`` names of any overload of aten operator ``name`` (``aten::add``)."""
-    import torch
-
-    if not name.startswith("aten::"):
-        return frozenset()
-    packet = getattr(torch.ops.aten, name[6:], None)
+    packet = _aten(name)
     if packet is None:
         return frozenset()
     tags = set()
