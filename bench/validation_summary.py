@@ -47,6 +47,7 @@ from tabulate import tabulate  # noqa: E402
 
 from fxshape.hardware.gpus import get_gpu  # noqa: E402
 from fxshape.hardware.validation import REGIMES, VALIDATION_PATH  # noqa: E402
+from fxshape.serving.scheduler import percentile  # noqa: E402
 
 SOURCES = {
     "gemm": "bench/validate_heldout.py (leave one group out) and bench/validate_block_formats.py",
@@ -143,13 +144,6 @@ def _float8(out):
 COLLECTORS = (_gemm, _block, _e2e, _training, _float8, _serving, _inference)
 
 
-def _percentile(xs, q):
-    xs = sorted(xs)
-    i = (len(xs) - 1) * q
-    lo, hi = int(i), min(int(i) + 1, len(xs) - 1)
-    return xs[lo] + (xs[hi] - xs[lo]) * (i - lo)
-
-
 def summarize(errors) -> dict:
     """``{gpu: {regime: record}}`` from ``{(gpu, regime): [(|error|, signed or None)]}``."""
     gpus: dict = {}
@@ -160,7 +154,7 @@ def summarize(errors) -> dict:
         gpus.setdefault(gpu, {})[regime] = {
             "n": len(absolute),
             "median": round(statistics.median(absolute), 6),
-            "p90": round(_percentile(absolute, 0.9), 6),
+            "p90": round(percentile(absolute, 90), 6),
             "max": round(max(absolute), 6),
             "signed_median": round(statistics.median(signed), 6) if signed else None,
             "source": SOURCES[regime],
