@@ -706,21 +706,18 @@ def _with_error_band(report, low_precision: bool):
         return report
     spec = get_gpu(report.gpu)
     dkey = canonical_dtype(report.dtype)
-    band = None
+    band = missing = None
     if low_precision or dkey in ("fp8", "tf32"):
         what = "quantized or FP8" if low_precision or dkey == "fp8" else "TF32"
-        note = (f"unvalidated: no held-out whole-step measurement of {what} runs on "
-                f"{spec.name}; the step's expected error is unknown (fxshape gpus lists "
-                "what is validated)")
+        missing = f"whole-step measurement of {what} runs"
     else:
         regime = step_regime(step.mode, dkey, step.execution)
         band = error_band(spec, regime)
         if band is None:
-            note = (f"unvalidated: no held-out measurement of {REGIMES[regime]} on "
-                    f"{spec.name}; the step's expected error is unknown (fxshape gpus lists "
-                    "what is validated)")
-        else:
-            note = f"step {band.describe()}"
+            missing = f"measurement of {REGIMES[regime]}"
+    note = (f"step {band.describe()}" if band is not None else
+            f"unvalidated: no held-out {missing} on {spec.name}; the step's expected error "
+            "is unknown (fxshape gpus lists what is validated)")
     return dataclasses.replace(report, step=dataclasses.replace(step, error_band=band),
                                notes=report.notes + (note,))
 

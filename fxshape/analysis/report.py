@@ -279,6 +279,7 @@ class Report:
         return self.table(fmt="github")
 
     def to_dict(self) -> dict:
+        gemm_band = self.gemm_error_band
         return {
             "model": self.model_name,
             "gpu": self.gpu,
@@ -291,8 +292,7 @@ class Report:
             "rows": [_row_dict(r) for r in self.rows],
             "unsupported": [u.__dict__ for u in self.unsupported],
             "step": None if self.step is None else self.step.as_dict(),
-            "gemm_error_band": (None if self.gemm_error_band is None
-                                else self.gemm_error_band.as_dict()),
+            "gemm_error_band": None if gemm_band is None else gemm_band.as_dict(),
             "ops": [o.as_dict() for o in self.ops],
             "unsupported_ops": [u.__dict__ for u in self.unsupported_ops],
             "memory": None if self.memory is None else self.memory.as_dict(),
