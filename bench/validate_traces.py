@@ -7,7 +7,8 @@ Default traces: the three of ``../shared/calibration/traces`` (HTA's test data: 
 a 128-GPU A100 training run, TF32 GEMMs from cuBLAS and CUTLASS, and a tiny MI250 step),
 with their GPUs (the A100 traces carry no device properties: A100 SXM4 40GB, the HTA data's
 machine class, is assumed). They are development data, used to build and test the trace
-reader; no constant is fitted to them, and the project is judged on other traces.
+reader; one constant is fitted to rank 0 (the TF32 narrow-load ratio,
+``bench/fit_tf32_trace.py``), and the project is judged on other traces.
 
 Prints, per trace, the share of device time paired with an operator and with a model, and
 the error per class (median and p90 of |predicted / measured - 1|, the median signed, how

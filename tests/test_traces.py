@@ -455,3 +455,103 @@ def test_predict_matmul_prices_the_sgemm_kernel_that_ran():
     assert fxshape.predict_matmul(2048, 160, 512, kernel="sgemm_largek_lds64", **kw) == chosen
     assert fxshape.predict_matmul(2048, 160, 512, dtype="bf16", gpu="a100", kernel=other) \
         == fxshape.predict_matmul(2048, 160, 512, dtype="bf16", gpu="a100")
+
+
+def test_tensor_core_kernel_names_give_their_tile_in_fxshapes_orientation():
+    from fxshape.cost.gemm_kernels import parse_gemm_tile
+
+    # cuBLAS names tiles in its column-major view (C^T = B^T A^T): the first size runs
+    # along fxshape's N. In the shared A100 trace, ..._256x64_16x4_nn_align1 ran an M=2048,
+    # N=18030 GEMM on grid 256 x 9. With 256 along N: ceil(18030/256) = 71 tiles of N,
+    # ceil(2048/64) = 32 of M; CUTLASS's swizzle of 8 launches 32 * 8 = 256 by
+    # ceil(71/8) = 9. With 256 along M it would be 8 * 8 = 64 by ceil(282/8) = 36.
+    assert parse_gemm_tile("cutlass_80_tensorop_s1688gemm_128x256_32x3_nn_align1") == (256, 128)
+    assert parse_gemm_tile("void cutlass::Kernel<cutlass_80_tensorop_s1688gemm_256x64_16x4"
+                           "_nn_align1>(cutlass_80_tensorop_s1688gemm_256x64_16x4_nn_align1"
+                           "::Params)") == (64, 256)
+    assert parse_gemm_tile("ampere_fp16_s16816gemm_fp16_128x64_ldg8_f2f_stages_32x5_tn") \
+        == (64, 128)
+    assert parse_gemm_tile("volta_h884gemm_256x128_ldg8_nn") == (128, 256)
+    assert parse_gemm_tile(GEMM_BF16) == (128, 128)
+    assert parse_gemm_tile("cutlass3x_sm90_tensorop_gemm_bf16_bf16_f32_bf16_bf16_"
+                           "128x256x64_1x2x1_0_tnn_align8") == (256, 128)
+    # no tile: SIMT, GEMV, reduce and epilogue kernels, rocBLAS's Tensile names
+    for name in (SGEMM, SPLITK, "void gemvNSP_kernel<float>", "Cijk_Ailk_Bljk_HHS_BH_MT128x128x32",
+                 "void epilogue::impl::globalKernel<float, float, float, true, true>"):
+        assert parse_gemm_tile(name) is None
+
+
+def test_predict_matmul_prices_the_tensor_core_kernel_split_and_sms_that_ran():
+    kw = dict(dtype="bf16", gpu="a100", layout="nt")
+    chosen = fxshape.predict_matmul(4096, 4096, 4096, **kw)
+    ran = fxshape.predict_matmul(4096, 4096, 4096, kernel=GEMM_BF16, **kw)
+    assert ran.tile == (128, 128) and ran.kernel.endswith("as run")
+    # the model's own choice is its cheapest candidate: a given kernel is no faster
+    assert ran.time_s >= chosen.time_s
+    split = fxshape.predict_matmul(256, 256, 65536, kernel=GEMM_BF16, split_k=8, **kw)
+    assert split.split_k == 8 and split.ctas == 2 * 2 * 8  # (256/128)^2 tiles, 8 slices
+    # a tile the model's menu lacks is priced all the same
+    odd = fxshape.predict_matmul(4096, 4096, 4096, kernel="ampere_h16816gemm_96x48_nn", **kw)
+    assert odd.tile == (48, 96)
+    # fewer SMs (a collective's CTAs beside it): a GEMM of many waves slows down about in
+    # proportion: 1024 tiles of 128x128 over 108 SMs are 10 waves, over 54 SMs 19
+    full = fxshape.predict_matmul(4096, 4096, 4096, kernel=GEMM_BF16, **kw)
+    half = fxshape.predict_matmul(4096, 4096, 4096, kernel=GEMM_BF16, sms=54, **kw)
+    assert half.waves == 19 and full.waves == 10
+    assert 1.7 < half.time_s / full.time_s < 2.1
+    for bad in (dict(split_k=0), dict(sms=0), dict(sms=109), dict(split_k=2.5)):
+        with pytest.raises(ValueError, match="split_k|sms"):
+            fxshape.predict_matmul(1024, 1024, 1024, **kw, **bad)
+
+
+def test_tf32_narrow_kernels_pay_the_fitted_load_ratio(monkeypatch):
+    from fxshape.cost import gemm
+
+    ratio = gemm.tf32_issue_ratio("a100")
+    assert ratio > 1  # fitted by bench/fit_tf32_trace.py for sm80 (fxshape/data)
+    assert gemm.tf32_issue_ratio("h100") == 1.0  # no TF32 trace fitted on Hopper
+    kw = dict(dtype="tf32", gpu="a100", layout="nt")
+    aligned = fxshape.predict_matmul(2048, 2048, 2048, **kw).time_s
+    narrow = fxshape.predict_matmul(2048, 2050, 2048, **kw).time_s  # N*4 bytes 8-aligned
+    monkeypatch.setattr(gemm, "_tf32_params", lambda: {"archs": {}})
+    gemm._predict_cached.cache_clear()
+    try:
+        # without the ratio the aligned GEMM is unchanged, the narrow one faster
+        assert fxshape.predict_matmul(2048, 2048, 2048, **kw).time_s == aligned
+        assert fxshape.predict_matmul(2048, 2050, 2048, **kw).time_s < narrow
+    finally:
+        monkeypatch.undo()
+        gemm._predict_cached.cache_clear()
+
+
+def test_gemms_beside_a_collective_are_priced_on_the_sms_it_leaves(tmp_path):
+    f = "float"
+    nccl = "ncclDevKernel_AllReduce_Sum_f32_RING_LL(ncclDevComm*, unsigned long, ncclWork*)"
+    tile = "void cutlass::Kernel<cutlass_80_tensorop_s1688gemm_128x128_32x3_nn_align4>"
+    ev = [
+        # a TF32 GEMM split 3 ways (grid.z), with an all-reduce's 16 CTAs beside it for its
+        # whole run on another stream
+        _op("aten::mm", 0, 20, [(4096, 4096), (4096, 4096)], [f, f]), _launch(1, 5),
+        _kernel(tile, 1, 1000, 400),
+        _op("nccl:all_reduce", 30, 20, [(1 << 20,)], [f]), _launch(2, 35),
+        _kernel(nccl, 2, 990, 500, stream=20),
+        # the same GEMM later, alone
+        _op("aten::mm", 60, 20, [(4096, 4096), (4096, 4096)], [f, f]), _launch(3, 65),
+        _kernel(tile, 3, 2000, 300),
+    ]
+    ev[2]["args"]["grid"] = [32, 8, 3]
+    ev[5]["args"]["grid"] = [16, 1, 1]
+    ev[8]["args"]["grid"] = [32, 8, 1]
+    c = compare_trace(_write(tmp_path, events=ev), gpu="a100-sxm4-40gb")
+    beside, alone = _by_name(c, "aten::mm")
+    assert beside.sms == 108 - 16 and alone.sms is None
+    assert "split 3 as run" in beside.what and "on 92 SMs" in beside.what
+    assert "(128x128 as run)" in alone.what
+    # the model's own choice, on the whole GPU, is what analyze would say of the shape
+    assert alone.chosen_s == beside.chosen_s == fxshape.predict_matmul(
+        4096, 4096, 4096, dtype="tf32", gpu="a100-sxm4-40gb", layout="nn").time_s
+    assert [s.cls for s in c.gemm_by_setting] == ["alone", "beside a collective",
+                                                  "model's kernel choice"]
+    assert c.gemm_by_setting[2].ops == 2
+    assert "GEMMs by setting" in c.to_markdown()
+    assert json.loads(c.to_json())["gemm_by_setting"][1]["ops"] == 1

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import dataclasses
 import functools
 import json
 import math
@@ -38,6 +39,7 @@ from typing import NamedTuple
 
 from ..hardware.dtypes import canonical_dtype, itemsize, output_itemsize
 from ..hardware.gpus import GPUSpec, get_gpu
+from .gemm_kernels import parse_gemm_tile
 from .paramfile import read_json
 from .simt import sgemm_issue_efficiency, simt_menu, sustained_fp32_peak, tile_fma_efficiency
 
@@ -53,6 +55,7 @@ __all__ = [
     "LOAD_CLASSES",
     "load_class",
     "operand_alignment",
+    "tf32_issue_ratio",
 ]
 
 #: Operand layouts: first letter A, second B; "n" = row-major as written, "t" = transposed
@@ -314,6 +317,30 @@ def _model_params(spec: GPUSpec, path: str, simt: bool = False) -> ModelParams:
                                                entry.get("kernel_eff", {}).items())))
 
 
+_TF32_PARAMS_PATH = os.path.join(os.path.dirname(_DEFAULT_PARAMS_PATH), "tf32_params.json")
+
+
+@functools.lru_cache(maxsize=None)
+def _tf32_params() -> dict:
+    return read_json(_TF32_PARAMS_PATH, "fxshape TF32 parameter file")
+
+
+def tf32_issue_ratio(gpu) -> float:
+    """How many times ``ld_issue_clk`` a TF32 kernel pays per narrow operand load on
+    ``gpu``'s architecture: fitted by ``bench/fit_tf32_trace.py`` from the TF32 GEMMs of a
+    profiler trace (``fxshape/data/tf32_params.json`` says which); 1 for architectures
+    without such a fit (the fp16 figure, unvalidated for TF32).
+
+    cuBLAS's sm80 TF32 kernels for operands that are not 16-byte aligned (``..._align1``)
+    copy one 4-byte element per ``cp.async``; in the shared traces they run about twice as
+    slow against their aligned twins as the fp16 kernels of the same load width do, which
+    the fp16 sweeps ``ld_issue_clk`` was fitted on cannot show.
+    """
+    arch = get_gpu(gpu).arch
+    entry = (_tf32_params().get("archs") or {}).get(arch)
+    return float(entry["ld_issue_ratio"]) if isinstance(entry, dict) else 1.0
+
+
 # ---------------------------------------------------------------------------------------
 # The core (scalar or numpy)
 # ---------------------------------------------------------------------------------------
@@ -438,7 +465,8 @@ def _narrow_ok(tm: int, tn: int) -> bool:
 
 
 def _core(xp, b, m, n, k, steps, *, spec: GPUSpec, p: ModelParams, peak_flops: float,
-          e: int, eo: int, kernels=None, splits=_SPLIT_K, k_tile=None, layout: str = "nn"):
+          e: int, eo: int, kernels=None, splits=_SPLIT_K, k_tile=None, layout: str = "nn",
+          forced: bool = False, sms_free=None, tensor_core=None):
     """Predicted time for every candidate; returns the best candidate's figures
     ``(time, tile index, split, ctas, waves, compute time, memory time)``.
 
@@ -446,15 +474,20 @@ def _core(xp, b, m, n, k, steps, *, spec: GPUSpec, p: ModelParams, peak_flops: f
     tiles at full rate (the fp32 path passes the SIMT sgemm menu); ``splits`` the split-K
     factors the library uses. ``layout`` says which dimension is each operand's leading one:
     the operand rows a CTA streams from L2 are charged whole 32-byte sectors
-    (:func:`_sector_inflation`).
+    (:func:`_sector_inflation`). ``forced``: the kernel and split are the ones that ran (a
+    trace says so), so the library's rules for which tiles and splits it offers are not
+    applied. ``sms_free``: SMs the kernel may use (fewer than the GPU's while another
+    kernel, such as a collective's, holds some); each SM keeps its own rate and L2 share.
+    ``tensor_core``: the kernels are the library's tensor-core ones (``batched_eff`` applies
+    to their strided-batched calls); default: when ``kernels`` is None.
 
     Every term is non-decreasing in b, m, n and k, and a larger output never admits more
     split-K candidates, so the minimum over candidates is non-decreasing too: more work in
     the same alignment class is never predicted faster.
     """
     scalar = xp is _SCALAR
-    sms = spec.sm_count
-    peak_sm = peak_flops / sms
+    peak_sm = peak_flops / spec.sm_count
+    sms = spec.sm_count if sms_free is None else max(1, min(int(sms_free), spec.sm_count))
     l2_bw = p.l2_bytes_per_clk_per_sm * sms * spec.boost_clock_mhz * 1e6
     clock = spec.boost_clock_mhz * 1e6
     sm_bw = p.sm_stream_bytes_per_clk * clock
@@ -465,10 +498,12 @@ def _core(xp, b, m, n, k, steps, *, spec: GPUSpec, p: ModelParams, peak_flops: f
     issue_s = p.ld_issue_clk / clock
     dram_bw = spec.memory_bandwidth_gbs * 1e9 * p.dram_eff * p.align_mem_eff ** steps
     batched = 1.0
-    if kernels is None and p.batched_eff != 1.0:  # strided-batched tensor-core kernels
+    if tensor_core is None:
+        tensor_core = kernels is None
+    if tensor_core and p.batched_eff != 1.0:  # strided-batched tensor-core kernels
         batched = xp.where(b > 1, p.batched_eff, 1.0)
     rate = peak_sm * p.e_max * batched  # FLOP/s per SM
-    chip_rate = peak_flops * p.power_eff * batched
+    chip_rate = peak_flops * p.power_eff * batched * sms / spec.sm_count
     tk = k_tile or max(1, _K_TILE_BYTES // e)
     q, inv_q = p.smooth_q, 1.0 / p.smooth_q
     throttled = p.throttle_ratio < 1.0
@@ -491,7 +526,7 @@ def _core(xp, b, m, n, k, steps, *, spec: GPUSpec, p: ModelParams, peak_flops: f
     if kernels is None:
         kernels = tuple((tm, tn, 1.0) for tm, tn in spec.tiles)
     for ti, (tm, tn, mult) in enumerate(kernels):
-        if scalar and steps and not _narrow_ok(tm, tn):
+        if scalar and steps and not forced and not _narrow_ok(tm, tn):
             continue
         tiles_mn = b * _cdiv(m, tm) * _cdiv(n, tn)
         rows_a, rows_b = xp.minimum(mp, tm), xp.minimum(np_, tn)  # rows of A and B per CTA
@@ -513,7 +548,7 @@ def _core(xp, b, m, n, k, steps, *, spec: GPUSpec, p: ModelParams, peak_flops: f
         for s in splits:
             if s > 1:
                 # split-K only while the split CTAs fit in a few waves (as libraries do)
-                allowed = tiles_mn * s <= _SPLIT_MAX_WAVES * sms
+                allowed = forced or tiles_mn * s <= _SPLIT_MAX_WAVES * sms
                 if scalar and not allowed:
                     break
             ctas = tiles_mn * s
@@ -585,7 +620,8 @@ def _alignment(spec: GPUSpec, dkey: str, m: int, n: int, k: int, layout: str):
 
 def predict_matmul(m, n, k, *, batch=1, dtype="bf16", gpu="h100", layout="nn",
                    params_path: str | None = None, params=None,
-                   kernel: str | None = None) -> MatmulPrediction:
+                   kernel: str | None = None, split_k: int | None = None,
+                   sms: int | None = None) -> MatmulPrediction:
     """Predict time and efficiency of ``C[batch, M, N] = A[batch, M, K] @ B[batch, K, N]``.
 
     Args:
@@ -599,10 +635,19 @@ def predict_matmul(m, n, k, *, batch=1, dtype="bf16", gpu="h100", layout="nn",
             dimensions and so which misalignments cost vector width.
         params_path, params: a parameter file (``fxshape calibrate``, ``bench/fit_model.py``)
             whose entries replace the packaged constants; default ``$FXSHAPE_PARAMS`` if set.
-        kernel: fp32 without TF32 only: the cuBLAS SIMT kernel that ran (its name, from a
-            profiler trace: ``"ampere_sgemm_128x64_tn"``). The prediction then prices that
-            kernel instead of the model's choice; a name outside the GPU's sgemm menu
-            leaves the choice to the model (``MatmulPrediction.kernel`` says which ran).
+        kernel: the library kernel that ran (its name, from a profiler trace). For fp32
+            without TF32 a cuBLAS SIMT kernel (``"ampere_sgemm_128x64_tn"``): the prediction
+            prices that kernel instead of the model's choice; a name outside the GPU's
+            sgemm menu leaves the choice to the model (``MatmulPrediction.kernel`` says
+            which ran). For tensor-core dtypes a name with a CTA tile
+            (``fxshape.cost.gemm_kernels.parse_gemm_tile``:
+            ``"cutlass_80_tensorop_s1688gemm_128x64_32x6_tn_align4"``): that tile is priced,
+            whether or not the model's menu offers it; a name without one leaves the
+            choice to the model.
+        split_k: the split-K factor that ran (a trace's ``grid.z``); default the model's
+            choice.
+        sms: SMs the kernel may use, when another kernel holds some (a collective's CTAs
+            beside it, as a trace shows); default all of the GPU's.
 
     Returns:
         A frozen :class:`MatmulPrediction`.
@@ -629,7 +674,16 @@ def predict_matmul(m, n, k, *, batch=1, dtype="bf16", gpu="h100", layout="nn",
         base = re.sub(r"_(nn|nt|tn|tt)$", "", str(kernel))
         if any(kk.name == base for kk in simt_menu(spec.arch, batch > 1)):
             ran = base
-    return _predict_cached(m, n, k, batch, dkey, spec, layout.lower(), path, ran)
+    elif kernel is not None:
+        ran = parse_gemm_tile(str(kernel))
+    if split_k is not None:
+        split_k = _check_size("split_k", split_k)
+    if sms is not None:
+        sms = _check_size("sms", sms)
+        if sms > spec.sm_count:
+            raise ValueError(f"sms={sms} is more than {spec.name}'s {spec.sm_count} SMs")
+    return _predict_cached(m, n, k, batch, dkey, spec, layout.lower(), path, ran, split_k,
+                           sms)
 
 
 def _simt_kernels(spec: GPUSpec, batched: bool, p: ModelParams):
@@ -648,9 +702,12 @@ def _is_simt(spec: GPUSpec, dkey: str) -> bool:
 
 @functools.lru_cache(maxsize=1 << 18)
 def _predict_cached(m, n, k, batch, dkey, spec, layout, params_path,
-                    ran: str | None = None) -> MatmulPrediction:
+                    ran=None, split_k=None, sms=None) -> MatmulPrediction:
     simt = _is_simt(spec, dkey)
     p = model_params(spec, params_path, simt=simt)
+    if dkey == "tf32":  # cuBLAS's TF32 kernels pay more per narrow load (tf32_issue_ratio)
+        p = dataclasses.replace(p, ld_issue_clk=p.ld_issue_clk * tf32_issue_ratio(spec))
+    forced = ran is not None or split_k is not None
     peak = spec.peak_tflops(dkey) * 1e12  # the datasheet peak, which efficiency is of
     core_peak = peak
     if simt:  # the sgemm peak at the power-limited clock (fxshape.cost.simt)
@@ -663,18 +720,22 @@ def _predict_cached(m, n, k, batch, dkey, spec, layout, params_path,
         if ran is not None:  # the kernel that ran, not the model's choice
             keep = [i for i, kk in enumerate(menu) if kk.name == ran]
             menu, kernels = tuple(menu[i] for i in keep), tuple(kernels[i] for i in keep)
+        splits = (split_k,) if split_k else (_SIMT_SPLIT_K if batch == 1 else (1,))
         t, ti, s, ctas, waves, t_comp, t_mem = _core(
             _SCALAR, batch, m, n, k, steps, spec=spec, p=p, peak_flops=core_peak, e=e, eo=eo,
-            kernels=kernels, splits=_SIMT_SPLIT_K if batch == 1 else (1,), k_tile=_SIMT_K_TILE,
-            layout=layout)
+            kernels=kernels, splits=splits, k_tile=_SIMT_K_TILE, layout=layout,
+            forced=forced, sms_free=sms)
         tm, tn = menu[ti].tm, menu[ti].tn
         kernel = f"{menu[ti].name}_{'nn' if layout[1] == 'n' else 'tn'}"
     else:
+        tiles = (ran,) if ran is not None else spec.tiles
         t, ti, s, ctas, waves, t_comp, t_mem = _core(
             _SCALAR, batch, m, n, k, steps, spec=spec, p=p, peak_flops=core_peak, e=e, eo=eo,
-            layout=layout)
-        tm, tn = spec.tiles[ti]
-        kernel = ""
+            kernels=tuple((a, b, 1.0) for a, b in tiles),
+            splits=(split_k,) if split_k else _SPLIT_K, layout=layout, forced=forced,
+            sms_free=sms, tensor_core=True)
+        tm, tn = tiles[ti]
+        kernel = f"{tm}x{tn} tile as run" if ran is not None else ""
     flops = 2 * batch * m * n * k
     tiles_mn = batch * _cdiv(m, tm) * _cdiv(n, tn)
     tflops = flops / t / 1e12
@@ -690,7 +751,7 @@ def _predict_cached(m, n, k, batch, dkey, spec, layout, params_path,
         peak_tflops=peak / 1e12, tile=(tm, tn),
         tile_efficiency=(batch * m * n) / (tiles_mn * tm * tn),
         split_k=int(s), ctas=int(ctas), waves=int(waves),
-        wave_efficiency=ctas / (waves * spec.sm_count),
+        wave_efficiency=ctas / (waves * (sms or spec.sm_count)),
         compute_time_s=float(t_comp), memory_time_s=float(t_mem), launch_s=p.launch_s,
         bound=bound, alignment=align, aligned=steps == 0, kernel=kernel,
     )

@@ -127,6 +127,12 @@ def write_params(path: str, params: ModelParams, summary: dict, device: str = ""
     """Write a parameter file holding one GPU (it overlays the packaged constants);
     ``extra``: more of what the calibration found, under ``calibration``."""
     entry = {f: float(f"{getattr(params, f):.5g}") for f in ModelParams.STORED}
+    if summary["dtype"] == "tf32":
+        # a TF32 fit's load-issue time is stored as the base constant the predictions
+        # multiply by the architecture's tf32_issue_ratio, so they reproduce the fit
+        from ..cost.gemm import tf32_issue_ratio
+
+        entry["ld_issue_clk"] = float(f"{params.ld_issue_clk / tf32_issue_ratio(summary['gpu']):.5g}")
     entry["fitted"] = sorted(summary.get("fitted", ModelParams.STORED))
     entry["rows"] = summary["rows"]
     doc = {"comment": "Written by fxshape calibrate; entries replace the packaged constants "

@@ -96,10 +96,12 @@ class TraceCalibration:
 
 def trace_rows(comparison) -> list:
     """One :class:`CalibrationRow` per distinct GEMM shape of a ``TraceComparison`` (the
-    median of its calls' kernel time)."""
+    median of its calls' kernel time), of the calls that ran alone: a call with a
+    collective's kernel beside it (``TraceOpRecord.sms``) had fewer SMs than the constants
+    describe."""
     by = defaultdict(list)
     for o in comparison.ops:
-        if o.cls == "gemm" and o.gemm and o.measured_s > 0:
+        if o.cls == "gemm" and o.gemm and o.measured_s > 0 and o.sms is None:
             by[o.gemm].append(o.measured_s)
     rows = []
     for (b, m, n, k, dkey, layout), ts in sorted(by.items()):

@@ -15,9 +15,12 @@ not prints: ``to_json``, ``to_csv`` and ``to_markdown`` render them.
 
 from __future__ import annotations
 
+import bisect
 import csv
+import dataclasses
 import io
 import json
+import math
 import statistics
 from collections import defaultdict
 from dataclasses import dataclass
@@ -52,6 +55,12 @@ class TraceOpRecord:
     #: a GEMM's bound in the model (``"compute"``, ``"memory"``, ``"latency"``); ""
     #: otherwise
     bound: str = ""
+    #: SMs its kernels were priced on: fewer than the GPU's when a collective's kernel ran
+    #: beside them for most of their time (its CTAs hold SMs); None: all
+    sms: int | None = None
+    #: a GEMM's prediction with the model's own kernel choice on the whole GPU (what
+    #: ``analyze`` says of the shape); ``predicted_s`` prices the kernel that ran
+    chosen_s: float | None = None
 
     @property
     def error(self) -> float | None:
@@ -64,7 +73,7 @@ class TraceOpRecord:
         return {"index": self.index, "name": self.name, "class": self.cls, "what": self.what,
                 "kernels": list(self.kernels), "measured_s": self.measured_s,
                 "predicted_s": self.predicted_s, "error": self.error, "note": self.note,
-                "bound": self.bound}
+                "bound": self.bound, "sms": self.sms, "chosen_s": self.chosen_s}
 
 
 @dataclass(frozen=True)
@@ -138,6 +147,10 @@ class TraceComparison:
     #: the GEMMs' error by what bounds each in the model (``ClassError`` with ``cls`` one of
     #: ``"compute"``, ``"memory"``, ``"latency"``): where the GEMM model is off
     gemm_by_bound: tuple = ()
+    #: the GEMMs' error by setting: ``"alone"`` (no collective beside them), ``"beside a
+    #: collective"`` (priced on the SMs it left), and ``"model's kernel choice"`` (every
+    #: GEMM with the model's own tile and split on the whole GPU, as ``analyze`` predicts)
+    gemm_by_setting: tuple = ()
 
     @property
     def attributed_fraction(self) -> float:
@@ -179,6 +192,7 @@ class TraceComparison:
             "window_s": self.window_s,
             "by_class": [c.as_dict() for c in self.by_class],
             "gemm_by_bound": [c.as_dict() for c in self.gemm_by_bound],
+            "gemm_by_setting": [c.as_dict() for c in self.gemm_by_setting],
             "unattributed": [u.__dict__ for u in self.unattributed],
             "no_model": [{"name": n, "reason": r, "count": c, "measured_s": t}
                          for n, r, c, t in self.no_model()],
@@ -221,12 +235,17 @@ class TraceComparison:
                                            "median abs err %", "p90 %", "median signed %",
                                            "within 20%"), tablefmt="github",
                             disable_numparse=True))
-        if self.gemm_by_bound:
-            out += ["", "GEMMs by what bounds them in the model:"]
+        for label, title, table in (
+                ("bound", "GEMMs by what bounds them in the model:", self.gemm_by_bound),
+                ("setting", "GEMMs by setting (the kernel that ran, on the SMs it had; and "
+                 "the model's own kernel choice on the whole GPU):", self.gemm_by_setting)):
+            if not table:
+                continue
+            out += ["", title]
             out.append(tabulate([(c.cls, c.ops, us(c.measured_s), us(c.predicted_s),
                                   f"{100 * c.median:.1f}", f"{100 * c.signed_median:+.1f}",
-                                  f"{c.within_20}/{c.ops}") for c in self.gemm_by_bound],
-                                headers=("bound", "GEMMs", "measured us", "predicted us",
+                                  f"{c.within_20}/{c.ops}") for c in table],
+                                headers=(label, "GEMMs", "measured us", "predicted us",
                                          "median abs err %", "median signed %",
                                          "within 20%"), tablefmt="github",
                                 disable_numparse=True))
@@ -325,6 +344,7 @@ def compare_trace(path, gpu=None, *, params_path: str | None = None) -> TraceCom
     spec, how = resolve_trace_gpu(trace, gpu)
     pairing = pair(trace)
     ops_by_index = {o.index: o for o in trace.ops}
+    beside = _collective_neighbours(trace)
     records = []
     for idx in sorted(pairing.by_op):
         op = ops_by_index[idx]
@@ -336,8 +356,12 @@ def compare_trace(path, gpu=None, *, params_path: str | None = None) -> TraceCom
             records.append(TraceOpRecord(idx, op.name, "no model", "", names, measured, None,
                                          "a copy between host and device (no PCIe model)"))
             continue
+        sms = None
+        if not any(_is_collective(ev.name) for ev in evs):
+            held = beside(evs)
+            sms = max(1, spec.sm_count - held) if held else None
         ctx = PriceContext(spec, names, pairing.parent.get(idx, ""), trace.world_size,
-                           params_path)
+                           params_path, tuple(ev.grid for ev in evs), sms)
         try:
             got = price_op(op, ctx)
         except NoModel as exc:
@@ -350,11 +374,20 @@ def compare_trace(path, gpu=None, *, params_path: str | None = None) -> TraceCom
                                          "copies or memsets): not compared"))
             continue
         records.append(TraceOpRecord(idx, op.name, got.cls, got.what, names, measured,
-                                     got.time_s, gemm=got.gemm, bound=got.bound))
+                                     got.time_s, gemm=got.gemm, bound=got.bound,
+                                     sms=sms if got.cls == "gemm" else None,
+                                     chosen_s=got.chosen_s))
     by_class = [e for e in (_errors(cls, [r for r in records if r.cls == cls])
                             for cls in CLASSES) if e is not None]
     by_bound = [e for e in (_errors(b, [r for r in records if r.bound == b])
                             for b in ("compute", "memory", "latency")) if e is not None]
+    gemms = [r for r in records if r.cls == "gemm"]
+    by_setting = [e for e in (
+        _errors("alone", [r for r in gemms if r.sms is None]),
+        _errors("beside a collective", [r for r in gemms if r.sms is not None]),
+        _errors("model's kernel choice",
+                [dataclasses.replace(r, predicted_s=r.chosen_s) for r in gemms]))
+        if e is not None]
     loose = defaultdict(lambda: [0, 0.0])
     for ev, why in pairing.unattributed:
         a = loose[(why, ev.name)]
@@ -391,7 +424,44 @@ def compare_trace(path, gpu=None, *, params_path: str | None = None) -> TraceCom
                      "= False)")
     return TraceComparison(trace.path, spec.name, how, tuple(records), tuple(by_class),
                            kernel_s, attributed, modelled, tuple(unattributed), idle, window,
-                           tuple(notes), tuple(by_bound))
+                           tuple(notes), tuple(by_bound), tuple(by_setting))
+
+
+def _is_collective(kernel: str) -> bool:
+    """A collective library's kernel (NCCL's, or RCCL's, which keeps NCCL's names)."""
+    name = kernel[5:] if kernel.startswith("void ") else kernel
+    return name.lower().startswith(("nccl", "rccl"))
+
+
+def _collective_neighbours(trace: Trace):
+    """A function of an operator's device events: the CTAs of the collective kernels that
+    ran beside them on their device for more than half their time (the largest such
+    kernel's grid), else 0. A collective's CTAs stay resident for the whole collective, so
+    the SMs they hold are not the GEMM's."""
+    coll = defaultdict(list)
+    for ev in trace.device_events:
+        if ev.kind == "kernel" and _is_collective(ev.name):
+            ctas = math.prod(ev.grid) if ev.grid else 0
+            coll[ev.device].append((ev.ts, ev.end, ctas))
+    for v in coll.values():
+        v.sort()
+    starts = {d: [c[0] for c in v] for d, v in coll.items()}
+
+    def held(evs) -> int:
+        total = sum(ev.dur for ev in evs)
+        if total <= 0:
+            return 0
+        over, ctas = 0.0, 0
+        for ev in evs:
+            v = coll.get(ev.device)
+            if not v:
+                continue
+            for s, e, c in v[:bisect.bisect_left(starts[ev.device], ev.end)]:
+                if e > ev.ts:
+                    over += min(e, ev.end) - max(s, ev.ts)
+                    ctas = max(ctas, c)
+        return ctas if over > 0.5 * total else 0
+    return held
 
 
 def _errors(label: str, rs) -> ClassError | None:

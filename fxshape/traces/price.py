@@ -32,6 +32,7 @@ from dataclasses import dataclass
 from ..cost.attention import AttentionShape, predict_attention
 from ..cost.comm import predict_collective
 from ..cost.gemm import predict_matmul
+from ..cost.gemm_kernels import parse_gemm_tile
 from ..cost.memops import kernel_time, memop_bytes, memop_family
 from ..hardware.topology import default_topology, get_topology
 
@@ -84,19 +85,26 @@ class Priced:
     #: a GEMM's bound in the model: ``"compute"``, ``"memory"`` or ``"latency"``; ""
     #: otherwise
     bound: str = ""
+    #: a GEMM's time with the model's own kernel choice on the whole GPU (what ``analyze``
+    #: predicts for the shape); None for other classes
+    chosen_s: float | None = None
 
 
 @dataclass(frozen=True)
 class PriceContext:
     """What pricing one operator needs besides the operator: the GPU (a ``GPUSpec``), the
     names of the kernels it launched, the operator enclosing it (its name, or ""), the
-    trace's world size and the GEMM parameter file."""
+    trace's world size, the GEMM parameter file, the launch grid of each kernel (None
+    where the trace has none) and the SMs its kernels had (None: all; fewer while a
+    collective's kernel held some)."""
 
     gpu: object
     kernels: tuple
     parent: str = ""
     world_size: int | None = None
     params_path: str | None = None
+    grids: tuple = ()
+    sms: int | None = None
 
 
 _HANDLERS = {}
@@ -202,17 +210,37 @@ def _gemm(op, ctx, ia, ib, batched):
         raise NoModel("an empty GEMM")
     dkey = _gemm_dtype(op, ctx, ia)
     layout = _layout(op, ctx, ia, ib)
-    # fp32 without TF32: price the sgemm kernel that ran, where the trace names one
-    ran = next((k_ for k_ in ctx.kernels if "sgemm" in k_), None) if dkey == "fp32" else None
+    # price the kernel that ran where the trace names it: fp32 without TF32 a SIMT sgemm;
+    # tensor cores a kernel whose name has its tile, with its split-K factor (grid.z of a
+    # single GEMM: a batched one's grid.z is the batch)
+    ran, split = None, None
+    if dkey == "fp32":
+        ran = next((k_ for k_ in ctx.kernels if "sgemm" in k_), None)
+    else:
+        for i, k_ in enumerate(ctx.kernels):
+            if parse_gemm_tile(k_) is not None:
+                ran = k_
+                grid = ctx.grids[i] if i < len(ctx.grids) else None
+                if batch == 1 and grid and len(grid) == 3 and grid[2] > 1:
+                    split = int(grid[2])
+                break
     try:
         p = predict_matmul(m, n, k, batch=batch, dtype=dkey, gpu=ctx.gpu, layout=layout,
-                           params_path=ctx.params_path, kernel=ran)
+                           params_path=ctx.params_path, kernel=ran, split_k=split,
+                           sms=ctx.sms)
+        chosen = predict_matmul(m, n, k, batch=batch, dtype=dkey, gpu=ctx.gpu, layout=layout,
+                                params_path=ctx.params_path)
     except ValueError as exc:
         raise NoModel(str(exc)) from None
     what = f"{'B=' + str(batch) + ' ' if batch > 1 else ''}M={m} N={n} K={k} {dkey} {layout}"
-    if ran is not None and p.kernel and ran.startswith(p.kernel[:-3]):
+    if ran is not None and p.kernel.endswith("as run"):
+        what += f" ({p.tile[0]}x{p.tile[1]}{f' split {split}' if split else ''} as run)"
+    elif ran is not None and p.kernel and ran.startswith(p.kernel[:-3]):
         what += f" ({p.kernel[:-3]} as run)"
-    return Priced("gemm", p.time_s, what, (batch, m, n, k, dkey, layout), p.bound)
+    if ctx.sms is not None:
+        what += f" on {ctx.sms} SMs"
+    return Priced("gemm", p.time_s, what, (batch, m, n, k, dkey, layout), p.bound,
+                  chosen.time_s)
 
 
 #: GEMM operators: (the input index of A, of B, batched); addmm and baddbmm take the

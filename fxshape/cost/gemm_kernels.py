@@ -1,0 +1,54 @@
+"""The CTA tile of a tensor-core GEMM kernel, read from the name a profiler trace shows.
+
+cuBLAS and CUTLASS name their kernels with the tile they compute, in cuBLAS's column-major
+view, in which PyTorch's ``C = A @ B`` is ``C^T = B^T A^T``: the first tile size runs along
+fxshape's N and the second along M (as for the SIMT ``sgemm_AxB`` kernels,
+``fxshape.cost.simt``). The launch grids of the kernels in ``../shared/calibration/traces``
+confirm it: ``cutlass_80_tensorop_s1688gemm_256x128_32x3_nn_align1`` for M=2048, N=38313
+launches ``ceil(38313/256) * ceil(2048/128) = 150 * 16`` CTAs (grid 128 x 19 under a
+swizzle of 8), and ``grid.z`` is the split-K factor (3, 21, 216 ... in those traces).
+
+Names handled (the tile is the first ``AxB`` after the math-instruction part):
+
+- CUTLASS 2 (cuBLAS on sm80): ``cutlass_80_tensorop_s1688gemm_128x128_32x5_tn_align4``,
+  ``cutlass_80_wmma_tensorop_h161616gemm_32x32_64x1_nn_align8``;
+- cuBLAS's own: ``ampere_fp16_s16816gemm_fp16_128x128_ldg8_f2f_stages_32x5_tn``,
+  ``ampere_h16816gemm_256x128_ldg8_stages_32x3_nn``, ``volta_h884gemm_128x128_ldg8_nn``,
+  ``turing_fp16_s1688gemm_fp16_256x128_ldg8_f2f_tn``;
+- xmma (cuBLASLt): ``sm80_xmma_gemm_f16f16_f16f32_f32_tn_n_tilesize128x128x32_stage4...``,
+  ``sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize128x256x64_cgasize1x2x1...``;
+- CUTLASS 3: ``cutlass3x_sm90_tensorop_gemm_bf16_bf16_f32_bf16_bf16_128x256x64_1x2x1_0_tnn``.
+
+Pure functions; nothing here imports torch.
+"""
+
+from __future__ import annotations
+
+import re
+
+__all__ = ["parse_gemm_tile"]
+
+_XMMA = re.compile(r"tilesize(\d+)x(\d+)x\d+")
+_CUTLASS3 = re.compile(r"cutlass3x_sm\d+_\w*?gemm\w*?_(\d+)x(\d+)x\d+_\d+x\d+x\d+")
+# a math-instruction gemm (s1688gemm, h16816gemm, h884gemm, i8816gemm ...) then the tile
+_TENSOROP = re.compile(r"(?:^|_)[a-z]?\d{3,6}gemm(?:_[a-z0-9]+)*?_(\d+)x(\d+)(?:_|$)")
+
+
+def parse_gemm_tile(name: str) -> tuple[int, int] | None:
+    """``(tm, tn)`` in fxshape's orientation (rows of M, columns of N per CTA) of a
+    tensor-core GEMM kernel's name, or None for a name without one (a SIMT ``sgemm``, a
+    GEMV, a reduce or epilogue kernel, an unknown library).
+
+    >>> parse_gemm_tile("void cutlass::Kernel<cutlass_80_tensorop_s1688gemm_256x64_16x4_nn_align1>")
+    (64, 256)
+    >>> parse_gemm_tile("sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize128x256x64_cgasize1x2x1")
+    (256, 128)
+    >>> parse_gemm_tile("ampere_sgemm_128x64_tn") is None
+    True
+    """
+    for pattern in (_XMMA, _CUTLASS3, _TENSOROP):
+        m = pattern.search(name)
+        if m:
+            a, b = int(m.group(1)), int(m.group(2))
+            return (b, a) if a > 0 and b > 0 else None
+    return None
