@@ -187,7 +187,9 @@ class MatmulPrediction:
     bound: str  # "compute", "memory" or "latency"
     alignment: tuple[DimAlignment, DimAlignment, DimAlignment]
     aligned: bool  # every leading dimension meets the 16-byte rule
-    kernel: str = ""  # fp32: the cuBLAS SIMT sgemm kernel predicted to run; "" for tensor cores
+    # fp32: the cuBLAS SIMT sgemm kernel predicted to run; tensor cores: "" (the model's
+    # choice) or "TMxTN tile as run" (a kernel= name's tile)
+    kernel: str = ""
 
     def to_dict(self) -> dict:
         d = asdict(self)
