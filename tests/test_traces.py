@@ -555,3 +555,21 @@ def test_gemms_beside_a_collective_are_priced_on_the_sms_it_leaves(tmp_path):
     assert c.gemm_by_setting[2].ops == 2
     assert "GEMMs by setting" in c.to_markdown()
     assert json.loads(c.to_json())["gemm_by_setting"][1]["ops"] == 1
+
+
+def test_an_unsplit_kernel_is_priced_unsplit(tmp_path):
+    # grid.z = 1 says the kernel ran without split-K: the model must not choose a split for
+    # it, though for this long-K shape it would (256 x 256 outputs are 4 tiles of 128x128,
+    # a few percent of 108 SMs)
+    f = "float"
+    tile = "void cutlass::Kernel<cutlass_80_tensorop_s1688gemm_128x128_32x3_nn_align4>"
+    kw = dict(dtype="tf32", gpu="a100-sxm4-40gb", layout="nn")
+    assert fxshape.predict_matmul(256, 256, 65536, kernel=tile, **kw).split_k > 1
+    ev = [_op("aten::mm", 0, 20, [(256, 65536), (65536, 256)], [f, f]), _launch(1, 5),
+          _kernel(tile, 1, 1000, 400)]
+    ev[2]["args"]["grid"] = [2, 2, 1]
+    (rec,) = _by_name(compare_trace(_write(tmp_path, events=ev), gpu="a100-sxm4-40gb"),
+                      "aten::mm")
+    assert "split" not in rec.what
+    assert rec.predicted_s == fxshape.predict_matmul(256, 256, 65536, kernel=tile, split_k=1,
+                                                     **kw).time_s

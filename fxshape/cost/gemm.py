@@ -468,7 +468,8 @@ def _narrow_ok(tm: int, tn: int) -> bool:
 
 def _core(xp, b, m, n, k, steps, *, spec: GPUSpec, p: ModelParams, peak_flops: float,
           e: int, eo: int, kernels=None, splits=_SPLIT_K, k_tile=None, layout: str = "nn",
-          forced: bool = False, sms_free=None, tensor_core=None):
+          forced_tile: bool = False, forced_split: bool = False, sms_free=None,
+          tensor_core=None):
     """Predicted time for every candidate; returns the best candidate's figures
     ``(time, tile index, split, ctas, waves, compute time, memory time)``.
 
@@ -476,9 +477,10 @@ def _core(xp, b, m, n, k, steps, *, spec: GPUSpec, p: ModelParams, peak_flops: f
     tiles at full rate (the fp32 path passes the SIMT sgemm menu); ``splits`` the split-K
     factors the library uses. ``layout`` says which dimension is each operand's leading one:
     the operand rows a CTA streams from L2 are charged whole 32-byte sectors
-    (:func:`_sector_inflation`). ``forced``: the kernel and split are the ones that ran (a
-    trace says so), so the library's rules for which tiles and splits it offers are not
-    applied. ``sms_free``: SMs the kernel may use (fewer than the GPU's while another
+    (:func:`_sector_inflation`). ``forced_tile`` / ``forced_split``: the kernel's tile /
+    its split-K factor is the one that ran (a trace says so), so the library's rule for
+    which tiles it offers misaligned shapes / which splits it uses is not applied.
+    ``sms_free``: SMs the kernel may use (fewer than the GPU's while another
     kernel, such as a collective's, holds some); each SM keeps its own rate and L2 share.
     ``tensor_core``: the kernels are the library's tensor-core ones (``batched_eff`` applies
     to their strided-batched calls); default: when ``kernels`` is None.
@@ -528,7 +530,7 @@ def _core(xp, b, m, n, k, steps, *, spec: GPUSpec, p: ModelParams, peak_flops: f
     if kernels is None:
         kernels = tuple((tm, tn, 1.0) for tm, tn in spec.tiles)
     for ti, (tm, tn, mult) in enumerate(kernels):
-        if scalar and steps and not forced and not _narrow_ok(tm, tn):
+        if scalar and steps and not forced_tile and not _narrow_ok(tm, tn):
             continue
         tiles_mn = b * _cdiv(m, tm) * _cdiv(n, tn)
         rows_a, rows_b = xp.minimum(mp, tm), xp.minimum(np_, tn)  # rows of A and B per CTA
@@ -550,7 +552,7 @@ def _core(xp, b, m, n, k, steps, *, spec: GPUSpec, p: ModelParams, peak_flops: f
         for s in splits:
             if s > 1:
                 # split-K only while the split CTAs fit in a few waves (as libraries do)
-                allowed = forced or tiles_mn * s <= _SPLIT_MAX_WAVES * sms
+                allowed = forced_split or tiles_mn * s <= _SPLIT_MAX_WAVES * sms
                 if scalar and not allowed:
                     break
             ctas = tiles_mn * s
@@ -709,7 +711,6 @@ def _predict_cached(m, n, k, batch, dkey, spec, layout, params_path,
     p = model_params(spec, params_path, simt=simt)
     if dkey == "tf32":  # cuBLAS's TF32 kernels pay more per narrow load (tf32_issue_ratio)
         p = dataclasses.replace(p, ld_issue_clk=p.ld_issue_clk * tf32_issue_ratio(spec))
-    forced = ran is not None or split_k is not None
     peak = spec.peak_tflops(dkey) * 1e12  # the datasheet peak, which efficiency is of
     core_peak = peak
     if simt:  # the sgemm peak at the power-limited clock (fxshape.cost.simt)
@@ -726,7 +727,7 @@ def _predict_cached(m, n, k, batch, dkey, spec, layout, params_path,
         t, ti, s, ctas, waves, t_comp, t_mem = _core(
             _SCALAR, batch, m, n, k, steps, spec=spec, p=p, peak_flops=core_peak, e=e, eo=eo,
             kernels=kernels, splits=splits, k_tile=_SIMT_K_TILE, layout=layout,
-            forced=forced, sms_free=sms)
+            forced_tile=ran is not None, forced_split=split_k is not None, sms_free=sms)
         tm, tn = menu[ti].tm, menu[ti].tn
         kernel = f"{menu[ti].name}_{'nn' if layout[1] == 'n' else 'tn'}"
     else:
@@ -734,8 +735,9 @@ def _predict_cached(m, n, k, batch, dkey, spec, layout, params_path,
         t, ti, s, ctas, waves, t_comp, t_mem = _core(
             _SCALAR, batch, m, n, k, steps, spec=spec, p=p, peak_flops=core_peak, e=e, eo=eo,
             kernels=tuple((a, b, 1.0) for a, b in tiles),
-            splits=(split_k,) if split_k else _SPLIT_K, layout=layout, forced=forced,
-            sms_free=sms, tensor_core=True)
+            splits=(split_k,) if split_k else _SPLIT_K, layout=layout,
+            forced_tile=ran is not None, forced_split=split_k is not None, sms_free=sms,
+            tensor_core=True)
         tm, tn = tiles[ti]
         kernel = f"{tm}x{tn} tile as run" if ran is not None else ""
     flops = 2 * batch * m * n * k

@@ -212,7 +212,7 @@ def _gemm(op, ctx, ia, ib, batched):
     layout = _layout(op, ctx, ia, ib)
     # price the kernel that ran where the trace names it: fp32 without TF32 a SIMT sgemm;
     # tensor cores a kernel whose name has its tile, with its split-K factor (grid.z of a
-    # single GEMM: a batched one's grid.z is the batch)
+    # single GEMM, 1 when unsplit; a batched one's grid.z is the batch)
     ran, split = None, None
     if dkey == "fp32":
         ran = next((k_ for k_ in ctx.kernels if "sgemm" in k_), None)
@@ -221,7 +221,7 @@ def _gemm(op, ctx, ia, ib, batched):
             if parse_gemm_tile(k_) is not None:
                 ran = k_
                 grid = ctx.grids[i] if i < len(ctx.grids) else None
-                if batch == 1 and grid and len(grid) == 3 and grid[2] > 1:
+                if batch == 1 and grid and len(grid) == 3 and grid[2] >= 1:
                     split = int(grid[2])
                 break
     try:
@@ -234,7 +234,8 @@ def _gemm(op, ctx, ia, ib, batched):
         raise NoModel(str(exc)) from None
     what = f"{'B=' + str(batch) + ' ' if batch > 1 else ''}M={m} N={n} K={k} {dkey} {layout}"
     if ran is not None and p.kernel.endswith("as run"):
-        what += f" ({p.tile[0]}x{p.tile[1]}{f' split {split}' if split else ''} as run)"
+        sliced = f" split {split}" if split and split > 1 else ""
+        what += f" ({p.tile[0]}x{p.tile[1]}{sliced} as run)"
     elif ran is not None and p.kernel and ran.startswith(p.kernel[:-3]):
         what += f" ({p.kernel[:-3]} as run)"
     if ctx.sms is not None:
