@@ -132,7 +132,8 @@ def write_params(path: str, params: ModelParams, summary: dict, device: str = ""
         # multiply by the architecture's tf32_issue_ratio, so they reproduce the fit
         from ..cost.gemm import tf32_issue_ratio
 
-        entry["ld_issue_clk"] = float(f"{params.ld_issue_clk / tf32_issue_ratio(summary['gpu']):.5g}")
+        base = params.ld_issue_clk / tf32_issue_ratio(summary["gpu"])
+        entry["ld_issue_clk"] = float(f"{base:.5g}")
     entry["fitted"] = sorted(summary.get("fitted", ModelParams.STORED))
     entry["rows"] = summary["rows"]
     doc = {"comment": "Written by fxshape calibrate; entries replace the packaged constants "
