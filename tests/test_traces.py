@@ -573,3 +573,40 @@ def test_an_unsplit_kernel_is_priced_unsplit(tmp_path):
     assert "split" not in rec.what
     assert rec.predicted_s == fxshape.predict_matmul(256, 256, 65536, kernel=tile, split_k=1,
                                                      **kw).time_s
+
+
+def test_library_passes_beside_the_product_and_an_incomplete_gemm(tmp_path):
+    from fxshape.cost.gemm_kernels import gemm_kernel_role
+    from fxshape.cost.memops import kernel_time
+
+    f = "float"
+    sgemm = "ampere_sgemm_32x128_tn"
+    epi = "void epilogue::impl::globalKernel<float, float, float, true, true>(int, int, long)"
+    assert [gemm_kernel_role(k) for k in (sgemm, epi, SPLITK, "void scal_kernel<float>",
+                                          "void gemvNSP_kernel<float>")] == \
+        ["main", "epilogue", "reduce", "scale", "main"]
+    ev = [
+        # addmm(bias [160], x [2048, 32], W^T [32, 160]) as cuBLASLt runs it in fp32: the
+        # SIMT product, then its stand-alone bias epilogue
+        _op("aten::addmm", 0, 20, [(160,), (2048, 32), (32, 160)], [f, f, f]),
+        _launch(1, 5), _launch(2, 10),
+        _kernel(sgemm, 1, 1000, 22), _kernel(epi, 2, 1030, 20),
+        # the same addmm, the trace holding its product only
+        _op("aten::addmm", 30, 20, [(160,), (2048, 32), (32, 160)], [f, f, f]),
+        _launch(3, 35), _kernel(sgemm, 3, 1060, 22),
+        # an mm whose GEMM kernel a sampled trace dropped: only its split-K reduce is left
+        _op("aten::mm", 60, 20, [(200, 2048), (2048, 512)], [f, f]),
+        _launch(4, 65), _kernel("void splitKreduce_kernel<float, float, float>", 4, 1090, 7),
+    ]
+    c = compare_trace(_write(tmp_path, events=ev), gpu="a100-sxm4-40gb")
+    with_epi, alone = _by_name(c, "aten::addmm")
+    assert with_epi.measured_s == pytest.approx(42e-6) and "bias epilogue kernel" in with_epi.what
+    # the epilogue reads the 2048 x 160 fp32 product and the 160 biases and writes the
+    # sum: 2 * 2048 * 160 * 4 + 160 * 4 = 2,622,080 bytes, one elementwise pass
+    epi_s = kernel_time("elementwise", 2_622_080, gpu="a100-sxm4-40gb").time_s
+    assert with_epi.predicted_s == pytest.approx(alone.predicted_s + epi_s)
+    assert with_epi.chosen_s == pytest.approx(alone.chosen_s + epi_s)
+    (mm,) = _by_name(c, "aten::mm")
+    assert mm.cls == "no model" and mm.predicted_s is None
+    assert "lacks its GEMM kernel" in mm.note and "reduce kernel" in mm.note
+    assert c.class_error("gemm").ops == 2  # the incomplete mm is not compared

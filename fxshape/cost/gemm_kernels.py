@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import re
 
-__all__ = ["parse_gemm_tile"]
+__all__ = ["parse_gemm_tile", "gemm_kernel_role", "AUXILIARY_ROLES"]
 
 _XMMA = re.compile(r"tilesize(\d+)x(\d+)x\d+")
 _CUTLASS3 = re.compile(r"cutlass3x_sm\d+_\w*?gemm\w*?_(\d+)x(\d+)x\d+_\d+x\d+x\d+")
@@ -52,3 +52,33 @@ def parse_gemm_tile(name: str) -> tuple[int, int] | None:
             a, b = int(m.group(1)), int(m.group(2))
             return (b, a) if a > 0 and b > 0 else None
     return None
+
+
+#: The kernels a BLAS library launches beside a GEMM's main kernel, by role: the reduce of a
+#: split-K GEMM's partial sums (cuBLAS ``splitKreduce_kernel``, CUTLASS's
+#: ``ReduceSplitK``), cuBLASLt's stand-alone epilogue (``epilogue::impl::globalKernel``:
+#: the bias of an ``addmm`` added by a second pass over the output where the main kernel
+#: cannot fuse it), and the scaling of the output by beta before a kernel that accumulates
+#: into it (``scal_kernel`` before ``sgemm_largek``).
+AUXILIARY_ROLES = ("reduce", "epilogue", "scale")
+_ROLES = (("reduce", re.compile(r"splitKreduce|ReduceSplitK|reduce_1Block_kernel")),
+          ("epilogue", re.compile(r"epilogue::impl::globalKernel")),
+          ("scale", re.compile(r"(?:^|\s)scal_kernel")))
+
+
+def gemm_kernel_role(name: str) -> str:
+    """What a kernel launched by a GEMM operator does: one of :data:`AUXILIARY_ROLES`, or
+    ``"main"`` (the kernel that computes the product: a tensor-core or SIMT GEMM, a GEMV,
+    cuBLAS's ``gemmk1`` for K = 1, an unknown library's).
+
+    >>> gemm_kernel_role("void splitKreduce_kernel<float, float, float, float, true>(...)")
+    'reduce'
+    >>> gemm_kernel_role("void epilogue::impl::globalKernel<float, float, float, true, true>")
+    'epilogue'
+    >>> gemm_kernel_role("ampere_sgemm_32x128_tn")
+    'main'
+    """
+    for role, pattern in _ROLES:
+        if pattern.search(name):
+            return role
+    return "main"

@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from ..cost.attention import AttentionShape, predict_attention
 from ..cost.comm import predict_collective
 from ..cost.gemm import predict_matmul
-from ..cost.gemm_kernels import parse_gemm_tile
+from ..cost.gemm_kernels import gemm_kernel_role, parse_gemm_tile
 from ..cost.memops import kernel_time, memop_bytes, memop_family
 from ..hardware.topology import default_topology, get_topology
 
@@ -208,6 +208,12 @@ def _gemm(op, ctx, ia, ib, batched):
         batch, (m, k), n = 1, a, b[1]
     if min(batch, m, n, k) <= 0:
         raise NoModel("an empty GEMM")
+    roles = [gemm_kernel_role(k_) for k_ in ctx.kernels if not k_.startswith(_NOT_KERNELS)]
+    if roles and "main" not in roles:
+        aux = sorted(set(roles))
+        raise NoModel("the trace lacks its GEMM kernel: only the library's "
+                      + " and ".join(f"{r} kernel" for r in aux)
+                      + " of it is recorded (a sampled or truncated trace): not compared")
     dkey = _gemm_dtype(op, ctx, ia)
     layout = _layout(op, ctx, ia, ib)
     # price the kernel that ran where the trace names it: fp32 without TF32 a SIMT sgemm;
@@ -232,16 +238,31 @@ def _gemm(op, ctx, ia, ib, batched):
                                 params_path=ctx.params_path)
     except ValueError as exc:
         raise NoModel(str(exc)) from None
+    # kernels the library launched beside the product, each a pass over the output: the
+    # stand-alone bias epilogue (reads the product and the bias, writes the sum) and the
+    # scaling by beta (reads and writes the output)
+    out_e = 4 if dkey in ("fp32", "tf32") else 2
+    extra, extra_what = 0.0, ""
+    for role in roles:
+        if role in ("epilogue", "scale"):
+            nbytes = batch * m * n * out_e * 2 + (n * out_e if role == "epilogue" else 0)
+            extra += kernel_time("elementwise", nbytes, gpu=ctx.gpu).time_s
+            extra_what += f" + {'bias epilogue' if role == 'epilogue' else 'beta scaling'} kernel"
     what = f"{'B=' + str(batch) + ' ' if batch > 1 else ''}M={m} N={n} K={k} {dkey} {layout}"
     if ran is not None and p.kernel.endswith("as run"):
         sliced = f" split {split}" if split and split > 1 else ""
         what += f" ({p.tile[0]}x{p.tile[1]}{sliced} as run)"
     elif ran is not None and p.kernel and ran.startswith(p.kernel[:-3]):
         what += f" ({p.kernel[:-3]} as run)"
+    what += extra_what
     if ctx.sms is not None:
         what += f" on {ctx.sms} SMs"
-    return Priced("gemm", p.time_s, what, (batch, m, n, k, dkey, layout), p.bound,
-                  chosen.time_s)
+    return Priced("gemm", p.time_s + extra, what, (batch, m, n, k, dkey, layout), p.bound,
+                  chosen.time_s + extra)
+
+
+#: device events of a GEMM operator that are no kernel (``gpu_memset`` / ``gpu_memcpy``)
+_NOT_KERNELS = ("Memset", "Memcpy")
 
 
 #: GEMM operators: (the input index of A, of B, batched); addmm and baddbmm take the
