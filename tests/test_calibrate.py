@@ -103,6 +103,27 @@ def _calibrated_file(tmp_path, e_max):
     return str(path)
 
 
+def test_a_tf32_fit_is_stored_so_predictions_reproduce_it(tmp_path, monkeypatch):
+    from fxshape.cost.gemm import dtype_params, tf32_issue_ratio, tf32_mainloop_eff
+
+    monkeypatch.delenv("FXSHAPE_PARAMS", raising=False)
+    spec = get_gpu("a100")
+    assert tf32_issue_ratio(spec) != 1 and tf32_mainloop_eff(spec) != 1  # sm80 has both
+    # what a TF32 fit returns: the constants its rows were priced with, TF32's own
+    # narrow-load and mainloop constants included (fit_rows starts from those)
+    fitted = dataclasses.replace(dtype_params(model_params(spec), spec, "tf32"), e_max=0.6,
+                                 ld_issue_clk=9.0)
+    path = tmp_path / "tf32.json"
+    write_params(str(path), fitted, dict(gpu=spec.name, rows=1, dtype="tf32",
+                                         median_before=0.1, median_after=0.01))
+    # an aligned GEMM and one whose N * 4 bytes is only 8-byte aligned (narrow loads)
+    for n in (2048, 2050):
+        want = predict_times_array(spec, "tf32", [1], [2048], [n], [2048], ["nt"], fitted)[0]
+        got = predict_matmul(2048, n, 2048, dtype="tf32", gpu=spec, layout="nt",
+                             params=str(path)).time_s
+        assert got == pytest.approx(want, rel=1e-4)  # the file keeps 5 significant digits
+
+
 def test_parameter_file_is_used_when_asked_and_only_then(tmp_path, monkeypatch):
     monkeypatch.delenv("FXSHAPE_PARAMS", raising=False)
     path = _calibrated_file(tmp_path, 0.5)

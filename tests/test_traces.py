@@ -510,10 +510,13 @@ def test_tf32_narrow_kernels_pay_the_fitted_load_ratio(monkeypatch):
     ratio = gemm.tf32_issue_ratio("a100")
     assert ratio > 1  # fitted by bench/fit_tf32_trace.py for sm80 (fxshape/data)
     assert gemm.tf32_issue_ratio("h100") == 1.0  # no TF32 trace fitted on Hopper
+    eff = gemm.tf32_mainloop_eff("a100")
     kw = dict(dtype="tf32", gpu="a100", layout="nt")
     aligned = fxshape.predict_matmul(2048, 2048, 2048, **kw).time_s
     narrow = fxshape.predict_matmul(2048, 2050, 2048, **kw).time_s  # N*4 bytes 8-aligned
-    monkeypatch.setattr(gemm, "_tf32_params", lambda: {"archs": {}})
+    # the ratio alone removed (the mainloop constant kept)
+    monkeypatch.setattr(gemm, "_tf32_params",
+                        lambda: {"archs": {"ampere": {"mainloop_eff": eff}}})
     gemm._predict_cached.cache_clear()
     try:
         # without the ratio the aligned GEMM is unchanged, the narrow one faster
@@ -522,6 +525,38 @@ def test_tf32_narrow_kernels_pay_the_fitted_load_ratio(monkeypatch):
     finally:
         monkeypatch.undo()
         gemm._predict_cached.cache_clear()
+
+
+def test_tf32_mainloop_runs_at_the_fitted_fraction_of_the_fp16_efficiency(monkeypatch):
+    from fxshape.cost import gemm
+
+    eff = gemm.tf32_mainloop_eff("a100")
+    assert 0.5 < eff < 1  # fitted by bench/fit_tf32_trace.py for sm80 (fxshape/data)
+    assert gemm.tf32_mainloop_eff("h100") == 1.0 and gemm.tf32_mainloop_eff("v100") == 1.0
+    tile = "void cutlass::Kernel<cutlass_80_tensorop_s1688gemm_128x128_32x3_nn_align4>"
+
+    def mainloop():
+        # 16 CTAs on 108 SMs, unsplit: the time 8192 more of K adds is mainloop alone
+        # (launch, wave and epilogue costs cancel), and the MMAs bound it
+        t = [fxshape.predict_matmul(512, 512, k, dtype="tf32", gpu="a100", kernel=tile,
+                                    split_k=1).time_s for k in (8192, 16384)]
+        return t[1] - t[0]
+
+    fitted = mainloop()
+    monkeypatch.setattr(gemm, "_tf32_params", lambda: {"archs": {}})
+    gemm._predict_cached.cache_clear()
+    try:
+        fp16_eff = mainloop()
+    finally:
+        monkeypatch.undo()
+        gemm._predict_cached.cache_clear()
+    # the mainloop takes 1/eff as long at eff of the fp16 rate (within the 1% the smooth
+    # max with the memory time leaves)
+    assert fitted / fp16_eff == pytest.approx(1 / eff, rel=0.01)
+    # other dtypes keep the fp16 constants
+    p = gemm.model_params("a100")
+    assert gemm.dtype_params(p, "a100", "bf16") is p
+    assert gemm.dtype_params(p, "a100", "tf32").e_max == pytest.approx(p.e_max * eff)
 
 
 def test_gemms_beside_a_collective_are_priced_on_the_sms_it_leaves(tmp_path):

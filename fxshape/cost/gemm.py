@@ -56,6 +56,8 @@ __all__ = [
     "load_class",
     "operand_alignment",
     "tf32_issue_ratio",
+    "tf32_mainloop_eff",
+    "dtype_params",
 ]
 
 #: Operand layouts: first letter A, second B; "n" = row-major as written, "t" = transposed
@@ -340,7 +342,35 @@ def tf32_issue_ratio(gpu) -> float:
     """
     arch = get_gpu(gpu).arch
     entry = (_tf32_params().get("archs") or {}).get(arch)
-    return float(entry["ld_issue_ratio"]) if isinstance(entry, dict) else 1.0
+    return float(entry.get("ld_issue_ratio", 1.0)) if isinstance(entry, dict) else 1.0
+
+
+def tf32_mainloop_eff(gpu) -> float:
+    """The fraction of its fp16 mainloop efficiency (``e_max``, of the datasheet peak) a
+    TF32 tensor-core kernel sustains on ``gpu``'s architecture: fitted with
+    :func:`tf32_issue_ratio` by ``bench/fit_tf32_trace.py``; 1 for architectures without
+    such a fit.
+
+    On the shared A100 trace cuBLAS's aligned sm80 TF32 kernels (``..._s1688gemm_...``)
+    with a long reduction per CTA (K/split > 1024, where the mainloop dominates) were
+    predicted 40% too fast with the fp16 ``e_max``, while short ones matched. A likely
+    cause, not measured here: their MMAs are fed from shared memory by 32-bit loads where
+    the fp16 kernels use ``ldmatrix``.
+    """
+    arch = get_gpu(gpu).arch
+    entry = (_tf32_params().get("archs") or {}).get(arch)
+    return float(entry.get("mainloop_eff", 1.0)) if isinstance(entry, dict) else 1.0
+
+
+def dtype_params(p: ModelParams, gpu, dkey: str) -> ModelParams:
+    """The constants ``p`` as a ``dkey`` kernel uses them: for TF32, ``ld_issue_clk`` times
+    :func:`tf32_issue_ratio` and ``e_max`` times :func:`tf32_mainloop_eff`; other dtypes
+    unchanged. :func:`predict_matmul` prices with these; a calibration that fits TF32 rows
+    fits them, and stores them divided back (``fxshape.fit.calibrate.write_params``)."""
+    if dkey != "tf32":
+        return p
+    return dataclasses.replace(p, ld_issue_clk=p.ld_issue_clk * tf32_issue_ratio(gpu),
+                               e_max=p.e_max * tf32_mainloop_eff(gpu))
 
 
 # ---------------------------------------------------------------------------------------
@@ -709,8 +739,7 @@ def _predict_cached(m, n, k, batch, dkey, spec, layout, params_path,
                     ran=None, split_k=None, sms=None) -> MatmulPrediction:
     simt = _is_simt(spec, dkey)
     p = model_params(spec, params_path, simt=simt)
-    if dkey == "tf32":  # cuBLAS's TF32 kernels pay more per narrow load (tf32_issue_ratio)
-        p = dataclasses.replace(p, ld_issue_clk=p.ld_issue_clk * tf32_issue_ratio(spec))
+    p = dtype_params(p, spec, dkey)  # TF32: its own narrow-load and mainloop constants
     peak = spec.peak_tflops(dkey) * 1e12  # the datasheet peak, which efficiency is of
     core_peak = peak
     if simt:  # the sgemm peak at the power-limited clock (fxshape.cost.simt)

@@ -25,7 +25,7 @@ import sys
 import time
 from dataclasses import asdict
 
-from ..cost.gemm import ModelParams, load_class, model_params
+from ..cost.gemm import ModelParams, dtype_params, load_class, model_params
 from ..hardware.dtypes import canonical_dtype
 from ..hardware.gpus import get_gpu
 from .calibration import CalibrationRow
@@ -102,7 +102,8 @@ def fit_rows(rows, gpu, *, start: ModelParams | None = None, hold=()):
     if dkey == "fp32" and spec.vendor == "nvidia":
         raise ValueError("calibrate fits the tensor-core constants (fp16, bf16, tf32, fp8); "
                          "fp32 without TF32 runs SIMT kernels, fitted by bench/fit_fp32.py")
-    before = start or model_params(spec)
+    # the constants as the packaged model prices this dtype (TF32's own ratios applied)
+    before = start or dtype_params(model_params(spec), spec, dkey)
     prob = _Problem(rows, spec)
     # the packaged constants are the first starting point, then the shared fit's starts
     fixed = {**_START, **asdict(before)}
@@ -128,12 +129,14 @@ def write_params(path: str, params: ModelParams, summary: dict, device: str = ""
     ``extra``: more of what the calibration found, under ``calibration``."""
     entry = {f: float(f"{getattr(params, f):.5g}") for f in ModelParams.STORED}
     if summary["dtype"] == "tf32":
-        # a TF32 fit's load-issue time is stored as the base constant the predictions
-        # multiply by the architecture's tf32_issue_ratio, so they reproduce the fit
-        from ..cost.gemm import tf32_issue_ratio
+        # a TF32 fit's load-issue time and mainloop efficiency are stored as the base
+        # constants the predictions multiply by the architecture's tf32_issue_ratio and
+        # tf32_mainloop_eff (fxshape.cost.gemm.dtype_params), so they reproduce the fit
+        from ..cost.gemm import tf32_issue_ratio, tf32_mainloop_eff
 
         base = params.ld_issue_clk / tf32_issue_ratio(summary["gpu"])
         entry["ld_issue_clk"] = float(f"{base:.5g}")
+        entry["e_max"] = float(f"{params.e_max / tf32_mainloop_eff(summary['gpu']):.5g}")
     entry["fitted"] = sorted(summary.get("fitted", ModelParams.STORED))
     entry["rows"] = summary["rows"]
     doc = {"comment": "Written by fxshape calibrate; entries replace the packaged constants "
