@@ -1266,8 +1266,9 @@ def build_parser() -> argparse.ArgumentParser:
                     help="fp16, bf16 or tf32 (default bf16; with --trace, the trace's most "
                          "common GEMM dtype)")
     pc.add_argument("--trace", default=None, metavar="TRACE",
-                    help="fit to the GEMM kernels of this PyTorch profiler trace instead of "
-                         "timing a sweep on the local GPU (no GPU needed)")
+                    help="fit to the GEMM and memory-bound kernels of this PyTorch "
+                         "profiler trace instead of timing a sweep on the local GPU (no GPU "
+                         "needed)")
     pc.set_defaults(func=_cmd_calibrate)
     for sp in (pp, pa, pv, ps, pt):
         sp.add_argument("--params", default=None, metavar="PATH",

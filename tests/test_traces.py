@@ -288,11 +288,12 @@ def test_a_given_gpu_other_than_the_traces_is_noted(tmp_path):
     assert not any("trace's device" in n for n in compare_trace(_write(tmp_path)).notes)
 
 
-def _gemm_trace(tmp_path, shapes, params_path, gpu_name="NVIDIA H100 80GB HBM3"):
+def _gemm_trace(tmp_path, shapes, params_path, gpu_name="NVIDIA H100 80GB HBM3", extra=()):
     """A trace of bf16 GEMMs whose kernel durations are the model's predictions with the
-    constants of ``params_path``: what calibrating should find again."""
+    constants of ``params_path``: what calibrating should find again (``extra``: more
+    events, ids from 1000 and times from 100,000 us)."""
     bf = "c10::BFloat16"
-    ev, ts = [], 0
+    ev, ts = list(extra), 0
     for i, (b, m, n, k) in enumerate(shapes):
         t = fxshape.predict_matmul(m, n, k, batch=b, dtype="bf16", gpu="h100",
                                    params_path=params_path).time_s
@@ -321,7 +322,16 @@ def test_calibrating_from_a_trace_recovers_its_constants(tmp_path):
     shapes = [(1, m, n, k) for m in sizes for n in (1024, 4096) for k in (512, 4096)]
     shapes += [(8, 512, 512, 512), (16, 1024, 1024, 128), (32, 256, 256, 64),
                (4, 2048, 2048, 2048), (64, 128, 128, 128), (12, 1024, 1024, 64)]
-    got = calibrate_from_trace(_gemm_trace(tmp_path, shapes, str(truth)),
+    # and bf16 multiplies of two [n] tensors (3 * 2n bytes moved) on a GPU whose kernels
+    # take 7 us to launch and stream at 60% of the H100's 3.35 TB/s: 1 KB to 600 MB
+    bf, bw = "c10::BFloat16", fxshape.get_gpu("h100").memory_bandwidth_gbs * 1e9
+    muls = []
+    for i, n in enumerate([2 ** p for p in range(9, 27)] * 2):
+        t = 7e-6 + 6 * n / (0.6 * bw)
+        muls += [_op("aten::mul", 100_000 + 30 * i, 20, [(n,), (n,)], [bf, bf]),
+                 _launch(1000 + i, 100_000 + 30 * i + 5),
+                 _kernel(ADD, 1000 + i, 200_000 + 30 * i, t * 1e6)]
+    got = calibrate_from_trace(_gemm_trace(tmp_path, shapes, str(truth), extra=muls),
                                out=str(tmp_path / "fitted.json"))
     assert got.gpu == "h100-sxm" and got.dtype == "bf16"
     assert got.held_rows > 0 and got.fitted_rows + got.held_rows == len(shapes)
@@ -335,6 +345,25 @@ def test_calibrating_from_a_trace_recovers_its_constants(tmp_path):
     doc = json.loads((tmp_path / "fitted.json").read_text())
     assert doc["gpus"]["h100-sxm"]["fitted"] == sorted(got.fitted)
     assert doc["calibration"]["not_identified"] == [c for c, _ in got.kept]
+    # the memory-bound constants found again: the launch from the small multiplies (their
+    # transfer at the packaged efficiency is under a nanosecond for 1 KB: within 1%), the
+    # efficiency from the large ones once that launch is taken off
+    mem = got.memops
+    assert mem.entry["launch_s"] == pytest.approx(7e-6, rel=0.01)
+    assert mem.entry["elementwise"] == pytest.approx(0.6, rel=0.01)
+    assert {"launch_s", "elementwise"} <= set(mem.fitted)
+    assert {k for k, _ in mem.kept} == {"layer_norm", "softmax_warp", "softmax_block"}
+    assert mem.heldout_after < 0.01 < mem.heldout_before
+    assert doc["memops"]["h100-sxm"]["launch_s"] == mem.entry["launch_s"]
+    # the file, as the parameter file in force, prices the trace's multiplies as they ran
+    c = compare_trace(str(tmp_path / "t.json"), params_path=str(tmp_path / "fitted.json"))
+    muls = [o for o in c.ops if o.name == "aten::mul"]
+    assert len(muls) == 36 and all(abs(o.error) < 0.01 for o in muls)
+    from fxshape.cost.memops import memops_params
+    with fxshape.use_params(str(tmp_path / "fitted.json")):
+        assert memops_params("h100")[1]["launch_s"] == mem.entry["launch_s"]
+        assert memops_params("a100")[0] == "a100-pcie-40gb"  # a GPU the file lacks
+    assert memops_params("h100")[1]["launch_s"] == 3e-6  # the packaged one again
 
 
 def test_calibrating_from_a_trace_refuses_what_it_cannot_fit(tmp_path):
@@ -645,3 +674,18 @@ def test_library_passes_beside_the_product_and_an_incomplete_gemm(tmp_path):
     assert mm.cls == "no model" and mm.predicted_s is None
     assert "lacks its GEMM kernel" in mm.note and "reduce kernel" in mm.note
     assert c.class_error("gemm").ops == 2  # the incomplete mm is not compared
+
+
+def test_a_parameter_files_memops_section_is_checked(tmp_path):
+    from fxshape.cost.memops import forget_params_files, memops_params
+
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps({"gpus": {}, "memops": {"h100-sxm": {"launch_s": 1e-6}}}))
+    forget_params_files()
+    with pytest.raises(ValueError, match="memops entry for GPU 'h100-sxm' lacks elementwise, "
+                                         "layer_norm, softmax_block, softmax_warp"):
+        memops_params("h100", str(bad))
+    # a GEMM parameter file without the section leaves the packaged memory-bound constants
+    gemm_only = tmp_path / "gemm.json"
+    gemm_only.write_text(json.dumps({"gpus": {}}))
+    assert memops_params("h100", str(gemm_only)) == memops_params("h100")

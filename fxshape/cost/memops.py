@@ -42,7 +42,7 @@ from .paramfile import read_json
 
 __all__ = ["FAMILIES", "KERNEL_FAMILIES", "KernelTime", "MemOpPrediction", "kernel_time",
            "memop_bytes", "memop_family", "predict_memop",
-           "memops_params"]
+           "memops_params", "forget_params_files", "PACKAGED_PATH"]
 
 #: The kernel families (see the module docstring).
 FAMILIES = ("elementwise", "layer_norm", "softmax_warp", "softmax_block")
@@ -52,6 +52,8 @@ SOFTMAX_WARP_MAX = 1024
 _KINDS = ("elementwise", "layer_norm", "softmax")
 _DEFAULT_PATH = os.path.join(os.path.dirname(os.path.dirname(__file__)), "data",
                              "memops_params.json")
+#: the packaged memory-bound constants (``bench/fit_memops.py`` writes them)
+PACKAGED_PATH = _DEFAULT_PATH
 
 
 @dataclass(frozen=True)
@@ -120,11 +122,73 @@ def _load(path: str) -> dict:
     return data
 
 
+#: what a memory-op entry holds (the families' efficiencies and the launch latency)
+_ENTRY_KEYS = FAMILIES + ("launch_s",)
+
+
+@functools.lru_cache(maxsize=None)
+def _overlay(path: str) -> dict | None:
+    """The ``memops`` section of a GEMM parameter file (``fxshape calibrate --trace``
+    writes one: ``{gpu: entry}``), or None for a file without one."""
+    data = read_json(path, "fxshape parameter file")
+    sec = data.get("memops") if isinstance(data, dict) else None
+    if sec is None:
+        return None
+    for name, entry in (sec.items() if isinstance(sec, dict) else [("?", None)]):
+        missing = sorted(set(_ENTRY_KEYS) - set(entry)) if isinstance(entry, dict) else ["all"]
+        if missing:
+            raise ValueError(f"{path!r}: memops entry for GPU {name!r} lacks "
+                             f"{', '.join(missing)}")
+    return sec
+
+
+@functools.lru_cache(maxsize=None)
+def _file_kind(path: str) -> str:
+    """``"memops"``: a file in ``fxshape/data/memops_params.json``'s format
+    (``bench/fit_memops.py``); ``"gemm"``: a GEMM parameter file (``fxshape calibrate``:
+    its ``gpus`` entries hold no family efficiencies; perhaps a ``memops`` section);
+    ``"other"``: neither (refused by :func:`_load` with its reason)."""
+    data = read_json(path, "parameter file")
+    if not isinstance(data, dict):
+        return "other"
+    gpus = data.get("gpus")
+    if "memops" in data:
+        return "gemm"
+    if isinstance(gpus, dict) and any(isinstance(e, dict) and "elementwise" in e
+                                      for e in gpus.values()):
+        return "memops"
+    return "gemm" if isinstance(gpus, dict) else "other"
+
+
+def forget_params_files() -> None:
+    """Drop the cached reading of parameter files (after one is rewritten)."""
+    for f in (_load, _overlay, _file_kind):
+        f.cache_clear()
+
+
 def memops_params(gpu, params_path: str | None = None) -> tuple[str, dict]:
     """``(source GPU, {family: efficiency, "launch_s": seconds})`` for ``gpu``: its own fit,
-    else its architecture family's."""
+    else its architecture family's.
+
+    ``params_path``: a memory-op parameter file (``bench/fit_memops.py``'s format), or a GEMM
+    parameter file; default the GEMM parameter file in force (``params=``, ``use_params``,
+    ``$FXSHAPE_PARAMS``: ``fxshape.cost.gemm.resolve_params_path``). A GEMM parameter file
+    with a ``memops`` section (``fxshape calibrate --trace`` writes one) overlays the
+    packaged constants for the GPUs it names; one without leaves them.
+    """
+    from .gemm import is_default_params, resolve_params_path
+
     spec = get_gpu(gpu)
-    data = _load(os.fspath(params_path or _DEFAULT_PATH))
+    path = os.fspath(params_path) if params_path is not None else resolve_params_path()
+    if params_path is None and is_default_params(path):
+        path = _DEFAULT_PATH
+    if (os.path.abspath(path) != os.path.abspath(_DEFAULT_PATH)
+            and _file_kind(path) == "gemm"):
+        sec = _overlay(path)
+        if sec and spec.name in sec:
+            return spec.name, sec[spec.name]
+        path = _DEFAULT_PATH
+    data = _load(path)
     name = spec.name if spec.name in data["gpus"] else (data.get("families", {})
                                                            .get(spec.arch, {}).get("from"))
     entry = data["gpus"].get(name) if name else None

@@ -13,22 +13,30 @@ A constant is fitted only where the trace has shapes that tell it (:data:`NEEDS`
 :data:`MIN_ROWS` rows of the kind); the others keep the packaged values and the report
 names them. The file written is the one ``fxshape calibrate`` writes: one GPU's entry that
 overlays the packaged constants (``params=`` or ``FXSHAPE_PARAMS``).
+
+The memory-bound model's constants (``fxshape.cost.memops``: the launch latency and each
+kernel family's efficiency) are fitted to the trace's memory-bound operators as well
+(:func:`fit_memops`) and written in the same file's ``memops`` section, which the
+memory-bound model reads wherever the file is the parameter file in force.
 """
 
 from __future__ import annotations
 
 import hashlib
+import json
 import statistics
 from collections import Counter, defaultdict
 from dataclasses import dataclass
 
+from ..cost import memops as _memops
 from ..cost.gemm import ModelParams, predict_matmul
 from ..fit.calibration import CalibrationRow
 from ..hardware.dtypes import canonical_dtype
 from ..hardware.gpus import get_gpu
 from .compare import compare_trace
 
-__all__ = ["TraceCalibration", "trace_rows", "calibrate_from_trace", "NEEDS", "MIN_ROWS"]
+__all__ = ["TraceCalibration", "MemopsCalibration", "trace_rows", "memops_rows",
+           "fit_memops", "calibrate_from_trace", "NEEDS", "MIN_ROWS"]
 
 #: rows of a kind needed before the constants it tells are fitted
 MIN_ROWS = 5
@@ -74,6 +82,8 @@ class TraceCalibration:
     other_dtypes: tuple  # (dtype, rows) not fitted
     out: str
     params: ModelParams
+    #: the memory-bound kernels' constants, fitted too (None: the trace has none priced)
+    memops: MemopsCalibration | None = None
 
     def describe(self) -> str:
         lines = [f"calibrated {self.gpu} ({self.dtype}) on {self.fitted_rows} GEMM shapes of "
@@ -91,7 +101,109 @@ class TraceCalibration:
         if self.other_dtypes:
             lines.append("not fitted (another dtype; calibrate one at a time): " + ", ".join(
                 f"{d} x{n}" for d, n in self.other_dtypes))
+        if self.memops is not None:
+            lines.append(self.memops.describe())
         return "\n".join(lines)
+
+
+@dataclass(frozen=True)
+class MemopsCalibration:
+    """The memory-bound constants fitted to a trace's elementwise, copy, LayerNorm and
+    softmax kernels (``fit_memops``): the entry written (``{family: efficiency,
+    "launch_s": seconds}``), the rows fitted and held out, the held-out median |error|
+    with the packaged and the fitted constants, the constants fitted and those kept (with
+    the kind of kernel the trace lacked)."""
+
+    entry: dict
+    fitted_rows: int
+    held_rows: int
+    heldout_before: float | None
+    heldout_after: float | None
+    fitted: tuple
+    kept: tuple  # (constant, what the trace lacked)
+
+    def describe(self) -> str:
+        lines = [f"memory-bound kernels: fitted on {self.fitted_rows} operators"]
+        if self.heldout_before is not None:
+            lines.append(f"  held out ({self.held_rows}): median |error| "
+                         f"{100 * self.heldout_before:.1f}% with the packaged constants, "
+                         f"{100 * self.heldout_after:.1f}% fitted")
+        lines.append("  fitted: " + (", ".join(
+            f"{c} {self.entry[c]:.3g}" for c in self.fitted) or "none"))
+        if self.kept:
+            lines.append("  not identified by the trace (packaged values kept): " + "; ".join(
+                f"{c} (needs {MIN_ROWS}+ {why})" for c, why in self.kept))
+        return "\n".join(lines)
+
+
+def memops_rows(comparison) -> list:
+    """``(family, bytes, measured seconds)`` of every memory-bound operator of a
+    ``TraceComparison`` priced as one kernel (a LayerNorm backward's two are left out: the
+    trace times them together)."""
+    return [(o.memops[0][0], o.memops[0][1], o.measured_s) for o in comparison.ops
+            if o.cls == "memory" and len(o.memops) == 1 and o.measured_s > 0]
+
+
+def _memop_time(entry, spec, family, nbytes) -> float:
+    eff = float(entry[_memops.KERNEL_FAMILIES[family]])
+    return float(entry["launch_s"]) + nbytes / (spec.memory_bandwidth_gbs * 1e9 * eff)
+
+
+def _held_memop(row) -> bool:
+    return hashlib.sha1(f"{row[0]}:{row[1]}".encode()).digest()[0] % 4 == 0
+
+
+def fit_memops(rows, gpu, packaged: dict | None = None) -> MemopsCalibration:
+    """Fit the memory-bound model ``time = launch_s + bytes / (efficiency[family] *
+    bandwidth)`` to ``rows`` (:func:`memops_rows`) on ``gpu``.
+
+    A quarter of the rows, by a hash of ``(family, bytes)``, is held out. ``launch_s`` is
+    the median, over the fitted rows the packaged constants call latency-bound (transfer
+    below the launch latency), of the measured time less the transfer; then each family's
+    efficiency is the median, over its memory-bound rows, of ``bytes / ((time - launch_s)
+    * bandwidth)`` (rows whose time does not exceed ``launch_s`` left out), within
+    [0.05, 1]. A constant is fitted only where :data:`MIN_ROWS` rows tell it; the others
+    keep ``packaged`` (default: the packaged constants of ``gpu``).
+    """
+    spec = get_gpu(gpu)
+    base = dict(packaged if packaged is not None
+                else _memops.memops_params(spec, _memops.PACKAGED_PATH)[1])
+    entry = {k: base[k] for k in _memops.FAMILIES + ("launch_s",)}
+    held = [r for r in rows if _held_memop(r)]
+    fit = [r for r in rows if not _held_memop(r)]
+    if len(fit) < MIN_ROWS:
+        fit, held = list(rows), []
+    bw = spec.memory_bandwidth_gbs * 1e9
+    launch0 = float(entry["launch_s"])
+
+    def transfer(fam, b, e):
+        return b / (bw * float(e[_memops.KERNEL_FAMILIES[fam]]))
+
+    fitted, kept = [], []
+    lat = [t - transfer(f, b, entry) for f, b, t in fit if transfer(f, b, entry) < launch0]
+    if len(lat) >= MIN_ROWS:
+        entry["launch_s"] = float(f"{max(0.0, statistics.median(lat)):.4g}")
+        fitted.append("launch_s")
+    else:
+        kept.append(("launch_s", "latency-bound kernels"))
+    launch = float(entry["launch_s"])
+    for fam in _memops.FAMILIES:
+        effs = [b / ((t - launch) * bw) for f, b, t in fit
+                if _memops.KERNEL_FAMILIES[f] == fam and transfer(f, b, base) >= launch0
+                and t > launch]
+        if len(effs) >= MIN_ROWS:
+            entry[fam] = float(f"{min(1.0, max(0.05, statistics.median(effs))):.5g}")
+            fitted.append(fam)
+        else:
+            kept.append((fam, f"memory-bound {fam} kernels"))
+    before = after = None
+    if held:
+        before = statistics.median(abs(_memop_time(base, spec, f, b) / t - 1)
+                                   for f, b, t in held)
+        after = statistics.median(abs(_memop_time(entry, spec, f, b) / t - 1)
+                                  for f, b, t in held)
+    return MemopsCalibration(entry, len(fit), len(held), before, after, tuple(fitted),
+                             tuple(kept))
 
 
 def trace_rows(comparison) -> list:
@@ -184,6 +296,25 @@ def calibrate_from_trace(path, *, gpu=None, out: str = "fxshape_params.json",
     fitted = tuple(f for f in ModelParams.STORED if f in summary["fitted"])
     kept += [(f, NEEDS[f][0]) for f in ModelParams.STORED
              if f not in fitted and f not in hold]
+    mem = None
+    mrows = memops_rows(c)
+    if mrows:
+        # the memory-bound kernels' constants, in the same file (its memops section, which
+        # fxshape.cost.memops reads wherever this file is the parameter file in force)
+        mem = fit_memops(mrows, spec)
+        with open(out) as f:
+            doc = json.load(f)
+        doc["memops"] = {spec.name: dict(mem.entry, rows=mem.fitted_rows)}
+        doc["calibration"]["memops"] = {
+            "fitted": list(mem.fitted), "not_identified": [k for k, _ in mem.kept],
+            "held_out_rows": mem.held_rows,
+            **({"held_out_median_error_before": round(mem.heldout_before, 4),
+                "held_out_median_error_after": round(mem.heldout_after, 4)}
+               if mem.heldout_before is not None else {})}
+        with open(out, "w") as f:
+            json.dump(doc, f, indent=1, sort_keys=True)
+            f.write("\n")
+        _memops.forget_params_files()
     return TraceCalibration(spec.name, dkey, len(fit), len(held), before, after, fitted,
                             tuple(kept), tuple((d, n) for d, n in sorted(counts.items())
-                                               if d != dkey), out, params)
+                                               if d != dkey), out, params, mem)

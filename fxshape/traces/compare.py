@@ -61,6 +61,9 @@ class TraceOpRecord:
     #: a GEMM's prediction with the model's own kernel choice on the whole GPU (what
     #: ``analyze`` says of the shape); ``predicted_s`` prices the kernel that ran
     chosen_s: float | None = None
+    #: a memory-bound op's kernels as priced, ``((family, bytes), ...)``
+    #: (``fxshape.cost.memops.KERNEL_FAMILIES``); () otherwise
+    memops: tuple = ()
 
     @property
     def error(self) -> float | None:
@@ -73,7 +76,8 @@ class TraceOpRecord:
         return {"index": self.index, "name": self.name, "class": self.cls, "what": self.what,
                 "kernels": list(self.kernels), "measured_s": self.measured_s,
                 "predicted_s": self.predicted_s, "error": self.error, "note": self.note,
-                "bound": self.bound, "sms": self.sms, "chosen_s": self.chosen_s}
+                "bound": self.bound, "sms": self.sms, "chosen_s": self.chosen_s,
+                "memops": [list(k) for k in self.memops]}
 
 
 @dataclass(frozen=True)
@@ -334,7 +338,9 @@ def compare_trace(path, gpu=None, *, params_path: str | None = None) -> TraceCom
             with ``record_shapes=True``.
         gpu: the GPU it ran on (a name or alias of :func:`fxshape.list_gpus`); default: the
             trace's device properties.
-        params_path: a GEMM parameter file (``fxshape calibrate``) to predict with.
+        params_path: a parameter file (``fxshape calibrate``) to predict with: its GEMM
+            constants, and its memory-bound ones where it has a ``memops`` section
+            (``fxshape calibrate --trace`` writes one).
 
     Raises:
         ValueError: not a trace, a CPU-only trace, a trace without shapes, an unknown or
@@ -376,7 +382,7 @@ def compare_trace(path, gpu=None, *, params_path: str | None = None) -> TraceCom
         records.append(TraceOpRecord(idx, op.name, got.cls, got.what, names, measured,
                                      got.time_s, gemm=got.gemm, bound=got.bound,
                                      sms=sms if got.cls == "gemm" else None,
-                                     chosen_s=got.chosen_s))
+                                     chosen_s=got.chosen_s, memops=got.memops))
     by_class = [e for e in (_errors(cls, [r for r in records if r.cls == cls])
                             for cls in CLASSES) if e is not None]
     by_bound = [e for e in (_errors(b, [r for r in records if r.bound == b])

@@ -88,6 +88,8 @@ class Priced:
     #: a GEMM's time with the model's own kernel choice on the whole GPU (what ``analyze``
     #: predicts for the shape); None for other classes
     chosen_s: float | None = None
+    #: a memory-bound op's kernels as priced: ``((family, bytes), ...)``; () otherwise
+    memops: tuple = ()
 
 
 @dataclass(frozen=True)
@@ -246,7 +248,8 @@ def _gemm(op, ctx, ia, ib, batched):
     for role in roles:
         if role in ("epilogue", "scale"):
             nbytes = batch * m * n * out_e * 2 + (n * out_e if role == "epilogue" else 0)
-            extra += kernel_time("elementwise", nbytes, gpu=ctx.gpu).time_s
+            extra += kernel_time("elementwise", nbytes, gpu=ctx.gpu,
+                                 params_path=ctx.params_path).time_s
             extra_what += f" + {'bias epilogue' if role == 'epilogue' else 'beta scaling'} kernel"
     what = f"{'B=' + str(batch) + ' ' if batch > 1 else ''}M={m} N={n} K={k} {dkey} {layout}"
     if ran is not None and p.kernel.endswith("as run"):
@@ -339,7 +342,9 @@ def _sdpa_bwd(op, ctx):
 # ---------------------------------------------------------------------------------------
 
 def _kernel(family, nbytes, ctx, what):
-    return Priced("memory", kernel_time(family, int(nbytes), gpu=ctx.gpu).time_s, what)
+    return Priced("memory", kernel_time(family, int(nbytes), gpu=ctx.gpu,
+                                        params_path=ctx.params_path).time_s, what,
+                  memops=((family, int(nbytes)),))
 
 
 def _mb(nbytes) -> str:
@@ -371,7 +376,8 @@ def _layer_norm_bwd(op, ctx):
     # dx: reads dy, x (and mean, rstd), writes dx; dgamma/dbeta: a second pass over dy, x
     dx = _kernel("layer_norm", 3 * rows * cols * e + 2 * rows * 4, ctx, "")
     dw = _kernel("reduction", 2 * rows * cols * e + 2 * cols * e, ctx, "")
-    return Priced("memory", dx.time_s + dw.time_s, f"layer_norm backward {rows}x{cols}")
+    return Priced("memory", dx.time_s + dw.time_s, f"layer_norm backward {rows}x{cols}",
+                  memops=dx.memops + dw.memops)
 
 
 def _softmax(op, ctx, reads):
