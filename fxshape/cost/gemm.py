@@ -615,7 +615,7 @@ def _core(xp, b, m, n, k, steps, *, spec: GPUSpec, p: ModelParams, peak_flops: f
                 continue
             if s > 1:
                 t = xp.where(allowed, t, math.inf)
-            if not _narrow_ok(tm, tn):
+            if not forced_tile and not _narrow_ok(tm, tn):
                 t = xp.where(steps == 0, t, math.inf)
             cand = (t, ti, s, ctas, waves, t_comp, t_mem)
             if best is None:
@@ -844,3 +844,45 @@ def predict_times_array(spec: GPUSpec, dkey: str, b, m, n, k, layouts, p: ModelP
             out[sel] = res[0]
             tiles[sel] = shapes[np.asarray(res[1], dtype=np.int64)]
     return (out, tiles) if return_tile else out
+
+
+def predict_times_as_run(spec: GPUSpec, dkey: str, b, m, n, k, layouts, p: ModelParams,
+                         tiles, splits):
+    """Like :func:`predict_times_array`, each row priced as the tensor-core kernel that ran
+    (what ``predict_matmul(..., kernel=, split_k=)`` prices): ``tiles[i]`` its ``(tm, tn)``
+    (None: the model's choice), ``splits[i]`` its split-K factor (0: the model's choice).
+    Rows with the same layout, tile and split are priced together."""
+    import numpy as np
+
+    xp = _numpy_xp()
+    peak = spec.peak_tflops(dkey) * 1e12
+    e, eo = itemsize(dkey), output_itemsize(dkey)
+    b, m, n, k = (np.asarray(x, dtype=np.int64) for x in (b, m, n, k))
+    layouts = np.asarray(layouts)
+    out = np.empty(len(m), dtype=np.float64)
+    keys = [(str(layouts[i]), tiles[i] and tuple(tiles[i]), int(splits[i] or 0))
+            for i in range(len(m))]
+    for key in sorted(set(keys), key=repr):
+        lay, tile, split = key
+        sel = np.array([kk == key for kk in keys])
+        if tile is None:
+            out[sel] = predict_times_array(spec, dkey, b[sel], m[sel], n[sel], k[sel],
+                                           layouts[sel], p) if not split else _as_run(
+                xp, spec, dkey, b[sel], m[sel], n[sel], k[sel], lay, p, None, split, peak,
+                e, eo)
+            continue
+        out[sel] = _as_run(xp, spec, dkey, b[sel], m[sel], n[sel], k[sel], lay, p, tile,
+                           split, peak, e, eo)
+    return out
+
+
+def _as_run(xp, spec, dkey, b, m, n, k, lay, p, tile, split, peak, e, eo):
+    import numpy as np
+
+    steps = np.zeros_like(m) if dkey == "fp32" else _misalign_steps(xp, m, n, k, e, lay, eo)
+    kernels = (((tile[0], tile[1], 1.0),) if tile is not None
+               else tuple((a, c, 1.0) for a, c in spec.tiles))
+    return _core(xp, b, m, n, k, steps, spec=spec, p=p, peak_flops=peak, e=e, eo=eo,
+                 kernels=kernels, splits=(split,) if split else _SPLIT_K, layout=lay,
+                 forced_tile=tile is not None, forced_split=bool(split),
+                 tensor_core=True)[0]

@@ -13,7 +13,8 @@ from __future__ import annotations
 import math
 from collections import defaultdict
 
-from ..cost.gemm import ModelParams, predict_times_array
+from ..cost.gemm import ModelParams, predict_times_array, predict_times_as_run
+from ..cost.gemm_kernels import parse_gemm_tile
 from ..hardware.dtypes import canonical_dtype
 
 try:
@@ -85,6 +86,12 @@ class _Problem:
         self.k = np.array([r.k for r in rows], dtype=np.int64)
         self.layout = np.array([r.layout for r in rows])
         self.t = np.array([r.time_s for r in rows])
+        # rows that name the kernel that ran (a trace's: fxshape.traces.calibrate.TraceRow)
+        # are priced as that kernel
+        self.tiles = [parse_gemm_tile(r.kernel) if getattr(r, "kernel", "") else None
+                      for r in rows]
+        self.splits = [getattr(r, "split_k", 0) for r in rows]
+        self.as_run = any(t is not None for t in self.tiles) or any(self.splits)
         groups = [(r.source, r.sweep) for r in rows]
         count = defaultdict(int)
         for g in groups:
@@ -101,8 +108,12 @@ class _Problem:
         return 2 * len(self.timings)
 
     def measured_model(self, params: ModelParams, nuis):
-        pred = predict_times_array(self.spec, self.dkey, self.b, self.m, self.n, self.k,
-                                   self.layout, params)
+        if self.as_run:
+            pred = predict_times_as_run(self.spec, self.dkey, self.b, self.m, self.n, self.k,
+                                        self.layout, params, self.tiles, self.splits)
+        else:
+            pred = predict_times_array(self.spec, self.dkey, self.b, self.m, self.n, self.k,
+                                       self.layout, params)
         for i, _ in enumerate(self.timings):
             sel = self.timing_idx == i
             overhead = math.exp(nuis[2 * i])

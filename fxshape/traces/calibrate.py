@@ -2,9 +2,11 @@
 (``fxshape calibrate --trace TRACE``).
 
 Every GEMM operator the comparison priced (``fxshape.traces.compare``) becomes one measured
-row: its recorded sizes, dtype and layout, and the summed duration of its kernels (a split-K
-GEMM's reduce kernel and cuBLAS's workspace memset included): kernel time, with no host
-overhead to fit. Repeated calls of one shape are one row at their median. The rows of the
+row: its recorded sizes, dtype and layout, the tensor-core kernel that ran and its split-K
+factor where the trace names them (the fit prices the row as that kernel, as the comparison
+does), and the summed duration of its kernels (a split-K GEMM's reduce kernel and cuBLAS's
+workspace memset included): kernel time, with no host overhead to fit. Repeated calls of
+one shape and kernel are one row at their median. The rows of the
 trace's most common GEMM dtype are fitted (``fxshape.fit.calibrate.fit_rows``) after a
 deterministic quarter of the shapes (by a hash of the shape) is set aside to report the
 fit's error on shapes it did not see.
@@ -35,16 +37,11 @@ from ..hardware.dtypes import canonical_dtype
 from ..hardware.gpus import get_gpu
 from .compare import compare_trace
 
-__all__ = ["TraceCalibration", "MemopsCalibration", "trace_rows", "memops_rows",
+__all__ = ["TraceCalibration", "MemopsCalibration", "TraceRow", "trace_rows", "memops_rows",
            "fit_memops", "calibrate_from_trace", "NEEDS", "MIN_ROWS"]
 
 #: rows of a kind needed before the constants it tells are fitted
 MIN_ROWS = 5
-
-
-def _bound(r, gpu, dkey):
-    return predict_matmul(r.m, r.n, r.k, batch=r.batch, dtype=dkey, gpu=gpu,
-                          layout=r.layout)
 
 
 #: constant -> (the kind of shape that tells it, a test on (row, packaged prediction))
@@ -206,21 +203,42 @@ def fit_memops(rows, gpu, packaged: dict | None = None) -> MemopsCalibration:
                              tuple(kept))
 
 
+@dataclass(frozen=True)
+class TraceRow(CalibrationRow):
+    """A calibration row read from a trace: a :class:`CalibrationRow` with the tensor-core
+    kernel that ran (its name, whose CTA tile ``parse_gemm_tile`` reads; "" for the model's
+    choice) and its split-K factor (the trace's grid.z; 0 for the model's choice)."""
+
+    kernel: str = ""
+    split_k: int = 0
+
+
 def trace_rows(comparison) -> list:
-    """One :class:`CalibrationRow` per distinct GEMM shape of a ``TraceComparison`` (the
-    median of its calls' kernel time), of the calls that ran alone: a call with a
-    collective's kernel beside it (``TraceOpRecord.sms``) had fewer SMs than the constants
-    describe."""
+    """One :class:`TraceRow` per distinct GEMM shape and kernel of a
+    ``TraceComparison`` (the median of its calls' kernel time), of the calls that ran
+    alone: a call with a collective's kernel beside it (``TraceOpRecord.sms``) had fewer SMs
+    than the constants describe. A row names the tensor-core kernel that ran and its split-K
+    factor where the trace does (``TraceOpRecord.ran``), so the fit prices it as that
+    kernel, as the comparison does."""
     by = defaultdict(list)
     for o in comparison.ops:
         if o.cls == "gemm" and o.gemm and o.measured_s > 0 and o.sms is None:
-            by[o.gemm].append(o.measured_s)
+            by[(o.gemm, o.ran)].append(o.measured_s)
     rows = []
-    for (b, m, n, k, dkey, layout), ts in sorted(by.items()):
-        rows.append(CalibrationRow("trace", comparison.path, comparison.gpu,
-                                   "bmm" if b > 1 else "mm", layout, dkey, b, m, n, k,
-                                   statistics.median(ts), "profiler-kernel"))
+    for ((b, m, n, k, dkey, layout), ran), ts in sorted(by.items()):
+        kernel, split = ran if ran else ("", 0)
+        rows.append(TraceRow("trace", comparison.path, comparison.gpu,
+                             "bmm" if b > 1 else "mm", layout, dkey, b, m, n, k,
+                             statistics.median(ts), "profiler-kernel", kernel, int(split)))
     return rows
+
+
+def _predict(r, gpu, dkey, params_path=None):
+    """A row's prediction as the fit prices it: the kernel that ran where the row names
+    one, else the model's choice."""
+    return predict_matmul(r.m, r.n, r.k, batch=r.batch, dtype=dkey, gpu=gpu,
+                          layout=r.layout, params_path=params_path,
+                          kernel=r.kernel or None, split_k=r.split_k or None)
 
 
 def _held(r) -> bool:
@@ -229,9 +247,7 @@ def _held(r) -> bool:
 
 
 def _median_err(rows, gpu, dkey, params_path=None) -> float:
-    return statistics.median(abs(predict_matmul(r.m, r.n, r.k, batch=r.batch, dtype=dkey,
-                                                gpu=gpu, layout=r.layout,
-                                                params_path=params_path).time_s / r.time_s - 1)
+    return statistics.median(abs(_predict(r, gpu, dkey, params_path).time_s / r.time_s - 1)
                              for r in rows)
 
 
@@ -276,7 +292,7 @@ def calibrate_from_trace(path, *, gpu=None, out: str = "fxshape_params.json",
     fit = [r for r in mine if not _held(r)]
     if len(fit) < MIN_ROWS:  # too few to set a quarter aside: fit them all
         fit, held = mine, []
-    packaged = {id(r): _bound(r, spec, dkey) for r in fit}
+    packaged = {id(r): _predict(r, spec, dkey) for r in fit}
     kept, hold = [], set()
     for const, (why, test) in NEEDS.items():
         if sum(1 for r in fit if test(r, packaged[id(r)])) < MIN_ROWS:

@@ -64,6 +64,9 @@ class TraceOpRecord:
     #: a memory-bound op's kernels as priced, ``((family, bytes), ...)``
     #: (``fxshape.cost.memops.KERNEL_FAMILIES``); () otherwise
     memops: tuple = ()
+    #: a GEMM priced as the tensor-core kernel that ran: ``(kernel name, split-K factor,
+    #: 0 where the trace does not say)``; () otherwise
+    ran: tuple = ()
 
     @property
     def error(self) -> float | None:
@@ -382,7 +385,8 @@ def compare_trace(path, gpu=None, *, params_path: str | None = None) -> TraceCom
         records.append(TraceOpRecord(idx, op.name, got.cls, got.what, names, measured,
                                      got.time_s, gemm=got.gemm, bound=got.bound,
                                      sms=sms if got.cls == "gemm" else None,
-                                     chosen_s=got.chosen_s, memops=got.memops))
+                                     chosen_s=got.chosen_s, memops=got.memops,
+                                     ran=got.ran))
     by_class = [e for e in (_errors(cls, [r for r in records if r.cls == cls])
                             for cls in CLASSES) if e is not None]
     by_bound = [e for e in (_errors(b, [r for r in records if r.bound == b])

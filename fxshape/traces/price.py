@@ -90,6 +90,9 @@ class Priced:
     chosen_s: float | None = None
     #: a memory-bound op's kernels as priced: ``((family, bytes), ...)``; () otherwise
     memops: tuple = ()
+    #: a GEMM priced as the tensor-core kernel that ran: ``(kernel name, split-K factor or
+    #: 0 where the trace does not say)``; () otherwise
+    ran: tuple = ()
 
 
 @dataclass(frozen=True)
@@ -260,8 +263,9 @@ def _gemm(op, ctx, ia, ib, batched):
     what += extra_what
     if ctx.sms is not None:
         what += f" on {ctx.sms} SMs"
+    as_run = (ran, split or 0) if ran is not None and p.kernel.endswith("as run") else ()
     return Priced("gemm", p.time_s + extra, what, (batch, m, n, k, dkey, layout), p.bound,
-                  chosen.time_s + extra)
+                  chosen.time_s + extra, ran=as_run)
 
 
 #: device events of a GEMM operator that are no kernel (``gpu_memset`` / ``gpu_memcpy``)
