@@ -116,6 +116,25 @@ def test_pipeline_ranks_are_processes(tmp_path):
                                                                 abs=1e-3)
 
 
+def test_a_plans_tail_draws_its_exposed_sync_before_the_optimizer(tmp_path):
+    r = fxshape.analyze(_gpt2(n_layer=2, n_embd=256), gpu="h100", seq_len=128, mode="train",
+                        provenance=None, parallel=fxshape.Parallel(pp=2, dp=2, microbatches=2))
+    ev = _x(json.load(open(r.to_chrome_trace(str(tmp_path / "t.json")))))
+    _no_overlap(ev)
+    for st in r.step.stages:
+        sync = [e for e in ev if e["pid"] == st.rank and e["name"].startswith("gradient sync")]
+        opt = [e for e in ev if e["pid"] == st.rank and e["name"] == "optimizer"]
+        comm = st.tail_s - st.optimizer_s
+        assert comm > 0 and st.optimizer_s > 0  # dp=2 synchronises the gradients
+        (sync,), (opt,) = sync, opt
+        # the sync starts when the rank's last pass ends, on its own stream; the optimizer
+        # follows it on the compute stream; together they are the rank's tail
+        assert sync["ts"] == pytest.approx(st.end_s * 1e6, abs=1e-3)
+        assert sync["tid"] != opt["tid"]
+        assert opt["ts"] == pytest.approx(sync["ts"] + sync["dur"], abs=1e-3)
+        assert sync["dur"] + opt["dur"] == pytest.approx(st.tail_s * 1e6, abs=1e-3)
+
+
 def test_the_command_line_and_bad_input(tmp_path, capsys):
     import torch
 

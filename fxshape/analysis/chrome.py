@@ -10,8 +10,9 @@ ended), a collective on a communication stream: its hidden part (``overlapped_s`
 pieces over the last compute kernels before it (the model hides it under kernel time, not
 under the host's gaps), its exposed part after them, which the compute stream waits for. Under a plan (``step.stages``) each pipeline rank is
 a process: its forward and backward passes of every micro-batch as the schedule ran them
-(``fxshape.parallelism.schedule.play``), then its tail (gradient synchronisation and the
-optimizer).
+(``fxshape.parallelism.schedule.play``), then its tail: the exposed gradient
+synchronisation on a communication stream, then the optimizer. No host thread is drawn
+under a plan: a pass is one wall-clock event, not its ops.
 
 Times are microseconds from the step's start; the same report gives the same bytes.
 """
@@ -142,9 +143,17 @@ def _pipeline(report) -> list:
                        "tid": _COMPUTE, **_span(t0, t1),
                        "args": {"rank": st.rank, "micro": micro, "chunk": chunk,
                                 "pass": kind}})
-        if st.tail_s > 0:
-            ev.append({"ph": "X", "cat": "kernel", "name": "gradient sync and optimizer",
-                       "pid": pid, "tid": _COMPUTE, **_span(st.end_s, st.end_s + st.tail_s),
+        # the tail: exposed communication (gradient synchronisation, ZeRO's all-gather) on
+        # the communication stream, then the optimizer, which waits for it
+        comm = max(0.0, st.tail_s - st.optimizer_s)
+        if comm > 0:
+            ev.append(_meta(pid, _COMM, "thread_name", "stream 20 (communication)"))
+            ev.append({"ph": "X", "cat": "kernel", "name": "gradient synchronisation (exposed)",
+                       "pid": pid, "tid": _COMM, **_span(st.end_s, st.end_s + comm),
+                       "args": {"rank": st.rank}})
+        if st.tail_s - comm > 0:
+            ev.append({"ph": "X", "cat": "kernel", "name": "optimizer", "pid": pid,
+                       "tid": _COMPUTE, **_span(st.end_s + comm, st.end_s + st.tail_s),
                        "args": {"rank": st.rank}})
     return ev
 

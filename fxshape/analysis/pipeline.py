@@ -63,6 +63,9 @@ class StageTime:
     bubble_s: float
     by_class: dict = field(hash=False, default_factory=dict)
     holds: str = ""
+    #: the optimizer's wall time within ``tail_s`` (the rest is exposed communication:
+    #: gradient synchronisation, ZeRO's parameter all-gather), which runs after it
+    optimizer_s: float = 0.0
     #: the rank's passes as the schedule ran them: ``(kind, micro, chunk, start_s, end_s)``
     #: ("F" or "B"; empty without a pipeline). Drawn by ``Report.to_chrome_trace``; not in
     #: ``as_dict`` (a step's JSON stays the size of its ranks).
@@ -400,7 +403,8 @@ def plan_step(records, optimizer_records, *, plan, topo, stacks, layers, stage_p
             rank=d, layers=tuple(_layers_in(mine, layers, stages)),
             forward_s=sum(fwd_t[s] for s in mine), backward_s=sum(bwd_t[s] for s in mine),
             busy_s=b, end_s=end, tail_s=tail + opt_wall, bubble_s=max(0.0, end - b),
-            by_class=cls, holds=_holds(d, p), passes=passes[d] if p > 1 else ()))
+            by_class=cls, holds=_holds(d, p), optimizer_s=opt_wall,
+            passes=passes[d] if p > 1 else ()))
     tp_like = communication_of([r for s in ranks[critical][1]
                                 for u in _stage_units(grouped, in_stage[s], roots[s])
                                 for r in u.comm], tp, plan.cp, ep)
