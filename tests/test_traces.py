@@ -721,3 +721,77 @@ def test_a_parameter_files_memops_section_is_checked(tmp_path):
     gemm_only = tmp_path / "gemm.json"
     gemm_only.write_text(json.dumps({"gpus": {}}))
     assert memops_params("h100", str(gemm_only)) == memops_params("h100")
+
+
+def test_calibrating_from_a_trace_fits_the_attention_kernels(tmp_path):
+    import dataclasses
+
+    from fxshape.cost.attention import (AttentionShape, attention_params, predict_attention,
+                                        predict_with)
+    from fxshape.traces.calibrate import calibrate_from_trace
+
+    # SDPA's flash forward and backward on an A100 whose FA2 kernels pay 1.5x the packaged
+    # clocks per K/V block and per CTA, and whose backward runs its MMAs at 80% of the
+    # packaged rate: times from the model with those constants
+    a100 = fxshape.get_gpu("a100-sxm4-40gb")
+    base = attention_params()
+    true = dataclasses.replace(base, block_cycles=base.block_cycles * 1.5,
+                               cta_cycles=base.cta_cycles * 1.5,
+                               bwd_mma_frac=base.bwd_mma_frac * 0.8)
+    bf = "c10::BFloat16"
+    ev, i = [], 0
+    shapes = [(b, h, s, d) for b, h in ((1, 16), (4, 8)) for s in (256, 512, 1024, 2048, 4096)
+              for d in (64, 128)]
+    for b, h, s, d in shapes:
+        shape = AttentionShape(b, h, h, s, s, d, d, True)
+        for direction, name, first in (
+                ("forward", "aten::_scaled_dot_product_flash_attention", 0),
+                ("backward", "aten::_scaled_dot_product_flash_attention_backward", 1)):
+            t = predict_with(true, shape, direction, "flash", "bf16", a100).time_s
+            causal = [""] * (4 if first == 0 else 11) + ["True"]
+            dims = [(b, h, s, d)] * (3 + first)
+            ev += [_op(name, 100_000 + 100 * i, 50, dims, [bf] * len(dims),
+                       **{"Concrete Inputs": causal}),
+                   _launch(1000 + i, 100_000 + 100 * i + 10),
+                   _kernel(f"flash_{direction}_kernel", 1000 + i, 200_000 + 5000 * i, t * 1e6)]
+            i += 1
+    sizes = (64, 256, 1024, 4096)
+    gemms = [(1, m, n, k) for m in sizes for n in (1024, 4096) for k in (512, 4096)]
+    path = _gemm_trace(tmp_path, gemms, None, gpu_name="NVIDIA A100-SXM4-40GB", extra=ev)
+    out = str(tmp_path / "fitted.json")
+    got = calibrate_from_trace(path, out=out).attention
+    # the packaged constants miss the held-out calls by the changes made; the fitted ones
+    # predict them again (FA2's mma.sync is the A100's own MMA: sync_mma_frac is not told,
+    # and not fitted)
+    assert got.heldout_before > 0.05 and got.heldout_after < 0.01
+    assert set(got.entry) == {"block_cycles", "cta_cycles", "bwd_mma_frac", "bwd_cta_cycles"}
+    # the constants move the way they were changed (not exactly to them: the fit prices
+    # through the GEMM constants fitted from the same trace, which differ a little from
+    # the packaged ones the times were made with)
+    assert got.entry["block_cycles"] > 1.3 * base.block_cycles
+    assert got.entry["bwd_mma_frac"] < 0.9 * base.bwd_mma_frac
+    # the file, as the parameter file in force, gives the A100 those constants and leaves
+    # the H100 the packaged ones
+    shape = AttentionShape(2, 16, 16, 2048, 2048, 128, 128, True)
+    with fxshape.use_params(out):
+        fitted = predict_attention(shape, direction="backward", gpu="a100-sxm4-40gb").time_s
+        h100 = predict_attention(shape, direction="backward", gpu="h100").time_s
+    assert fitted == pytest.approx(predict_with(true, shape, "backward", "flash", "bf16",
+                                                a100).time_s, rel=0.02)
+    assert h100 == predict_attention(shape, direction="backward", gpu="h100").time_s
+
+
+def test_a_parameter_files_attention_section_is_checked(tmp_path):
+    from fxshape.cost.attention import AttentionShape, forget_params_files, predict_attention
+
+    shape = AttentionShape(1, 8, 8, 1024, 1024, 64, 64, False)
+    for entry, msg in (({"block_cycle": 1.0}, "unknown constants block_cycle"),
+                       ({"block_cycles": -3}, "block_cycles for GPU 'h100-sxm' must be a "
+                                              "positive number")):
+        bad = tmp_path / "bad.json"
+        bad.write_text(json.dumps({"gpus": {}, "attention": {"h100-sxm": entry}}))
+        forget_params_files()
+        with fxshape.use_params(str(bad)):
+            with pytest.raises(ValueError, match=msg):
+                predict_attention(shape, gpu="h100")
+    forget_params_files()

@@ -45,7 +45,8 @@ from ..hardware.gpus import GPUSpec, get_gpu
 
 __all__ = ["AttentionShape", "AttentionParams", "AttentionPrediction", "predict_attention",
            "resolve_kernel", "attention_params", "ATTENTION_CHOICES", "KERNELS",
-           "FLASH_HEAD_DIMS", "FA3_HEAD_DIMS", "flash_head_dim", "DIRECTIONS"]
+           "FLASH_HEAD_DIMS", "FA3_HEAD_DIMS", "flash_head_dim", "DIRECTIONS",
+           "forget_params_files"]
 
 #: what ``analyze(..., attention=)`` accepts: ``"flash"`` is what PyTorch's
 #: ``scaled_dot_product_attention`` runs on the GPU; the others name a kernel.
@@ -225,10 +226,56 @@ def _params_path(params_path: str | None) -> str:
     return params_path or os.environ.get("FXSHAPE_ATTENTION_PARAMS") or _DEFAULT_PARAMS_PATH
 
 
-def attention_params(params_path: str | None = None) -> AttentionParams:
+def attention_params(params_path: str | None = None, gpu=None) -> AttentionParams:
     """The fitted constants (``bench/fit_attention.py``; ``$FXSHAPE_ATTENTION_PARAMS``
-    overrides the packaged file)."""
-    return _load(_params_path(params_path))
+    overrides the packaged file). With ``gpu``: overlaid with that GPU's entry in the
+    ``attention`` section of the GEMM parameter file in force (``params=``, ``use_params``,
+    ``$FXSHAPE_PARAMS``), which ``fxshape calibrate --trace`` writes from a trace's SDPA
+    kernels."""
+    ap = _load(_params_path(params_path))
+    if gpu is None:
+        return ap
+    from .gemm import is_default_params, resolve_params_path
+
+    path = resolve_params_path()
+    if is_default_params(path):
+        return ap
+    entry = (_overlay(path) or {}).get(get_gpu(gpu).name)
+    return replace(ap, **entry) if entry else ap
+
+
+@functools.lru_cache(maxsize=None)
+def _overlay(path: str) -> dict | None:
+    """The ``attention`` section of a GEMM parameter file (``{gpu: {constant: value}}``),
+    checked, or None."""
+    from .paramfile import read_json
+
+    data = read_json(path, "fxshape parameter file")
+    sec = data.get("attention") if isinstance(data, dict) else None
+    if sec is None:
+        return None
+    out = {}
+    for name, entry in (sec.items() if isinstance(sec, dict) else [("?", None)]):
+        if not isinstance(entry, dict):
+            raise ValueError(f"{path!r}: attention entry for GPU {name!r} is not an object")
+        bad = sorted(set(entry) - set(AttentionParams.FIELDS))
+        if bad:
+            raise ValueError(f"{path!r}: attention entry for GPU {name!r} has unknown "
+                             f"constants {', '.join(bad)}; accepted: "
+                             f"{', '.join(AttentionParams.FIELDS)}")
+        for k, v in entry.items():
+            if not isinstance(v, (int, float)) or isinstance(v, bool) or not v > 0:
+                raise ValueError(f"{path!r}: attention constant {k} for GPU {name!r} must "
+                                 f"be a positive number, got {v!r}")
+        out[name] = {k: float(v) for k, v in entry.items()}
+    return out
+
+
+def forget_params_files() -> None:
+    """Drop the cached reading of parameter files (after one is rewritten)."""
+    _load.cache_clear()
+    _overlay.cache_clear()
+    _predict_cached.cache_clear()
 
 
 # ---------------------------------------------------------------------------------------
@@ -488,16 +535,21 @@ def predict_attention(shape: AttentionShape, *, direction: str = "forward",
     spec.peak_tflops(dkey)
     kv_key = kv_format(kv_dtype)[0] if kv_dtype is not None else None
     check_page_size(page_size)
-    return _predict_cached(shape, direction, attention, dkey, spec, _params_path(params_path),
+    from .gemm import resolve_params_path
+
+    # the constants, and the GEMM parameter file in force (predict_with reads its GEMM
+    # constants from it), key the cache
+    return _predict_cached(shape, direction, attention, dkey, spec,
+                           attention_params(params_path, spec), resolve_params_path(),
                            kv_key, page_size)
 
 
 @functools.lru_cache(maxsize=1 << 14)
-def _predict_cached(shape, direction, attention, dkey, spec, path, kv_key=None,
+def _predict_cached(shape, direction, attention, dkey, spec, ap, gemm_path, kv_key=None,
                     page_size=None) -> AttentionPrediction:
     from .decode_attention import is_decode_shape
 
-    pred = predict_with(_load(path), shape, direction, attention, dkey, spec)
+    pred = predict_with(ap, shape, direction, attention, dkey, spec)
     if direction == "forward" and pred.kernel != "math" and \
             is_decode_shape(shape.seq_q, shape.seq_k):
         return _decode(pred, shape, dkey, kv_key, page_size, spec)

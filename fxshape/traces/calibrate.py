@@ -26,9 +26,10 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import statistics
 from collections import Counter, defaultdict
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from ..cost import memops as _memops
 from ..cost.gemm import ModelParams, predict_matmul
@@ -37,7 +38,8 @@ from ..hardware.dtypes import canonical_dtype
 from ..hardware.gpus import get_gpu
 from .compare import compare_trace
 
-__all__ = ["TraceCalibration", "MemopsCalibration", "TraceRow", "trace_rows", "memops_rows",
+__all__ = ["TraceCalibration", "MemopsCalibration", "AttentionCalibration", "TraceRow",
+           "trace_rows", "memops_rows", "attention_rows", "fit_attention",
            "fit_memops", "calibrate_from_trace", "NEEDS", "MIN_ROWS"]
 
 #: rows of a kind needed before the constants it tells are fitted
@@ -81,6 +83,8 @@ class TraceCalibration:
     params: ModelParams
     #: the memory-bound kernels' constants, fitted too (None: the trace has none priced)
     memops: MemopsCalibration | None = None
+    #: the fused attention kernels' constants, fitted too (None: no SDPA call priced)
+    attention: "AttentionCalibration | None" = None
 
     def describe(self) -> str:
         lines = [f"calibrated {self.gpu} ({self.dtype}) on {self.fitted_rows} GEMM shapes of "
@@ -100,6 +104,8 @@ class TraceCalibration:
                 f"{d} x{n}" for d, n in self.other_dtypes))
         if self.memops is not None:
             lines.append(self.memops.describe())
+        if self.attention is not None:
+            lines.append(self.attention.describe())
         return "\n".join(lines)
 
 
@@ -213,6 +219,129 @@ class TraceRow(CalibrationRow):
     split_k: int = 0
 
 
+@dataclass(frozen=True)
+class AttentionCalibration:
+    """The attention model's constants fitted to a trace's SDPA kernels
+    (``fit_attention``): the entry written (``{constant: value}``, the fitted ones), the
+    rows fitted and held out, the held-out median |error| with the packaged and the fitted
+    constants, and the constants kept (with the kind of call the trace lacked)."""
+
+    entry: dict
+    fitted_rows: int
+    held_rows: int
+    heldout_before: float | None
+    heldout_after: float | None
+    kept: tuple
+
+    def describe(self) -> str:
+        lines = [f"attention (SDPA) kernels: fitted on {self.fitted_rows} calls"]
+        if self.heldout_before is not None:
+            lines.append(f"  held out ({self.held_rows}): median |error| "
+                         f"{100 * self.heldout_before:.1f}% with the packaged constants, "
+                         f"{100 * self.heldout_after:.1f}% fitted")
+        lines.append("  fitted: " + (", ".join(f"{c} {v:.4g}" for c, v in
+                                                sorted(self.entry.items())) or "none"))
+        if self.kept:
+            lines.append("  not identified by the trace (packaged values kept): " + "; ".join(
+                f"{c} (needs {MIN_ROWS}+ {why})" for c, why in self.kept))
+        return "\n".join(lines)
+
+
+#: the fused kernels' constants each (kernel, direction) of a trace's SDPA calls tells
+#: (``sync_mma_frac`` only where FA2's ``mma.sync`` is not the native MMA: Hopper on)
+_ATTENTION_GROUPS = {("fa2", "forward"): ("block_cycles", "cta_cycles", "sync_mma_frac"),
+                     ("mem_efficient", "forward"): ("block_cycles", "cta_cycles"),
+                     ("fa2", "backward"): ("bwd_mma_frac", "bwd_cta_cycles"),
+                     ("mem_efficient", "backward"): ("bwd_mma_frac", "bwd_cta_cycles")}
+
+
+def attention_rows(comparison) -> list:
+    """``(AttentionShape, direction, dtype key, measured seconds)`` of the SDPA calls of a
+    ``TraceComparison`` the fused-kernel model prices (a decode-shaped forward runs the
+    split-KV decode model, whose constants are not these)."""
+    from ..cost.decode_attention import is_decode_shape
+
+    return [o.attention + (o.measured_s,) for o in comparison.ops
+            if o.cls == "attention" and o.attention and o.measured_s > 0
+            and not (o.attention[1] == "forward"
+                     and is_decode_shape(o.attention[0].seq_q, o.attention[0].seq_k))]
+
+
+def _held_attention(row) -> bool:
+    shape, direction, dkey, _ = row
+    return hashlib.sha1(f"{shape}:{direction}:{dkey}".encode()).digest()[0] % 4 == 0
+
+
+def fit_attention(rows, gpu) -> AttentionCalibration:
+    """Fit the fused attention kernels' constants to ``rows`` (:func:`attention_rows`) on
+    ``gpu``, through the model that ships (``fxshape.cost.attention.predict_with``, with
+    the GEMM constants in force).
+
+    A quarter of the rows, by a hash of the call, is held out. The rows are grouped by the
+    kernel PyTorch's SDPA runs and the direction; a group with :data:`MIN_ROWS` or more
+    distinct calls fits its constants (``_ATTENTION_GROUPS``: forward ``block_cycles`` and
+    ``cta_cycles``, and ``sync_mma_frac`` on Hopper and later; backward ``bwd_mma_frac`` and
+    ``bwd_cta_cycles``) by robust least squares on log(predicted / measured), in log space,
+    from the packaged values; the others keep theirs and are named.
+    """
+    import numpy as np
+    from scipy.optimize import least_squares
+
+    from ..cost.attention import (_NEWER_MMA, attention_params, predict_with,
+                                  resolve_kernel)
+
+    spec = get_gpu(gpu)
+    base = attention_params()  # the constants in force, without any GPU's overlay
+    held = [r for r in rows if _held_attention(r)]
+    fit = [r for r in rows if not _held_attention(r)]
+    if len({r[:3] for r in fit}) < MIN_ROWS:
+        fit, held = list(rows), []
+
+    def kernel_of(r):
+        shape, direction, dkey, _ = r
+        return resolve_kernel("flash", spec, dkey, max(shape.head_dim, shape.head_dim_v))[0]
+
+    groups = defaultdict(list)
+    for r in fit:
+        groups[(kernel_of(r), r[1])].append(r)
+    # the fused kernel SDPA runs on this GPU (FA2 on sm80+, the memory-efficient one before)
+    sdpa = resolve_kernel("flash", spec, "bf16", 64)[0]
+    kept, fitted, told_rows = [], [], []
+    for (kernel, direction), names in _ATTENTION_GROUPS.items():
+        if kernel != sdpa:
+            continue
+        names = tuple(n for n in names if n != "sync_mma_frac" or spec.arch in _NEWER_MMA)
+        rs = groups.get((kernel, direction), [])
+        if len({r[:3] for r in rs}) < MIN_ROWS:
+            kept += [(n, f"distinct {kernel} {direction} calls") for n in names]
+            continue
+        fitted += [n for n in names if n not in fitted]
+        told_rows += rs
+    params = base
+    if fitted:  # one fit of every told constant to every told row (they interact)
+        t = np.array([r[3] for r in told_rows])
+
+        def residual(x):
+            ap = replace(base, **{n: float(math.exp(v)) for n, v in zip(fitted, x)})
+            pred = np.array([predict_with(ap, s_, d, "flash", k, spec).time_s
+                             for s_, d, k, _ in told_rows])
+            return np.log(pred / t)
+
+        x0 = [math.log(getattr(base, n)) for n in fitted]
+        res = least_squares(residual, np.array(x0), loss="soft_l1", f_scale=0.05,
+                            diff_step=1e-4, max_nfev=2000)
+        params = replace(base, **{n: float(f"{math.exp(v):.5g}")
+                                  for n, v in zip(fitted, res.x)})
+    entry = {n: getattr(params, n) for n in fitted}
+    before = after = None
+    if held:
+        def err(ap):
+            return statistics.median(abs(predict_with(ap, s, d, "flash", k, spec).time_s / t - 1)
+                                     for s, d, k, t in held)
+        before, after = err(base), err(params)
+    return AttentionCalibration(entry, len(fit), len(held), before, after, tuple(kept))
+
+
 def trace_rows(comparison) -> list:
     """One :class:`TraceRow` per distinct GEMM shape and kernel of a
     ``TraceComparison`` (the median of its calls' kernel time), of the calls that ran
@@ -312,25 +441,39 @@ def calibrate_from_trace(path, *, gpu=None, out: str = "fxshape_params.json",
     fitted = tuple(f for f in ModelParams.STORED if f in summary["fitted"])
     kept += [(f, NEEDS[f][0]) for f in ModelParams.STORED
              if f not in fitted and f not in hold]
-    mem = None
+    # the memory-bound and attention kernels' constants, in the same file (its memops and
+    # attention sections, which those models read wherever the file is the parameter file
+    # in force); the attention fit prices through the GEMM constants just fitted
     mrows = memops_rows(c)
-    if mrows:
-        # the memory-bound kernels' constants, in the same file (its memops section, which
-        # fxshape.cost.memops reads wherever this file is the parameter file in force)
-        mem = fit_memops(mrows, spec)
-        with open(out) as f:
-            doc = json.load(f)
-        doc["memops"] = {spec.name: dict(mem.entry, rows=mem.fitted_rows)}
-        doc["calibration"]["memops"] = {
-            "fitted": list(mem.fitted), "not_identified": [k for k, _ in mem.kept],
-            "held_out_rows": mem.held_rows,
-            **({"held_out_median_error_before": round(mem.heldout_before, 4),
-                "held_out_median_error_after": round(mem.heldout_after, 4)}
-               if mem.heldout_before is not None else {})}
-        with open(out, "w") as f:
-            json.dump(doc, f, indent=1, sort_keys=True)
-            f.write("\n")
-        _memops.forget_params_files()
+    mem = fit_memops(mrows, spec) if mrows else None
+    arows = attention_rows(c)
+    att = None
+    if arows:
+        from ..cost.gemm import use_params
+
+        with use_params(out):
+            att = fit_attention(arows, spec)
+    with open(out) as f:
+        doc = json.load(f)
+    for key, got_ in (("memops", mem), ("attention", att)):
+        if got_ is None:
+            continue
+        entry = dict(got_.entry, rows=got_.fitted_rows) if key == "memops" else got_.entry
+        if entry:
+            doc[key] = {spec.name: entry}
+        doc["calibration"][key] = {
+            "fitted": sorted(got_.entry if key == "attention" else got_.fitted),
+            "not_identified": [k for k, _ in got_.kept], "held_out_rows": got_.held_rows,
+            **({"held_out_median_error_before": round(got_.heldout_before, 4),
+                "held_out_median_error_after": round(got_.heldout_after, 4)}
+               if got_.heldout_before is not None else {})}
+    with open(out, "w") as f:
+        json.dump(doc, f, indent=1, sort_keys=True)
+        f.write("\n")
+    _memops.forget_params_files()
+    from ..cost import attention as _attention
+
+    _attention.forget_params_files()
     return TraceCalibration(spec.name, dkey, len(fit), len(held), before, after, fitted,
                             tuple(kept), tuple((d, n) for d, n in sorted(counts.items())
-                                               if d != dkey), out, params, mem)
+                                               if d != dkey), out, params, mem, att)

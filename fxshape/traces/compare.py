@@ -25,6 +25,7 @@ import statistics
 from collections import defaultdict
 from dataclasses import dataclass
 
+from ..cost.gemm import use_params
 from ..hardware.gpus import get_gpu, list_gpus
 from .kineto import Trace, read_trace
 from .pairing import pair
@@ -67,6 +68,8 @@ class TraceOpRecord:
     #: a GEMM priced as the tensor-core kernel that ran: ``(kernel name, split-K factor,
     #: 0 where the trace does not say)``; () otherwise
     ran: tuple = ()
+    #: an SDPA call as priced: ``(AttentionShape, direction, dtype key)``; () otherwise
+    attention: tuple = ()
 
     @property
     def error(self) -> float | None:
@@ -352,41 +355,9 @@ def compare_trace(path, gpu=None, *, params_path: str | None = None) -> TraceCom
     trace = read_trace(path)
     spec, how = resolve_trace_gpu(trace, gpu)
     pairing = pair(trace)
-    ops_by_index = {o.index: o for o in trace.ops}
     beside = _collective_neighbours(trace)
-    records = []
-    for idx in sorted(pairing.by_op):
-        op = ops_by_index[idx]
-        evs = pairing.by_op[idx]
-        measured = sum(ev.dur for ev in evs) * 1e-6
-        names = tuple(ev.name for ev in evs)
-        if evs and all(ev.kind == "memcpy" and any(h in ev.name for h in _HOST_COPY)
-                       for ev in evs):
-            records.append(TraceOpRecord(idx, op.name, "no model", "", names, measured, None,
-                                         "a copy between host and device (no PCIe model)"))
-            continue
-        sms = None
-        if not any(_is_collective(ev.name) for ev in evs):
-            held = beside(evs)
-            sms = max(1, spec.sm_count - held) if held else None
-        ctx = PriceContext(spec, names, pairing.parent.get(idx, ""), trace.world_size,
-                           params_path, tuple(ev.grid for ev in evs), sms)
-        try:
-            got = price_op(op, ctx)
-        except NoModel as exc:
-            records.append(TraceOpRecord(idx, op.name, "no model", "", names, measured, None,
-                                         str(exc)))
-            continue
-        if got.cls in ("gemm", "attention") and not any(ev.kind == "kernel" for ev in evs):
-            records.append(TraceOpRecord(idx, op.name, "no model", got.what, names, measured,
-                                         None, "none of its kernels is in the trace (only "
-                                         "copies or memsets): not compared"))
-            continue
-        records.append(TraceOpRecord(idx, op.name, got.cls, got.what, names, measured,
-                                     got.time_s, gemm=got.gemm, bound=got.bound,
-                                     sms=sms if got.cls == "gemm" else None,
-                                     chosen_s=got.chosen_s, memops=got.memops,
-                                     ran=got.ran))
+    with use_params(params_path):  # memory-bound and attention constants follow it too
+        records = _price_ops(trace, spec, pairing, beside, params_path)
     by_class = [e for e in (_errors(cls, [r for r in records if r.cls == cls])
                             for cls in CLASSES) if e is not None]
     by_bound = [e for e in (_errors(b, [r for r in records if r.bound == b])
@@ -435,6 +406,45 @@ def compare_trace(path, gpu=None, *, params_path: str | None = None) -> TraceCom
     return TraceComparison(trace.path, spec.name, how, tuple(records), tuple(by_class),
                            kernel_s, attributed, modelled, tuple(unattributed), idle, window,
                            tuple(notes), tuple(by_bound), tuple(by_setting))
+
+
+def _price_ops(trace, spec, pairing, beside, params_path) -> list:
+    """One :class:`TraceOpRecord` per operator that launched device work."""
+    ops_by_index = {o.index: o for o in trace.ops}
+    records = []
+    for idx in sorted(pairing.by_op):
+        op = ops_by_index[idx]
+        evs = pairing.by_op[idx]
+        measured = sum(ev.dur for ev in evs) * 1e-6
+        names = tuple(ev.name for ev in evs)
+        if evs and all(ev.kind == "memcpy" and any(h in ev.name for h in _HOST_COPY)
+                       for ev in evs):
+            records.append(TraceOpRecord(idx, op.name, "no model", "", names, measured, None,
+                                         "a copy between host and device (no PCIe model)"))
+            continue
+        sms = None
+        if not any(_is_collective(ev.name) for ev in evs):
+            held = beside(evs)
+            sms = max(1, spec.sm_count - held) if held else None
+        ctx = PriceContext(spec, names, pairing.parent.get(idx, ""), trace.world_size,
+                           params_path, tuple(ev.grid for ev in evs), sms)
+        try:
+            got = price_op(op, ctx)
+        except NoModel as exc:
+            records.append(TraceOpRecord(idx, op.name, "no model", "", names, measured, None,
+                                         str(exc)))
+            continue
+        if got.cls in ("gemm", "attention") and not any(ev.kind == "kernel" for ev in evs):
+            records.append(TraceOpRecord(idx, op.name, "no model", got.what, names, measured,
+                                         None, "none of its kernels is in the trace (only "
+                                         "copies or memsets): not compared"))
+            continue
+        records.append(TraceOpRecord(idx, op.name, got.cls, got.what, names, measured,
+                                     got.time_s, gemm=got.gemm, bound=got.bound,
+                                     sms=sms if got.cls == "gemm" else None,
+                                     chosen_s=got.chosen_s, memops=got.memops,
+                                     ran=got.ran, attention=got.attention))
+    return records
 
 
 def _is_collective(kernel: str) -> bool:

@@ -93,6 +93,8 @@ class Priced:
     #: a GEMM priced as the tensor-core kernel that ran: ``(kernel name, split-K factor or
     #: 0 where the trace does not say)``; () otherwise
     ran: tuple = ()
+    #: an SDPA call as priced: ``(AttentionShape, direction, dtype key)``; () otherwise
+    attention: tuple = ()
 
 
 @dataclass(frozen=True)
@@ -318,13 +320,14 @@ def _attention(op, ctx, direction, first):
     key, _ = trace_dtype(op.types[first] if first < len(op.types) else "")
     if key not in ("fp16", "bf16"):
         raise NoModel(f"fused attention in {key or op.types[first]!r}")
+    shape = AttentionShape(b, h, hk, sq, sk, d, dv, causal)
     try:
-        p = predict_attention(AttentionShape(b, h, hk, sq, sk, d, dv, causal),
-                              direction=direction, dtype=key, gpu=ctx.gpu)
+        p = predict_attention(shape, direction=direction, dtype=key, gpu=ctx.gpu)
     except ValueError as exc:
         raise NoModel(str(exc)) from None
     return Priced("attention", p.time_s, f"B={b} H={h} S={sq}x{sk} D={d} {key} "
-                  f"{'causal ' if causal else ''}{direction}")
+                  f"{'causal ' if causal else ''}{direction}",
+                  attention=(shape, direction, key))
 
 
 @register_trace_handler("aten::_scaled_dot_product_flash_attention",
