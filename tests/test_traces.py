@@ -307,13 +307,13 @@ def _gemm_trace(tmp_path, shapes, params_path, gpu_name="NVIDIA H100 80GB HBM3",
     return _write(tmp_path, events=ev, props=[{"id": 0, "name": gpu_name}])
 
 
-def test_calibrating_from_a_trace_recovers_its_constants(tmp_path):
+def _slower_h100(tmp_path):
+    """``(constants, parameter file)`` of an H100 20% slower at peak and with 1.5x the
+    launch latency of the packaged one, and the GEMM shapes the calibration tests time."""
     import dataclasses
 
     from fxshape.cost.gemm import ModelParams, model_params
-    from fxshape.traces.calibrate import calibrate_from_trace
 
-    # a GPU 20% slower at peak and with 1.5x the launch latency of the packaged H100
     base = model_params("h100")
     true = dataclasses.replace(base, e_max=base.e_max * 0.8, launch_s=base.launch_s * 1.5)
     truth = tmp_path / "truth.json"
@@ -323,6 +323,14 @@ def test_calibrating_from_a_trace_recovers_its_constants(tmp_path):
     shapes = [(1, m, n, k) for m in sizes for n in (1024, 4096) for k in (512, 4096)]
     shapes += [(8, 512, 512, 512), (16, 1024, 1024, 128), (32, 256, 256, 64),
                (4, 2048, 2048, 2048), (64, 128, 128, 128), (12, 1024, 1024, 64)]
+    return true, truth, shapes
+
+
+def test_calibrating_from_a_trace_recovers_its_constants(tmp_path):
+    from fxshape.traces.calibrate import calibrate_from_trace
+
+    # a GPU 20% slower at peak and with 1.5x the launch latency of the packaged H100
+    true, truth, shapes = _slower_h100(tmp_path)
     # and bf16 multiplies of two [n] tensors (3 * 2n bytes moved) on a GPU whose kernels
     # take 7 us to launch and stream at 60% of the H100's 3.35 TB/s: 1 KB to 600 MB
     bf, bw = "c10::BFloat16", fxshape.get_gpu("h100").memory_bandwidth_gbs * 1e9
@@ -368,23 +376,12 @@ def test_calibrating_from_a_trace_recovers_its_constants(tmp_path):
 
 
 def test_calibrating_prices_each_gemm_as_the_kernel_that_ran(tmp_path):
-    import dataclasses
-
-    from fxshape.cost.gemm import ModelParams, model_params
     from fxshape.traces.calibrate import calibrate_from_trace, trace_rows
 
     # every GEMM ran on a 64x64-tile kernel, which the model would not pick for most of
     # these shapes, on an H100 20% slower at peak and 1.5x slower to launch than packaged
-    base = model_params("h100")
-    true = dataclasses.replace(base, e_max=base.e_max * 0.8, launch_s=base.launch_s * 1.5)
-    truth = tmp_path / "truth.json"
-    truth.write_text(json.dumps({"gpus": {"h100-sxm": {
-        f: getattr(true, f) for f in ModelParams.STORED}}}))
+    true, truth, shapes = _slower_h100(tmp_path)
     tile = "sm90_xmma_gemm_bf16bf16_bf16f32_f32_nn_n_tilesize64x64x64_stage4_kernel"
-    sizes = (64, 256, 1024, 4096, 8192)
-    shapes = [(1, m, n, k) for m in sizes for n in (1024, 4096) for k in (512, 4096)]
-    shapes += [(8, 512, 512, 512), (16, 1024, 1024, 128), (32, 256, 256, 64),
-               (4, 2048, 2048, 2048), (64, 128, 128, 128), (12, 1024, 1024, 64)]
     path = _gemm_trace(tmp_path, shapes, str(truth), kernel=tile)
     rows = trace_rows(compare_trace(path))
     assert {r.kernel for r in rows} == {tile} and {r.split_k for r in rows} <= {0}

@@ -8,11 +8,12 @@ played again event by event: each op's host time on the host thread (``cpu_op``;
 stream (``kernel``, starting when the host has launched them and the previous kernel has
 ended), a collective on a communication stream: its hidden part (``overlapped_s``) in
 pieces over the last compute kernels before it (the model hides it under kernel time, not
-under the host's gaps), its exposed part after them, which the compute stream waits for. Under a plan (``step.stages``) each pipeline rank is
-a process: its forward and backward passes of every micro-batch as the schedule ran them
-(``fxshape.parallelism.schedule.play``), then its tail: the exposed gradient
-synchronisation on a communication stream, then the optimizer. No host thread is drawn
-under a plan: a pass is one wall-clock event, not its ops.
+under the host's gaps), its exposed part after them, which the compute stream waits for.
+Under a plan (``step.stages``) each pipeline rank is a process: its forward and backward
+passes of every micro-batch as the schedule ran them (``fxshape.parallelism.schedule.play``),
+then its tail: the exposed gradient synchronisation on a communication stream, then the
+optimizer. No host thread is drawn under a plan: a pass is one wall-clock event, not its
+ops.
 
 Times are microseconds from the step's start; the same report gives the same bytes.
 """

@@ -18,8 +18,9 @@ overlays the packaged constants (``params=`` or ``FXSHAPE_PARAMS``).
 
 The memory-bound model's constants (``fxshape.cost.memops``: the launch latency and each
 kernel family's efficiency) are fitted to the trace's memory-bound operators as well
-(:func:`fit_memops`) and written in the same file's ``memops`` section, which the
-memory-bound model reads wherever the file is the parameter file in force.
+(:func:`fit_memops`), and the fused-attention kernels' constants to its SDPA calls
+(:func:`fit_attention`), written in the same file's ``memops`` and ``attention`` sections,
+which those models read wherever the file is the parameter file in force.
 """
 
 from __future__ import annotations
@@ -38,7 +39,7 @@ from ..hardware.dtypes import canonical_dtype
 from ..hardware.gpus import get_gpu
 from .compare import compare_trace
 
-__all__ = ["TraceCalibration", "MemopsCalibration", "AttentionCalibration", "TraceRow",
+__all__ = ["TraceCalibration", "KernelCalibration", "TraceRow",
            "trace_rows", "memops_rows", "attention_rows", "fit_attention",
            "fit_memops", "calibrate_from_trace", "NEEDS", "MIN_ROWS"]
 
@@ -82,9 +83,9 @@ class TraceCalibration:
     out: str
     params: ModelParams
     #: the memory-bound kernels' constants, fitted too (None: the trace has none priced)
-    memops: MemopsCalibration | None = None
+    memops: KernelCalibration | None = None
     #: the fused attention kernels' constants, fitted too (None: no SDPA call priced)
-    attention: "AttentionCalibration | None" = None
+    attention: KernelCalibration | None = None
 
     def describe(self) -> str:
         lines = [f"calibrated {self.gpu} ({self.dtype}) on {self.fitted_rows} GEMM shapes of "
@@ -110,13 +111,15 @@ class TraceCalibration:
 
 
 @dataclass(frozen=True)
-class MemopsCalibration:
-    """The memory-bound constants fitted to a trace's elementwise, copy, LayerNorm and
-    softmax kernels (``fit_memops``): the entry written (``{family: efficiency,
-    "launch_s": seconds}``), the rows fitted and held out, the held-out median |error|
-    with the packaged and the fitted constants, the constants fitted and those kept (with
-    the kind of kernel the trace lacked)."""
+class KernelCalibration:
+    """The constants of one kernel model fitted to a trace's kernels (``fit_memops``: the
+    memory-bound model's launch latency and family efficiencies; ``fit_attention``: the
+    fused attention kernels' constants): the entry written (``{constant: value}``), the
+    rows fitted and held out, the held-out median |error| with the constants in force
+    before and the fitted ones, the constants fitted and those kept (with the kind of
+    kernel the trace lacked)."""
 
+    model: str  # "memory-bound" or "attention (SDPA)"
     entry: dict
     fitted_rows: int
     held_rows: int
@@ -126,13 +129,13 @@ class MemopsCalibration:
     kept: tuple  # (constant, what the trace lacked)
 
     def describe(self) -> str:
-        lines = [f"memory-bound kernels: fitted on {self.fitted_rows} operators"]
+        lines = [f"{self.model} kernels: fitted on {self.fitted_rows} calls"]
         if self.heldout_before is not None:
             lines.append(f"  held out ({self.held_rows}): median |error| "
                          f"{100 * self.heldout_before:.1f}% with the packaged constants, "
                          f"{100 * self.heldout_after:.1f}% fitted")
         lines.append("  fitted: " + (", ".join(
-            f"{c} {self.entry[c]:.3g}" for c in self.fitted) or "none"))
+            f"{c} {self.entry[c]:.4g}" for c in self.fitted) or "none"))
         if self.kept:
             lines.append("  not identified by the trace (packaged values kept): " + "; ".join(
                 f"{c} (needs {MIN_ROWS}+ {why})" for c, why in self.kept))
@@ -156,7 +159,7 @@ def _held_memop(row) -> bool:
     return hashlib.sha1(f"{row[0]}:{row[1]}".encode()).digest()[0] % 4 == 0
 
 
-def fit_memops(rows, gpu, packaged: dict | None = None) -> MemopsCalibration:
+def fit_memops(rows, gpu, packaged: dict | None = None) -> KernelCalibration:
     """Fit the memory-bound model ``time = launch_s + bytes / (efficiency[family] *
     bandwidth)`` to ``rows`` (:func:`memops_rows`) on ``gpu``.
 
@@ -205,8 +208,8 @@ def fit_memops(rows, gpu, packaged: dict | None = None) -> MemopsCalibration:
                                    for f, b, t in held)
         after = statistics.median(abs(_memop_time(entry, spec, f, b) / t - 1)
                                   for f, b, t in held)
-    return MemopsCalibration(entry, len(fit), len(held), before, after, tuple(fitted),
-                             tuple(kept))
+    return KernelCalibration("memory-bound", entry, len(fit), len(held), before, after,
+                             tuple(fitted), tuple(kept))
 
 
 @dataclass(frozen=True)
@@ -217,34 +220,6 @@ class TraceRow(CalibrationRow):
 
     kernel: str = ""
     split_k: int = 0
-
-
-@dataclass(frozen=True)
-class AttentionCalibration:
-    """The attention model's constants fitted to a trace's SDPA kernels
-    (``fit_attention``): the entry written (``{constant: value}``, the fitted ones), the
-    rows fitted and held out, the held-out median |error| with the packaged and the fitted
-    constants, and the constants kept (with the kind of call the trace lacked)."""
-
-    entry: dict
-    fitted_rows: int
-    held_rows: int
-    heldout_before: float | None
-    heldout_after: float | None
-    kept: tuple
-
-    def describe(self) -> str:
-        lines = [f"attention (SDPA) kernels: fitted on {self.fitted_rows} calls"]
-        if self.heldout_before is not None:
-            lines.append(f"  held out ({self.held_rows}): median |error| "
-                         f"{100 * self.heldout_before:.1f}% with the packaged constants, "
-                         f"{100 * self.heldout_after:.1f}% fitted")
-        lines.append("  fitted: " + (", ".join(f"{c} {v:.4g}" for c, v in
-                                                sorted(self.entry.items())) or "none"))
-        if self.kept:
-            lines.append("  not identified by the trace (packaged values kept): " + "; ".join(
-                f"{c} (needs {MIN_ROWS}+ {why})" for c, why in self.kept))
-        return "\n".join(lines)
 
 
 #: the fused kernels' constants each (kernel, direction) of a trace's SDPA calls tells
@@ -272,7 +247,7 @@ def _held_attention(row) -> bool:
     return hashlib.sha1(f"{shape}:{direction}:{dkey}".encode()).digest()[0] % 4 == 0
 
 
-def fit_attention(rows, gpu) -> AttentionCalibration:
+def fit_attention(rows, gpu) -> KernelCalibration:
     """Fit the fused attention kernels' constants to ``rows`` (:func:`attention_rows`) on
     ``gpu``, through the model that ships (``fxshape.cost.attention.predict_with``, with
     the GEMM constants in force).
@@ -339,7 +314,8 @@ def fit_attention(rows, gpu) -> AttentionCalibration:
             return statistics.median(abs(predict_with(ap, s, d, "flash", k, spec).time_s / t - 1)
                                      for s, d, k, t in held)
         before, after = err(base), err(params)
-    return AttentionCalibration(entry, len(fit), len(held), before, after, tuple(kept))
+    return KernelCalibration("attention (SDPA)", entry, len(fit), len(held), before, after,
+                             tuple(fitted), tuple(kept))
 
 
 def trace_rows(comparison) -> list:
@@ -462,7 +438,7 @@ def calibrate_from_trace(path, *, gpu=None, out: str = "fxshape_params.json",
         if entry:
             doc[key] = {spec.name: entry}
         doc["calibration"][key] = {
-            "fitted": sorted(got_.entry if key == "attention" else got_.fitted),
+            "fitted": sorted(got_.fitted),
             "not_identified": [k for k, _ in got_.kept], "held_out_rows": got_.held_rows,
             **({"held_out_median_error_before": round(got_.heldout_before, 4),
                 "held_out_median_error_after": round(got_.heldout_after, 4)}

@@ -345,8 +345,8 @@ def compare_trace(path, gpu=None, *, params_path: str | None = None) -> TraceCom
         gpu: the GPU it ran on (a name or alias of :func:`fxshape.list_gpus`); default: the
             trace's device properties.
         params_path: a parameter file (``fxshape calibrate``) to predict with: its GEMM
-            constants, and its memory-bound ones where it has a ``memops`` section
-            (``fxshape calibrate --trace`` writes one).
+            constants, and its memory-bound and attention ones where it has ``memops`` and
+            ``attention`` sections (``fxshape calibrate --trace`` writes them).
 
     Raises:
         ValueError: not a trace, a CPU-only trace, a trace without shapes, an unknown or
