@@ -248,16 +248,9 @@ def attention_params(params_path: str | None = None, gpu=None) -> AttentionParam
 def _overlay(path: str) -> dict | None:
     """The ``attention`` section of a GEMM parameter file (``{gpu: {constant: value}}``),
     checked, or None."""
-    from .paramfile import read_json
+    from .paramfile import gpu_section
 
-    data = read_json(path, "fxshape parameter file")
-    sec = data.get("attention") if isinstance(data, dict) else None
-    if sec is None:
-        return None
-    out = {}
-    for name, entry in (sec.items() if isinstance(sec, dict) else [("?", None)]):
-        if not isinstance(entry, dict):
-            raise ValueError(f"{path!r}: attention entry for GPU {name!r} is not an object")
+    def check(name, entry):
         bad = sorted(set(entry) - set(AttentionParams.FIELDS))
         if bad:
             raise ValueError(f"{path!r}: attention entry for GPU {name!r} has unknown "
@@ -267,8 +260,10 @@ def _overlay(path: str) -> dict | None:
             if not isinstance(v, (int, float)) or isinstance(v, bool) or not v > 0:
                 raise ValueError(f"{path!r}: attention constant {k} for GPU {name!r} must "
                                  f"be a positive number, got {v!r}")
-        out[name] = {k: float(v) for k, v in entry.items()}
-    return out
+
+    sec = gpu_section(path, "attention", check)
+    return None if sec is None else {name: {k: float(v) for k, v in entry.items()}
+                                     for name, entry in sec.items()}
 
 
 def forget_params_files() -> None:

@@ -340,9 +340,7 @@ def tf32_issue_ratio(gpu) -> float:
     slow against their aligned twins as the fp16 kernels of the same load width do, which
     the fp16 sweeps ``ld_issue_clk`` was fitted on cannot show.
     """
-    arch = get_gpu(gpu).arch
-    entry = (_tf32_params().get("archs") or {}).get(arch)
-    return float(entry.get("ld_issue_ratio", 1.0)) if isinstance(entry, dict) else 1.0
+    return _tf32_constant(gpu, "ld_issue_ratio")
 
 
 def tf32_mainloop_eff(gpu) -> float:
@@ -357,9 +355,13 @@ def tf32_mainloop_eff(gpu) -> float:
     cause, not measured here: their MMAs are fed from shared memory by 32-bit loads where
     the fp16 kernels use ``ldmatrix``.
     """
-    arch = get_gpu(gpu).arch
-    entry = (_tf32_params().get("archs") or {}).get(arch)
-    return float(entry.get("mainloop_eff", 1.0)) if isinstance(entry, dict) else 1.0
+    return _tf32_constant(gpu, "mainloop_eff")
+
+
+def _tf32_constant(gpu, key: str) -> float:
+    """``key`` of ``gpu``'s architecture in ``tf32_params.json``; 1 where it has none."""
+    entry = (_tf32_params().get("archs") or {}).get(get_gpu(gpu).arch)
+    return float(entry.get(key, 1.0)) if isinstance(entry, dict) else 1.0
 
 
 def dtype_params(p: ModelParams, gpu, dkey: str) -> ModelParams:
@@ -865,14 +867,12 @@ def predict_times_as_run(spec: GPUSpec, dkey: str, b, m, n, k, layouts, p: Model
     for key in sorted(set(keys), key=repr):
         lay, tile, split = key
         sel = np.array([kk == key for kk in keys])
-        if tile is None:
+        if tile is None and not split:  # nothing forced: the model's own choice
             out[sel] = predict_times_array(spec, dkey, b[sel], m[sel], n[sel], k[sel],
-                                           layouts[sel], p) if not split else _as_run(
-                xp, spec, dkey, b[sel], m[sel], n[sel], k[sel], lay, p, None, split, peak,
-                e, eo)
-            continue
-        out[sel] = _as_run(xp, spec, dkey, b[sel], m[sel], n[sel], k[sel], lay, p, tile,
-                           split, peak, e, eo)
+                                           layouts[sel], p)
+        else:
+            out[sel] = _as_run(xp, spec, dkey, b[sel], m[sel], n[sel], k[sel], lay, p, tile,
+                               split, peak, e, eo)
     return out
 
 

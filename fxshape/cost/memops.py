@@ -38,11 +38,12 @@ from dataclasses import asdict, dataclass
 
 from ..hardware.dtypes import canonical_dtype, itemsize
 from ..hardware.gpus import GPUSpec, get_gpu
-from .paramfile import read_json
+from .gemm import is_default_params, resolve_params_path
+from .paramfile import gpu_section, read_json
 
 __all__ = ["FAMILIES", "KERNEL_FAMILIES", "KernelTime", "MemOpPrediction", "kernel_time",
            "memop_bytes", "memop_family", "predict_memop",
-           "memops_params", "forget_params_files", "PACKAGED_PATH"]
+           "memops_params", "forget_params_files", "PACKAGED_PATH", "transfer_s"]
 
 #: The kernel families (see the module docstring).
 FAMILIES = ("elementwise", "layer_norm", "softmax_warp", "softmax_block")
@@ -130,16 +131,13 @@ _ENTRY_KEYS = FAMILIES + ("launch_s",)
 def _overlay(path: str) -> dict | None:
     """The ``memops`` section of a GEMM parameter file (``fxshape calibrate --trace``
     writes one: ``{gpu: entry}``), or None for a file without one."""
-    data = read_json(path, "fxshape parameter file")
-    sec = data.get("memops") if isinstance(data, dict) else None
-    if sec is None:
-        return None
-    for name, entry in (sec.items() if isinstance(sec, dict) else [("?", None)]):
-        missing = sorted(set(_ENTRY_KEYS) - set(entry)) if isinstance(entry, dict) else ["all"]
+    def check(name, entry):
+        missing = sorted(set(_ENTRY_KEYS) - set(entry))
         if missing:
             raise ValueError(f"{path!r}: memops entry for GPU {name!r} lacks "
                              f"{', '.join(missing)}")
-    return sec
+
+    return gpu_section(path, "memops", check)
 
 
 @functools.lru_cache(maxsize=None)
@@ -160,9 +158,22 @@ def _file_kind(path: str) -> str:
     return "gemm" if isinstance(gpus, dict) else "other"
 
 
+@functools.lru_cache(maxsize=None)
+def _route(path: str, in_force: bool) -> tuple[str | None, str]:
+    """``(GEMM parameter file whose memops section to look in, or None; the memory-op
+    parameter file)`` for ``path``: the GEMM parameter file in force (``in_force``) or one
+    given. Cached: memops_params runs for every kernel a step prices."""
+    if in_force:
+        if is_default_params(path):
+            return None, _DEFAULT_PATH
+    if os.path.abspath(path) != os.path.abspath(_DEFAULT_PATH) and _file_kind(path) == "gemm":
+        return path, _DEFAULT_PATH
+    return None, path
+
+
 def forget_params_files() -> None:
     """Drop the cached reading of parameter files (after one is rewritten)."""
-    for f in (_load, _overlay, _file_kind):
+    for f in (_load, _overlay, _file_kind, _route):
         f.cache_clear()
 
 
@@ -176,18 +187,15 @@ def memops_params(gpu, params_path: str | None = None) -> tuple[str, dict]:
     with a ``memops`` section (``fxshape calibrate --trace`` writes one) overlays the
     packaged constants for the GPUs it names; one without leaves them.
     """
-    from .gemm import is_default_params, resolve_params_path
-
     spec = get_gpu(gpu)
-    path = os.fspath(params_path) if params_path is not None else resolve_params_path()
-    if params_path is None and is_default_params(path):
-        path = _DEFAULT_PATH
-    if (os.path.abspath(path) != os.path.abspath(_DEFAULT_PATH)
-            and _file_kind(path) == "gemm"):
-        sec = _overlay(path)
+    if params_path is None:
+        overlay, path = _route(resolve_params_path(), True)
+    else:
+        overlay, path = _route(os.fspath(params_path), False)
+    if overlay is not None:
+        sec = _overlay(overlay)
         if sec and spec.name in sec:
             return spec.name, sec[spec.name]
-        path = _DEFAULT_PATH
     data = _load(path)
     name = spec.name if spec.name in data["gpus"] else (data.get("families", {})
                                                            .get(spec.arch, {}).get("from"))
@@ -220,8 +228,7 @@ def predict_memop(kind: str, rows: int, cols: int, *, dtype="fp32", gpu="h100",
     nbytes = memop_bytes(kind, rows, cols, dtype, inputs=inputs, outputs=outputs)
     spec: GPUSpec = get_gpu(gpu)
     source, entry = memops_params(spec, params_path)
-    bw = spec.memory_bandwidth_gbs * 1e9 * float(entry[family])
-    transfer = nbytes / bw
+    transfer = transfer_s(entry, spec, family, nbytes)
     launch = float(entry["launch_s"])
     t = launch + transfer
     return MemOpPrediction(
@@ -253,6 +260,13 @@ class KernelTime:
     constants_from: str
 
 
+def transfer_s(entry: dict, spec: GPUSpec, family: str, nbytes: int) -> float:
+    """Seconds ``nbytes`` take to stream at ``family``'s efficiency (a key of
+    :data:`KERNEL_FAMILIES`) in a memory-op entry (``memops_params``) on ``spec``: the
+    model's time less its launch latency."""
+    return nbytes / (spec.memory_bandwidth_gbs * 1e9 * float(entry[KERNEL_FAMILIES[family]]))
+
+
 def kernel_time(family: str, nbytes: int, *, gpu="h100",
                 params_path: str | None = None) -> KernelTime:
     """Time of one memory-bound kernel of ``family`` moving ``nbytes`` bytes (read plus
@@ -269,7 +283,7 @@ def kernel_time(family: str, nbytes: int, *, gpu="h100",
     spec: GPUSpec = get_gpu(gpu)
     source, entry = memops_params(spec, params_path)
     eff = float(entry[KERNEL_FAMILIES[family]])
-    transfer = nbytes / (spec.memory_bandwidth_gbs * 1e9 * eff)
+    transfer = transfer_s(entry, spec, family, nbytes)
     launch = float(entry["launch_s"])
     return KernelTime(family=family, bytes=nbytes, time_s=launch + transfer, efficiency=eff,
                       bound="latency" if launch >= transfer else "memory",

@@ -16,3 +16,21 @@ def read_json(path: str, what: str):
         raise ValueError(f"cannot read {what} {path!r}: {exc.strerror}") from None
     except json.JSONDecodeError as exc:
         raise ValueError(f"{what} {path!r} is not JSON: {exc}") from None
+
+
+def gpu_section(path: str, key: str, check) -> dict | None:
+    """The ``key`` section of the parameter file ``path`` (``{gpu name: entry}``, as
+    ``fxshape calibrate --trace`` writes ``memops`` and ``attention``), or None where the
+    file has none. ``check(gpu name, entry)`` raises ``ValueError`` for a bad entry; an
+    entry that is no JSON object is refused here."""
+    data = read_json(path, "fxshape parameter file")
+    sec = data.get(key) if isinstance(data, dict) else None
+    if sec is None:
+        return None
+    if not isinstance(sec, dict):
+        raise ValueError(f"{path!r}: its {key} section is not an object of GPU entries")
+    for name, entry in sec.items():
+        if not isinstance(entry, dict):
+            raise ValueError(f"{path!r}: {key} entry for GPU {name!r} is not an object")
+        check(name, entry)
+    return sec

@@ -124,9 +124,11 @@ def fit_rows(rows, gpu, *, start: ModelParams | None = None, hold=()):
 
 
 def write_params(path: str, params: ModelParams, summary: dict, device: str = "",
-                 extra: dict | None = None) -> None:
+                 extra: dict | None = None, sections: dict | None = None) -> None:
     """Write a parameter file holding one GPU (it overlays the packaged constants);
-    ``extra``: more of what the calibration found, under ``calibration``."""
+    ``extra``: more of what the calibration found, under ``calibration``; ``sections``:
+    other models' entries beside the GEMM ones (``{"memops": {gpu: entry}}``, as
+    ``fxshape calibrate --trace`` writes)."""
     entry = {f: float(f"{getattr(params, f):.5g}") for f in ModelParams.STORED}
     if summary["dtype"] == "tf32":
         # a TF32 fit's load-issue time and mainloop efficiency are stored as the base
@@ -146,7 +148,8 @@ def write_params(path: str, params: ModelParams, summary: dict, device: str = ""
                            "rows": summary["rows"],
                            "median_error_before": round(summary["median_before"], 4),
                            "median_error_after": round(summary["median_after"], 4),
-                           **(extra or {})}}
+                           **(extra or {})},
+           **(sections or {})}
     with open(path, "w") as f:
         json.dump(doc, f, indent=1, sort_keys=True)
         f.write("\n")

@@ -26,7 +26,6 @@ which those models read wherever the file is the parameter file in force.
 from __future__ import annotations
 
 import hashlib
-import json
 import math
 import statistics
 from collections import Counter, defaultdict
@@ -151,12 +150,16 @@ def memops_rows(comparison) -> list:
 
 
 def _memop_time(entry, spec, family, nbytes) -> float:
-    eff = float(entry[_memops.KERNEL_FAMILIES[family]])
-    return float(entry["launch_s"]) + nbytes / (spec.memory_bandwidth_gbs * 1e9 * eff)
+    return float(entry["launch_s"]) + _memops.transfer_s(entry, spec, family, nbytes)
+
+
+def _held_out(key: str) -> bool:
+    """A deterministic quarter of the rows, by a hash of their ``key``."""
+    return hashlib.sha1(key.encode()).digest()[0] % 4 == 0
 
 
 def _held_memop(row) -> bool:
-    return hashlib.sha1(f"{row[0]}:{row[1]}".encode()).digest()[0] % 4 == 0
+    return _held_out(f"{row[0]}:{row[1]}")
 
 
 def fit_memops(rows, gpu, packaged: dict | None = None) -> KernelCalibration:
@@ -183,7 +186,7 @@ def fit_memops(rows, gpu, packaged: dict | None = None) -> KernelCalibration:
     launch0 = float(entry["launch_s"])
 
     def transfer(fam, b, e):
-        return b / (bw * float(e[_memops.KERNEL_FAMILIES[fam]]))
+        return _memops.transfer_s(e, spec, fam, b)
 
     fitted, kept = [], []
     lat = [t - transfer(f, b, entry) for f, b, t in fit if transfer(f, b, entry) < launch0]
@@ -244,7 +247,7 @@ def attention_rows(comparison) -> list:
 
 def _held_attention(row) -> bool:
     shape, direction, dkey, _ = row
-    return hashlib.sha1(f"{shape}:{direction}:{dkey}".encode()).digest()[0] % 4 == 0
+    return _held_out(f"{shape}:{direction}:{dkey}")
 
 
 def fit_attention(rows, gpu) -> KernelCalibration:
@@ -347,8 +350,7 @@ def _predict(r, gpu, dkey, params_path=None):
 
 
 def _held(r) -> bool:
-    key = f"{r.batch}x{r.m}x{r.n}x{r.k}:{r.layout}".encode()
-    return hashlib.sha1(key).digest()[0] % 4 == 0
+    return _held_out(f"{r.batch}x{r.m}x{r.n}x{r.k}:{r.layout}")
 
 
 def _median_err(rows, gpu, dkey, params_path=None) -> float:
@@ -407,13 +409,13 @@ def calibrate_from_trace(path, *, gpu=None, out: str = "fxshape_params.json",
     extra = {"source": f"profiler trace {c.path}", "held_out_rows": len(held),
              "not_identified": [c for c, _ in kept]}
     before = after = None
+    # the GEMM constants first: the held-out check and the attention fit price with them
     write_params(out, params, summary, device=f"trace {c.path}", extra=extra)
     if held:
         before = _median_err(held, spec, dkey)
         after = _median_err(held, spec, dkey, params_path=out)
         extra.update(held_out_median_error_before=round(before, 4),
                      held_out_median_error_after=round(after, 4))
-        write_params(out, params, summary, device=f"trace {c.path}", extra=extra)
     fitted = tuple(f for f in ModelParams.STORED if f in summary["fitted"])
     kept += [(f, NEEDS[f][0]) for f in ModelParams.STORED
              if f not in fitted and f not in hold]
@@ -429,23 +431,21 @@ def calibrate_from_trace(path, *, gpu=None, out: str = "fxshape_params.json",
 
         with use_params(out):
             att = fit_attention(arows, spec)
-    with open(out) as f:
-        doc = json.load(f)
+    sections = {}
     for key, got_ in (("memops", mem), ("attention", att)):
         if got_ is None:
             continue
         entry = dict(got_.entry, rows=got_.fitted_rows) if key == "memops" else got_.entry
         if entry:
-            doc[key] = {spec.name: entry}
-        doc["calibration"][key] = {
+            sections[key] = {spec.name: entry}
+        extra[key] = {
             "fitted": sorted(got_.fitted),
             "not_identified": [k for k, _ in got_.kept], "held_out_rows": got_.held_rows,
             **({"held_out_median_error_before": round(got_.heldout_before, 4),
                 "held_out_median_error_after": round(got_.heldout_after, 4)}
                if got_.heldout_before is not None else {})}
-    with open(out, "w") as f:
-        json.dump(doc, f, indent=1, sort_keys=True)
-        f.write("\n")
+    write_params(out, params, summary, device=f"trace {c.path}", extra=extra,
+                 sections=sections)
     _memops.forget_params_files()
     from ..cost import attention as _attention
 
