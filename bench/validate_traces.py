@@ -1,7 +1,8 @@
 #!/usr/bin/env python
 """fxshape's per-operator predictions against real profiler traces (``fxshape compare``).
 
-    python bench/validate_traces.py [--format github] [--calibration] [TRACE[:GPU] ...]
+    python bench/validate_traces.py [--format github] [--calibration] [--legacy]
+                                    [TRACE[:GPU] ...]
 
 Default traces: the three of ``../shared/calibration/traces`` (HTA's test data: two ranks of
 a 128-GPU A100 training run, TF32 GEMMs from cuBLAS and CUTLASS, and a tiny MI250 step),
@@ -15,7 +16,11 @@ error per class (median and p90 of |predicted / measured - 1|, the median signed
 within 20%) and the GEMMs' error by setting (alone, beside a collective, the model's own
 kernel choice). ``--calibration``: ``calibrate --trace`` on the first trace (its held-out
 figures), then the second predicted without and with the file it wrote (what docs/traces.md
-quotes). Deterministic; a few seconds (about 15 more with ``--calibration``).
+quotes). ``--legacy``: the first trace rewritten as PyTorch's first Kineto traces were
+written (categories ``Operator`` / ``Runtime`` / ``Kernel`` / ``Memcpy`` / ``Memset``,
+``Input dims``, no ``Input type``), compared operator by operator with the trace as recorded:
+how many are priced alike once the element types come from the kernels' names. Deterministic;
+a few seconds (about 15 more with ``--calibration``, 10 with ``--legacy``).
 """
 
 from __future__ import annotations
@@ -43,6 +48,8 @@ def main(argv=None) -> int:
     ap.add_argument("--format", default="simple")
     ap.add_argument("--calibration", action="store_true",
                     help="calibrate on the first trace, check on the second")
+    ap.add_argument("--legacy", action="store_true",
+                    help="the first trace without 'Input type', in the first Kineto format")
     args = ap.parse_args(argv)
     todo = [tuple(t.rsplit(":", 1)) if ":" in t else (t, None) for t in args.traces] \
         or DEFAULT
@@ -73,6 +80,9 @@ def main(argv=None) -> int:
     if args.calibration:
         print()
         _calibration(todo[0], todo[1], args.format)
+    if args.legacy:
+        print()
+        _legacy(todo[0], args.format)
     return 0
 
 
@@ -106,6 +116,50 @@ def _calibration(fit, check, fmt):
                 rows.append((f"{name} ({label})",) + _row("", mem)[1:])
     print()
     print(tabulate(rows, headers=_SETTING_HEADERS, tablefmt=fmt, disable_numparse=True))
+
+
+_LEGACY_CATS = {"cpu_op": "Operator", "cuda_runtime": "Runtime", "cuda_driver": "Runtime",
+                "kernel": "Kernel", "gpu_memcpy": "Memcpy", "gpu_memset": "Memset"}
+
+
+def _legacy(trace, fmt):
+    """``trace`` as the first Kineto traces were written, operator by operator against the
+    trace as recorded: priced alike (the same class and time), priced otherwise, or without
+    a model only there (its kernels' names do not say one element type)."""
+    import collections
+    import gzip
+    import json
+    import tempfile
+
+    with gzip.open(trace[0], "rt") if trace[0].endswith(".gz") else open(trace[0]) as f:
+        doc = json.load(f)
+    for e in doc["traceEvents"]:
+        if e.get("cat") in _LEGACY_CATS:
+            e["cat"] = _LEGACY_CATS[e["cat"]]
+        a = e.get("args")
+        if isinstance(a, dict) and "Input Dims" in a:
+            a["Input dims"] = a.pop("Input Dims")
+            a.pop("Input type", None)
+    with tempfile.TemporaryDirectory() as tmp:
+        path = os.path.join(tmp, "legacy.json")
+        with open(path, "w") as f:
+            json.dump(doc, f)
+        old = compare_trace(path, gpu=trace[1])
+    new = compare_trace(trace[0], gpu=trace[1])
+    counts = collections.defaultdict(collections.Counter)
+    for o, n in zip(old.ops, new.ops):
+        assert o.index == n.index and o.name == n.name
+        if n.predicted_s is None:
+            continue
+        how = ("alike" if (o.cls, o.predicted_s) == (n.cls, n.predicted_s)
+               else "no model" if o.predicted_s is None else "otherwise")
+        counts[n.cls][how] += 1
+    rows = [(os.path.basename(trace[0]), cls, sum(c.values()), c["alike"], c["otherwise"],
+             c["no model"]) for cls, c in sorted(counts.items())]
+    print(tabulate(rows, headers=("trace without Input type", "class", "priced ops",
+                                  "priced alike", "priced otherwise",
+                                  "no model (types unknown)"), tablefmt=fmt,
+                   disable_numparse=True))
 
 
 if __name__ == "__main__":

@@ -792,3 +792,110 @@ def test_a_parameter_files_attention_section_is_checked(tmp_path):
             with pytest.raises(ValueError, match=msg):
                 predict_attention(shape, gpu="h100")
     forget_params_files()
+
+
+def _legacy(events):
+    """``events`` as PyTorch's first Kineto traces wrote them: categories ``Operator``,
+    ``Runtime``, ``Kernel``, ``Memcpy``; ``Input dims``; no ``Input type``; the profiler
+    step an ``Operator`` around everything."""
+    cats = {"cpu_op": "Operator", "cuda_runtime": "Runtime", "kernel": "Kernel",
+            "gpu_memcpy": "Memcpy"}
+    out = [{"ph": "X", "cat": "Operator", "name": "ProfilerStep#1", "pid": 10, "tid": 1,
+            "ts": 0, "dur": 2000, "args": {}}]
+    for e in events:
+        e = json.loads(json.dumps(e))
+        e["cat"] = cats[e["cat"]]
+        a = e["args"]
+        if "Input Dims" in a:
+            a["Input dims"] = a.pop("Input Dims")
+            a.pop("Input type")
+        out.append(e)
+    return out
+
+
+def test_the_first_kineto_traces_read_and_priced_alike(tmp_path):
+    new = compare_trace(_write(tmp_path))
+    old_dir = tmp_path / "old"
+    old_dir.mkdir()
+    old = compare_trace(_write(old_dir, _legacy(_events())))
+    # every device event attributed alike: the profiler step is a range, not an operator
+    # (the stray kernel launched outside any operator stays unattributed)
+    assert old.kernel_s == new.kernel_s and old.attributed_s == new.attributed_s
+    assert {(u.kernel, u.reason) for u in old.unattributed} == {
+        (u.kernel, u.reason) for u in new.unattributed}
+    assert [o.name for o in old.ops] == [o.name for o in new.ops]
+    assert old.class_error("gemm").ops == 4 and old.class_error("memory").ops == 1
+    for o, n in zip(old.ops, new.ops):
+        # the element type read from the kernels' names (bf16bf16, sgemm, s1688gemm,
+        # CUDAFunctor_add<c10::BFloat16>) is the one the new trace recorded: same prices
+        assert (o.cls, o.predicted_s) == (n.cls, n.predicted_s), o.name
+        if o.predicted_s is not None:
+            assert o.what.startswith(n.what) and "element type from the kernel names" in o.what
+
+
+@pytest.mark.parametrize("name, want", [
+    ("volta_sgemm_128x64_nn", "float"),
+    ("volta_h884gemm_64x64_ldg8_nn", "c10::Half"),
+    # fp16 inputs with fp32 accumulation: the 16-bit type is the tensors'
+    ("ampere_fp16_s16816gemm_fp16_128x128_ldg8_f2f_stages_32x5_nn", "c10::Half"),
+    ("ampere_bf16_s16816gemm_bf16_128x64_ldg8_f2f_tn", "c10::BFloat16"),
+    ("sm80_xmma_gemm_f16f16_f16f32_f32_nn_n_tilesize128x128x32_kernel", "c10::Half"),
+    ("cutlass_80_tensorop_s1688gemm_128x64_16x6_tn_align4", "float"),  # TF32 on fp32 data
+    ("Cijk_Ailk_Bljk_HHS_BH_MT128x128x32_MI32x32x8x1_SN", "c10::Half"),  # Tensile: H
+    ("Cijk_Alik_Bljk_SB_MT64x64x8_SN", "float"),  # Tensile: S
+    ("void at::native::reduce_kernel<512, 1, ReduceOp<c10::Half, func_wrapper_t<float>>>",
+     "c10::Half"),
+])
+def test_element_types_from_kernel_names(name, want):
+    from fxshape.traces.price import kernel_element_type
+
+    assert kernel_element_type("aten::mm", (name,)) == want
+
+
+def test_element_types_kernel_names_cannot_tell_are_refused():
+    from fxshape.traces.price import NoModel, kernel_element_type
+
+    with pytest.raises(NoModel, match="Input type.*spell none"):
+        kernel_element_type("aten::relu", ("kernel_xyz",))
+    with pytest.raises(NoModel, match="c10::BFloat16, c10::Half"):
+        kernel_element_type("aten::add", ("add<c10::Half>", "add<c10::BFloat16>"))
+    # a cast: float beside a 16-bit type is not an accumulator there
+    with pytest.raises(NoModel, match="LoadWithCast"):
+        kernel_element_type("aten::copy_", ("direct_copy<float, c10::Half, LoadWithCast<1>>",))
+
+
+def test_cublas_gemv_and_rank_one_kernels_are_priced_as_memory_bound_passes(tmp_path):
+    from fxshape.cost.gemm_kernels import vector_kernel_family
+    from fxshape.cost.memops import kernel_time
+
+    f = "float"
+    gemv = "void gemvNSP_kernel<float, float, float, float, 1, 32, 4, 1024>(cublasGemvParams)"
+    k1 = "void gemmk1_kernel<float, 256, 5, false, false, false, false>(cublasGemmk1Params)"
+    # a small-N GEMM naming cublasGemvTensor... in its template arguments is no GEMV
+    small_n = ("void gemmSN_TN_kernel<float, 128, 16, 2, 4, 8, 9, false, "
+               "cublasGemvTensorStridedBatched<float const> >(cublasGemmSmallNParams)")
+    assert [vector_kernel_family(k) for k in (gemv, k1, small_n, SGEMM)] == \
+        ["reduction", "elementwise", None, None]
+    ev = [
+        # [1, 2048] @ [2048, 32]: cuBLAS runs a GEMV over the 2048 x 32 matrix
+        _op("aten::mm", 0, 20, [(1, 2048), (2048, 32)], [f, f]),
+        _launch(1, 5), _kernel(gemv, 1, 1000, 8),
+        # [2048, 1] @ [1, 32]: K = 1, the outer product
+        _op("aten::mm", 30, 20, [(2048, 1), (1, 32)], [f, f]),
+        _launch(2, 35), _kernel(k1, 2, 1020, 7),
+    ]
+    c = compare_trace(_write(tmp_path, events=ev), gpu="a100-sxm4-40gb")
+    mv, outer = _by_name(c, "aten::mm")
+    # GEMV: reads x (2048) and W (2048 x 32), writes 32 outputs, fp32:
+    # (2048 + 65,536 + 32) * 4 = 270,464 bytes, one reduction pass
+    assert mv.predicted_s == pytest.approx(
+        kernel_time("reduction", 270_464, gpu="a100-sxm4-40gb").time_s)
+    assert "cuBLAS GEMV kernel as run" in mv.what
+    # K = 1: reads 2048 + 32 values, writes the 2048 x 32 product:
+    # (2048 + 32 + 65,536) * 4 = 270,464 bytes, one elementwise pass
+    assert outer.predicted_s == pytest.approx(
+        kernel_time("elementwise", 270_464, gpu="a100-sxm4-40gb").time_s)
+    assert "K=1 kernel as run" in outer.what
+    # the model's own choice (what analyze says of the shape) is still its GEMM model's
+    assert mv.chosen_s == pytest.approx(
+        fxshape.predict_matmul(1, 32, 2048, dtype="fp32", gpu="a100-sxm4-40gb").time_s)

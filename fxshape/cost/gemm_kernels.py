@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import re
 
-__all__ = ["parse_gemm_tile", "gemm_kernel_role", "AUXILIARY_ROLES"]
+__all__ = ["parse_gemm_tile", "gemm_kernel_role", "AUXILIARY_ROLES", "vector_kernel_family"]
 
 _XMMA = re.compile(r"tilesize(\d+)x(\d+)x\d+")
 _CUTLASS3 = re.compile(r"cutlass3x_sm\d+_\w*?gemm\w*?_(\d+)x(\d+)x\d+_\d+x\d+x\d+")
@@ -82,3 +82,30 @@ def gemm_kernel_role(name: str) -> str:
         if pattern.search(name):
             return role
     return "main"
+
+
+#: cuBLAS's kernels for a GEMM with a vector side, by the memory-bound kernel family that
+#: prices them (``fxshape.cost.memops``): the matrix-vector kernels (``gemv2N_kernel``,
+#: ``gemv2T_kernel_val``, ``gemvNSP_kernel``, ``internal::gemvx::kernel``) stream the matrix
+#: once and reduce along it; ``gemmk1_kernel`` (K = 1) writes the outer product, an
+#: elementwise pass. (``cublasGemvTensor...`` in another kernel's template arguments is not
+#: one: the pattern wants ``gemv`` in lower case at a word's start.)
+_VECTOR_KERNELS = (("reduction", re.compile(r"\bgemv|\bdot_kernel")),
+                   ("elementwise", re.compile(r"\bgemmk1_kernel")))
+
+
+def vector_kernel_family(name: str) -> str | None:
+    """The memory-bound family (``"reduction"``, ``"elementwise"``) of one of cuBLAS's GEMV
+    or K = 1 kernels, or None for any other kernel.
+
+    >>> vector_kernel_family("void gemvNSP_kernel<float, float, float, float, 1, 32, 4>")
+    'reduction'
+    >>> vector_kernel_family("void gemmk1_kernel<float, 256, 5, false, false>")
+    'elementwise'
+    >>> vector_kernel_family("ampere_sgemm_32x128_tn") is None
+    True
+    """
+    for family, pattern in _VECTOR_KERNELS:
+        if pattern.search(name):
+            return family
+    return None

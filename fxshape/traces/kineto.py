@@ -3,7 +3,8 @@ gzipped or not, from a CUDA or a ROCm run.
 
 :func:`read_trace` keeps what the comparison needs, as frozen records: the host's operators
 (``cpu_op`` events, with the ``Input Dims`` / ``Input type`` / ``Input Strides`` that
-``record_shapes=True`` adds) and the ``nccl:*`` annotations of ``torch.distributed``; the
+``record_shapes=True`` adds; the first Kineto traces' ``Operator`` events and ``Input
+dims`` too) and the ``nccl:*`` annotations of ``torch.distributed``; the
 runtime's launches (``cudaLaunchKernel``, ``hipExtModuleLaunchKernel``, ... with their
 ``correlation`` id); the device's kernels, copies and memsets (``kernel``, ``gpu_memcpy``,
 ``gpu_memset``, each with the launch's ``correlation``); the device properties and the
@@ -28,7 +29,15 @@ __all__ = ["TraceOp", "Launch", "DeviceEvent", "Trace", "read_trace", "RECORD_HI
 RECORD_HINT = ("record one with torch.profiler.profile(activities=[ProfilerActivity.CPU, "
                "ProfilerActivity.CUDA], record_shapes=True) and prof.export_chrome_trace(path)")
 
-_DEVICE_CATS = {"kernel": "kernel", "gpu_memcpy": "memcpy", "gpu_memset": "memset"}
+#: Event categories, compared in lower case. Today's PyTorch writes ``cpu_op``,
+#: ``cuda_runtime`` (``cuda_driver``, ROCm's ``hip_runtime`` ...), ``kernel``, ``gpu_memcpy``
+#: and ``gpu_memset``; its first Kineto traces (PyTorch 1.8 on) wrote ``Operator``,
+#: ``Runtime``, ``Kernel``, ``Memcpy`` and ``Memset``, and ``Input dims`` (the same map,
+#: and the same fallback, in pytorch/kineto's TensorBoard plugin,
+#: ``tb_plugin/torch_tb_profiler/profiler/trace.py``: ``EventTypeMap``, ``OperatorEvent``).
+_OP_CATS = ("cpu_op", "operator")
+_DEVICE_CATS = {"kernel": "kernel", "gpu_memcpy": "memcpy", "gpu_memset": "memset",
+                "memcpy": "memcpy", "memset": "memset"}
 _RUNTIME_CATS = ("cuda_runtime", "cuda_driver", "hip_runtime", "hip_driver", "runtime")
 
 
@@ -170,15 +179,21 @@ def read_trace(path) -> Trace:
         if not isinstance(e, dict) or e.get("ph") != "X":
             continue
         cat, name = e.get("cat"), e.get("name")
+        cat = cat.lower() if isinstance(cat, str) else cat
         ts, dur = _num(e.get("ts")), _num(e.get("dur"), 0.0)
         if not isinstance(name, str) or ts is None:
             continue
         a = e.get("args") if isinstance(e.get("args"), dict) else {}
-        if cat == "cpu_op" or (cat == "user_annotation" and name.startswith("nccl:")):
+        if cat == "operator" and "#" in name and "::" not in name:
+            continue  # the first traces' record_function ranges (ProfilerStep#3,
+            # Optimizer.step#SGD.step), which today's write as user_annotation
+        if cat in _OP_CATS or (cat == "user_annotation" and name.startswith("nccl:")):
             strides = a.get("Input Strides")
+            dims = a.get("Input Dims") or a.get("Input dims") or []  # the latter: torch < 1.11
             ops.append(TraceOp(
-                len(ops), name, cat, e.get("pid"), e.get("tid"), float(ts), float(dur),
-                _tup(a.get("Input Dims") or []), tuple(a.get("Input type") or ()),
+                len(ops), name, "cpu_op" if cat in _OP_CATS else cat, e.get("pid"),
+                e.get("tid"), float(ts), float(dur),
+                _tup(dims), tuple(a.get("Input type") or ()),
                 _tup(strides) if isinstance(strides, list) else None,
                 tuple((k, _tup(a[k])) for k in _SCALAR_ARGS if k in a)))
         elif cat in _RUNTIME_CATS and "correlation" in a:

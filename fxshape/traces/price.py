@@ -24,6 +24,7 @@ registered by operator name (:func:`register_trace_handler`).
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import math
 import re
@@ -32,12 +33,13 @@ from dataclasses import dataclass
 from ..cost.attention import AttentionShape, predict_attention
 from ..cost.comm import predict_collective
 from ..cost.gemm import predict_matmul
-from ..cost.gemm_kernels import gemm_kernel_role, parse_gemm_tile
+from ..cost.gemm_kernels import (AUXILIARY_ROLES, gemm_kernel_role, parse_gemm_tile,
+                                 vector_kernel_family)
 from ..cost.memops import kernel_time, memop_bytes, memop_family
 from ..hardware.topology import default_topology, get_topology
 
 __all__ = ["Priced", "NoModel", "PriceContext", "price_op", "register_trace_handler",
-           "trace_dtype", "TF32_MARKERS"]
+           "trace_dtype", "TF32_MARKERS", "kernel_element_type"]
 
 #: element types as ``Input type`` spells them -> (fxshape dtype key or None, bytes)
 _TYPES = {
@@ -50,6 +52,26 @@ _TYPES = {
 }
 #: substrings of kernel names that mean an fp32 GEMM ran on TF32 tensor cores
 TF32_MARKERS = ("tf32", "s1688gemm", "s16816gemm", "xf32")
+
+#: For traces that recorded no ``Input type`` (older PyTorch wrote only ``Input dims``):
+#: the element types kernel names spell, as ``Input type`` spells them. C++ template
+#: arguments (``c10::BFloat16``, ``__nv_bfloat16``, ``c10::Half``, ``float``), cuBLAS's and
+#: CUTLASS's names (``bf16``, ``fp16``, ``h884gemm``, ``f16f16``, ``sgemm``, the TF32
+#: markers), NCCL's (``..._Sum_float``) and Tensile's data-type field (``Cijk_..._HHS_``:
+#: S single, H half, B bfloat16, D double).
+_BF16_NAME = re.compile(r"bfloat16|bf16", re.I)
+_HALF_NAME = re.compile(r"c10::half|__half|(?<![a-z0-9])(?:fp16|f16|half)(?![0-9])"
+                        r"|(?:^|_)h\d{3,5}gemm|hgemm", re.I)
+_FLOAT_NAME = re.compile(r"(?<![A-Za-z0-9])float(?![A-Za-z0-9])|sgemm|"
+                         + "|".join(TF32_MARKERS))
+#: (``c10::optional<double>`` is a scalar argument's type in a signature, not the tensors')
+_DOUBLE_NAME = re.compile(r"(?<!optional<)(?<![A-Za-z0-9])double(?![A-Za-z0-9])|dgemm")
+_BOOL_NAME = re.compile(r"(?<![A-Za-z0-9_])bool(?![A-Za-z0-9_])")
+_TENSILE_TYPE = re.compile(r"Cijk_A[a-z]+_B[a-z]+_([SHBD])[A-Z]*_")
+_TENSILE_TYPES = {"S": "float", "H": "c10::Half", "B": "c10::BFloat16", "D": "double"}
+#: operators that convert: float beside a 16-bit type in their kernels' names is not an
+#: accumulator there, so their element types are not inferred
+_CONVERTING = ("aten::copy_", "aten::_to_copy", "aten::to", "aten::type_as")
 
 _COLLECTIVES = {"all_reduce": "all_reduce", "allreduce": "all_reduce",
                 "all_reduce_coalesced": "all_reduce", "_all_gather_base": "all_gather",
@@ -245,6 +267,13 @@ def _gemm(op, ctx, ia, ib, batched):
                                 params_path=ctx.params_path)
     except ValueError as exc:
         raise NoModel(str(exc)) from None
+    # cuBLAS's GEMV and K = 1 kernels: a memory-bound pass over the operands (the matrix
+    # streamed once; the outer product written), priced by the memory-bound model
+    vec = next((f for f in map(vector_kernel_family, ctx.kernels) if f), None)
+    if vec is not None:
+        kt = kernel_time(vec, chosen.bytes, gpu=ctx.gpu, params_path=ctx.params_path)
+        p = dataclasses.replace(chosen, time_s=kt.time_s, bound=kt.bound, kernel="")
+        ran = None
     # kernels the library launched beside the product, each a pass over the output: the
     # stand-alone bias epilogue (reads the product and the bias, writes the sum) and the
     # scaling by beta (reads and writes the output)
@@ -262,6 +291,9 @@ def _gemm(op, ctx, ia, ib, batched):
         what += f" ({p.tile[0]}x{p.tile[1]}{sliced} as run)"
     elif ran is not None and p.kernel and ran.startswith(p.kernel[:-3]):
         what += f" ({p.kernel[:-3]} as run)"
+    elif vec is not None:
+        what += (f" (cuBLAS {'GEMV' if vec == 'reduction' else 'K=1'} kernel as run: "
+                 f"{vec} pass {_mb(chosen.bytes)})")
     what += extra_what
     if ctx.sms is not None:
         what += f" on {ctx.sms} SMs"
@@ -514,12 +546,93 @@ def _collective(op, ctx):
                   f"{kind} {_mb(nbytes)} over {n} GPUs ({topo.name})")
 
 
+def kernel_element_type(op_name: str, kernels) -> str:
+    """The element type, as ``Input type`` spells it, that the names of operator
+    ``op_name``'s kernels say its tensors have: for traces recorded without ``Input type``.
+
+    One type spelled is the answer; a 16-bit type beside ``float`` is the 16-bit one
+    (``float`` is the accumulator: ``ampere_fp16_s16816gemm_fp16``, ``ReduceOp<c10::Half,
+    ... float ...>``), except for an operator that converts (``copy_``, ``_to_copy``). A
+    kernel that casts its inputs (PyTorch's ``LoadWithCast``: inputs of mixed types) is not
+    read at all.
+
+    Raises:
+        NoModel: the names spell no type, or several.
+    """
+    if any("WithCast" in k for k in kernels):
+        raise NoModel("its input types are not recorded (no 'Input type': an older PyTorch) "
+                      "and its kernel converts between types (LoadWithCast): which input "
+                      "has which its name does not say")
+    found = set()
+    for k in kernels:
+        if k.startswith(_NOT_KERNELS) or gemm_kernel_role(k) in AUXILIARY_ROLES:
+            continue  # a memset, or a split-K reduce (in fp32 whatever the GEMM's type)
+        k = _without_parameters(k)
+        m = _TENSILE_TYPE.search(k)
+        if m:
+            found.add(_TENSILE_TYPES[m.group(1)])
+            continue
+        if _BF16_NAME.search(k):
+            found.add("c10::BFloat16")
+        if _HALF_NAME.search(_BF16_NAME.sub("", k)):
+            found.add("c10::Half")
+        if _FLOAT_NAME.search(k):
+            found.add("float")
+        if _DOUBLE_NAME.search(k):
+            found.add("double")
+        if _BOOL_NAME.search(k):
+            found.add("bool")  # a mask beside float (where's lambda(bool, float, float))
+    if (len(found) == 2 and "float" in found and found & {"c10::Half", "c10::BFloat16"}
+            and op_name not in _CONVERTING):
+        found.discard("float")
+    if len(found) != 1:
+        said = f"they spell {', '.join(sorted(found))}" if found else "they spell none"
+        raise NoModel("its input types are not recorded (no 'Input type': an older PyTorch) "
+                      f"and its kernels' names do not say one: {said}")
+    return found.pop()
+
+
+def _without_parameters(kernel: str) -> str:
+    """A demangled kernel name less its parameter list (``softmax_warp_forward<float, ...>
+    (float*, ..., bool const*, int, bool)``: the flags and indices there are no tensor's
+    element type); template and lambda arguments stay."""
+    if not kernel.endswith(")"):
+        return kernel
+    depth = 0
+    for i in range(len(kernel) - 1, -1, -1):
+        depth += {")": 1, "(": -1}.get(kernel[i], 0)
+        if depth == 0:
+            return kernel[:i]
+    return kernel
+
+
+def _typed(op, ctx):
+    """``(op, type)``: ``op`` with the ``Input type`` its kernels' names imply for each
+    tensor input (a scalar ``Scalar``, a tensor list ``TensorList``), when the trace
+    recorded none, and that type."""
+    t = kernel_element_type(op.name, ctx.kernels)
+    types = tuple("Scalar" if not d else t if _is_shape(d) else "TensorList"
+                  for d in op.dims)
+    return dataclasses.replace(op, types=types), t
+
+
 def price_op(op, ctx: PriceContext) -> Priced:
-    """Price trace operator ``op`` (a ``fxshape.traces.kineto.TraceOp``).
+    """Price trace operator ``op`` (a ``fxshape.traces.kineto.TraceOp``). A trace that
+    recorded shapes but no ``Input type`` (an older PyTorch) is priced at the element
+    type its kernels' names spell (:func:`kernel_element_type`), and ``what`` says so.
 
     Raises:
         NoModel: fxshape has no model for it (the message says why).
     """
+    if op.dims and not op.types:
+        op, t = _typed(op, ctx)
+        got = _price(op, ctx)
+        return dataclasses.replace(got, what=f"{got.what} (element type from the kernel "
+                                              f"names: {t})")
+    return _price(op, ctx)
+
+
+def _price(op, ctx):
     if op.name.startswith("nccl:") or op.name == "record_param_comms":
         return _collective(op, ctx)
     if op.name.startswith("triton_"):
