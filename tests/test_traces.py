@@ -899,3 +899,43 @@ def test_cublas_gemv_and_rank_one_kernels_are_priced_as_memory_bound_passes(tmp_
     # the model's own choice (what analyze says of the shape) is still its GEMM model's
     assert mv.chosen_s == pytest.approx(
         fxshape.predict_matmul(1, 32, 2048, dtype="fp32", gpu="a100-sxm4-40gb").time_s)
+
+
+def test_matrix_vector_fused_activation_and_fp8_gemm_operators(tmp_path):
+    from fxshape.cost.memops import kernel_time
+
+    f, bf, f8 = "float", "c10::BFloat16", "c10::Float8_e4m3fn"
+    gemv = "void gemv2T_kernel_val<int, int, float, float, float, float, 128, 16, 4, 4>"
+    ev = [
+        # mv(mat [512, 1024], vec [1024]) on cuBLAS's GEMV kernel
+        _op("aten::mv", 0, 20, [(512, 1024), (1024,)], [f, f]),
+        _launch(1, 5), _kernel(gemv, 1, 1000, 9),
+        # addmv(self [512], mat [512, 1024], vec [1024])
+        _op("aten::addmv", 30, 20, [(512,), (512, 1024), (1024,)], [f, f, f, "Scalar"]),
+        _launch(2, 35), _kernel(gemv, 2, 1020, 9),
+        # addmm with its GELU fused (bias [4096], x [2048, 1024], W^T [1024, 4096])
+        _op("aten::_addmm_activation", 60, 20, [(4096,), (2048, 1024), (1024, 4096)],
+            [bf, bf, bf, "Scalar", "Scalar", "Scalar"]),
+        _launch(3, 65), _kernel(GEMM_BF16, 3, 1040, 40),
+        # an FP8 GEMM: x [2048, 4096] @ W^T [4096, 4096] with its two scales
+        _op("aten::_scaled_mm", 90, 20, [(2048, 4096), (4096, 4096), (), ()],
+            [f8, f8, f, f], **{"Input Strides": [[4096, 1], [1, 4096], [], []]}),
+        _launch(4, 95), _kernel("sm90_xmma_gemm_e4m3e4m3_e4m3f32_f32_tn_n_kernel", 4, 1090, 30),
+    ]
+    c = compare_trace(_write(tmp_path, events=ev), gpu="a100-sxm4-40gb")
+    mv, addmv = _by_name(c, "aten::mv") + _by_name(c, "aten::addmv")
+    # the matrix [512, 1024] by the vector [1024] as a one-column matrix: reads
+    # 512 x 1024 + 1024 values, writes 512, fp32: (524,288 + 1,024 + 512) * 4 = 2,103,296
+    # bytes, one reduction pass; addmv's is the same product
+    want = kernel_time("reduction", 2_103_296, gpu="a100-sxm4-40gb").time_s
+    assert mv.cls == addmv.cls == "gemm" and "M=512 N=1 K=1024" in mv.what
+    assert mv.predicted_s == pytest.approx(want) and addmv.predicted_s == pytest.approx(want)
+    (act,) = _by_name(c, "aten::_addmm_activation")
+    assert act.cls == "gemm" and "M=2048 N=4096 K=1024 bf16" in act.what
+    (fp8,) = _by_name(c, "aten::_scaled_mm")
+    # an A100 has no FP8 tensor cores: no model, and the reason
+    assert fp8.cls == "no model" and "fp8" in fp8.note.lower()
+    h100 = compare_trace(_write(tmp_path, events=ev), gpu="h100")
+    (fp8,) = _by_name(h100, "aten::_scaled_mm")
+    assert fp8.cls == "gemm" and fp8.predicted_s == pytest.approx(
+        fxshape.predict_matmul(2048, 4096, 4096, dtype="fp8", gpu="h100", layout="nt").time_s)

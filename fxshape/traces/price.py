@@ -307,12 +307,33 @@ _NOT_KERNELS = ("Memset", "Memcpy")
 
 
 #: GEMM operators: (the input index of A, of B, batched); addmm and baddbmm take the
-#: added tensor first
+#: added tensor first, as does ``_addmm_activation`` (addmm with its GELU or ReLU fused in
+#: cuBLASLt's epilogue: nn.TransformerEncoderLayer's fast path); ``_scaled_mm`` is the FP8
+#: GEMM (its scales follow the two matrices)
 _GEMMS = {"aten::mm": (0, 1, False), "aten::addmm": (1, 2, False),
+          "aten::_addmm_activation": (1, 2, False), "aten::_scaled_mm": (0, 1, False),
           "aten::bmm": (0, 1, True), "aten::baddbmm": (1, 2, True)}
 for _name, (_a, _b, _batched) in _GEMMS.items():
     register_trace_handler(_name)(
         lambda op, ctx, a=_a, b=_b, batched=_batched: _gemm(op, ctx, a, b, batched))
+
+
+@register_trace_handler("aten::mv", "aten::addmv")
+def _mv(op, ctx):
+    """A matrix-vector product (``mv(mat, vec)``, ``addmv(self, mat, vec)``): the GEMM of
+    the matrix by the vector as a one-column matrix (cuBLAS runs it on its GEMV kernels)."""
+    ia = 1 if op.name == "aten::addmv" else 0
+    if len(op.dims) <= ia + 1 or not all(_is_shape(d) for d in op.dims[ia:ia + 2]):
+        raise NoModel("its input shapes are not recorded")
+    mat, vec = op.dims[ia], op.dims[ia + 1]
+    if len(mat) != 2 or len(vec) != 1:
+        raise NoModel(f"matrix-vector inputs {list(mat)} x {list(vec)} are not 2-D x 1-D")
+    dims = op.dims[:ia + 1] + ((vec[0], 1),) + op.dims[ia + 2:]
+    strides = op.strides
+    if strides is not None and len(strides) > ia + 1:
+        strides = strides[:ia + 1] + ((1, 1),) + strides[ia + 2:]
+    return _gemm(dataclasses.replace(op, dims=dims, strides=strides), ctx, ia, ia + 1,
+                 False)
 
 
 # ---------------------------------------------------------------------------------------
