@@ -189,7 +189,7 @@ def read_trace(path) -> Trace:
             # Optimizer.step#SGD.step), which today's write as user_annotation
         if cat in _OP_CATS or (cat == "user_annotation" and name.startswith("nccl:")):
             strides = a.get("Input Strides")
-            dims = a.get("Input Dims") or a.get("Input dims") or []  # the latter: torch < 1.11
+            dims = a.get("Input Dims") or a.get("Input dims") or []  # the latter: the first traces
             ops.append(TraceOp(
                 len(ops), name, "cpu_op" if cat in _OP_CATS else cat, e.get("pid"),
                 e.get("tid"), float(ts), float(dur),
