@@ -163,9 +163,8 @@ def _route(path: str, in_force: bool) -> tuple[str | None, str]:
     """``(GEMM parameter file whose memops section to look in, or None; the memory-op
     parameter file)`` for ``path``: the GEMM parameter file in force (``in_force``) or one
     given. Cached: memops_params runs for every kernel a step prices."""
-    if in_force:
-        if is_default_params(path):
-            return None, _DEFAULT_PATH
+    if in_force and is_default_params(path):
+        return None, _DEFAULT_PATH
     if os.path.abspath(path) != os.path.abspath(_DEFAULT_PATH) and _file_kind(path) == "gemm":
         return path, _DEFAULT_PATH
     return None, path

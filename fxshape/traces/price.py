@@ -259,17 +259,18 @@ def _gemm(op, ctx, ia, ib, batched):
                 if batch == 1 and grid and len(grid) == 3 and grid[2] >= 1:
                     split = int(grid[2])
                 break
-    try:
-        p = predict_matmul(m, n, k, batch=batch, dtype=dkey, gpu=ctx.gpu, layout=layout,
-                           params_path=ctx.params_path, kernel=ran, split_k=split,
-                           sms=ctx.sms)
-        chosen = predict_matmul(m, n, k, batch=batch, dtype=dkey, gpu=ctx.gpu, layout=layout,
-                                params_path=ctx.params_path)
-    except ValueError as exc:
-        raise NoModel(str(exc)) from None
     # cuBLAS's GEMV and K = 1 kernels: a memory-bound pass over the operands (the matrix
     # streamed once; the outer product written), priced by the memory-bound model
     vec = next((f for f in map(vector_kernel_family, ctx.kernels) if f), None)
+    try:
+        chosen = predict_matmul(m, n, k, batch=batch, dtype=dkey, gpu=ctx.gpu, layout=layout,
+                                params_path=ctx.params_path)
+        if vec is None:
+            p = predict_matmul(m, n, k, batch=batch, dtype=dkey, gpu=ctx.gpu, layout=layout,
+                               params_path=ctx.params_path, kernel=ran, split_k=split,
+                               sms=ctx.sms)
+    except ValueError as exc:
+        raise NoModel(str(exc)) from None
     if vec is not None:
         kt = kernel_time(vec, chosen.bytes, gpu=ctx.gpu, params_path=ctx.params_path)
         p = dataclasses.replace(chosen, time_s=kt.time_s, bound=kt.bound, kernel="")
