@@ -19,7 +19,7 @@ import torch
 
 from ..cost.gemv import gemv_choice
 from ..hardware.dtypes import canonical_dtype
-from ..hardware.gpus import get_gpu
+from ..hardware.gpus import get_gpu, gpus_of_arch
 from .ops import Gemm
 from .rows import GemmRow
 
@@ -211,7 +211,8 @@ def check_quantize(quantize, group_size, mode, dtype, gpu):
         if block_peak(spec, quant.method) is None:
             ok = "'fp8', 'int8', 'int4'" if spec.peaks.fp8 is not None else "'int8', 'int4'"
             raise ValueError(f"{spec.name} has no block-scaled tensor cores: quantize="
-                             f"{quant.method!r} needs Blackwell (b200); accepted here: {ok}")
+                             f"{quant.method!r} needs Blackwell ({gpus_of_arch('blackwell')}); "
+                             f"accepted here: {ok}")
     return quant
 
 
@@ -255,8 +256,8 @@ def check_float8(float8, mode, dtype, gpu, execution):
     spec = get_gpu(gpu)
     if float8 == "mxfp8" and spec.arch != "blackwell":
         raise ValueError(f"float8='mxfp8' needs Blackwell's block-scaled tensor cores; "
-                         f"{spec.name} has none (accepted: b200; elsewhere 'tensorwise' or "
-                         "'rowwise')")
+                         f"{spec.name} has none (accepted: {gpus_of_arch('blackwell')}; "
+                         "elsewhere 'tensorwise' or 'rowwise')")
     if spec.peaks.fp8 is None:
         raise ValueError(f"{spec.name} has no FP8 tensor cores: float8 training needs "
                          "Hopper, Ada, Blackwell or MI300X (accepted: h100, h200, b200, "

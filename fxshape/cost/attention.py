@@ -41,7 +41,7 @@ import os
 from dataclasses import asdict, dataclass, replace
 
 from ..hardware.dtypes import canonical_dtype, itemsize, kv_format
-from ..hardware.gpus import GPUSpec, get_gpu
+from ..hardware.gpus import GPUSpec, get_gpu, gpus_of_arch
 
 __all__ = ["AttentionShape", "AttentionParams", "AttentionPrediction", "predict_attention",
            "resolve_kernel", "attention_params", "ATTENTION_CHOICES", "KERNELS",
@@ -301,7 +301,8 @@ def resolve_kernel(attention: str, gpu, dtype, head_dim: int) -> tuple[str, str]
     if attention == "fa3":
         if spec.arch != "hopper":
             raise ValueError(f"attention='fa3' (FlashAttention-3) runs on Hopper GPUs only "
-                             f"(H100, H200); {spec.name} is {spec.arch}. Use 'flash' or 'math'.")
+                             f"({gpus_of_arch('hopper')}); {spec.name} is {spec.arch}. Use "
+                             "'flash' or 'math'.")
         if dkey not in _FUSED_DTYPES["fa3"] or head_dim > FA3_HEAD_DIMS[-1]:
             raise ValueError(f"FlashAttention-3 takes fp16/bf16/fp8 and head_dim <= 256; got "
                              f"{dkey}, head_dim {head_dim}")

@@ -47,7 +47,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..hardware.gpus import get_gpu
+from ..hardware.gpus import get_gpu, gpus_of_arch
 from .gemm import MatmulPrediction, predict_matmul
 from .memops import kernel_time
 
@@ -150,7 +150,8 @@ def predict_float8(role: str, m: int, n: int, k: int, recipe: str, *, gpu="h100"
                          "Hopper, Ada, Blackwell or MI300X")
     if recipe == "mxfp8" and spec.arch != "blackwell":
         raise ValueError(f"mxfp8 needs Blackwell's block-scaled tensor cores; {spec.name} "
-                         "has none (accepted: b200; elsewhere tensorwise or rowwise)")
+                         f"has none (accepted: {gpus_of_arch('blackwell')}; elsewhere "
+                         "tensorwise or rowwise)")
     if not scaled_mm_eligible(m, n, k, recipe):
         a = 32 if recipe == "mxfp8" else _ALIGN
         raise ValueError(f"_scaled_mm needs M, N and K multiples of {a}; got M={m}, N={n}, "

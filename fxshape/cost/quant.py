@@ -70,7 +70,7 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
-from ..hardware.gpus import get_gpu
+from ..hardware.gpus import get_gpu, gpus_of_arch
 from .gemm import MatmulPrediction, model_params, predict_matmul
 from .gemv import decomposes
 from .memops import kernel_time, memops_params
@@ -383,8 +383,8 @@ def predict_block_gemm(m: int, n: int, k: int, method: str, *, gpu="b200", batch
     peak = block_peak(spec, method)
     if peak is None:
         raise ValueError(f"{spec.name} has no block-scaled tensor cores: quantize="
-                         f"{method!r} needs Blackwell (accepted: b200; elsewhere 'fp8', "
-                         "'int8', 'int4')")
+                         f"{method!r} needs Blackwell (accepted: {gpus_of_arch('blackwell')}; "
+                         "elsewhere 'fp8', 'int8', 'int4')")
     if not block_eligible(n, k, method):
         raise ValueError(f"the {method} GEMM needs K and N multiples of "
                          f"{BLOCK_FORMATS[method][3]} ({BLOCK_ALIGN_RULE[method]}); got "

@@ -32,21 +32,9 @@ from .calibration import CalibrationRow
 
 __all__ = ["detect_gpu", "calibration_sweep", "fit_rows", "calibrate", "write_params"]
 
-# torch.cuda.get_device_name() substrings -> fxshape GPU, most specific first
-_DEVICE_NAMES = (
-    ("h100 pcie", "h100-pcie"), ("h100", "h100-sxm"), ("h200", "h200-sxm"), ("b200", "b200"),
-    ("a100-sxm4-40gb", "a100-sxm4-40gb"), ("a100-pcie-40gb", "a100-pcie-40gb"),
-    ("a100 80gb pcie", "a100-pcie-80gb"), ("a100-pcie", "a100-pcie-40gb"),
-    ("a100", "a100-sxm4-80gb"), ("a10g", "a10"), ("a40", "a40"), ("a10", "a10"),
-    ("l4", "l4"), ("rtx 4090", "rtx-4090"), ("v100-pcie", "v100-pcie"),
-    ("v100", "v100-sxm2"), ("t4", "t4"), ("p100", "p100-pcie"), ("p4", "p4"),
-    ("mi300x", "mi300x"), ("mi250x", "mi250x-gcd"), ("mi250", "mi250-gcd"),
-    ("mi210", "mi210"), ("mi100", "mi100"),
-)
-
-
 def detect_gpu(device_name: str) -> str:
-    """The fxshape GPU for a ``torch.cuda.get_device_name()`` string.
+    """The fxshape GPU for a ``torch.cuda.get_device_name()`` string, by the exact table
+    ``fxshape.hardware.gpus.DEVICE_NAMES`` (never a substring: a GH200 is no H200).
 
     >>> detect_gpu("NVIDIA H100 80GB HBM3")
     'h100-sxm'
@@ -56,12 +44,11 @@ def detect_gpu(device_name: str) -> str:
     Raises:
         ValueError: a device fxshape has no entry for; pass ``--gpu`` with the nearest one.
     """
-    low = " ".join(device_name.lower().replace("_", " ").split())
-    for key, name in _DEVICE_NAMES:
-        if key in low.replace(" ", "-") or key in low:
-            return name
-    raise ValueError(f"fxshape has no GPU entry matching device {device_name!r}; pass --gpu "
-                     "with the nearest one (fxshape gpus lists them)")
+    try:
+        return get_gpu(device_name).name
+    except ValueError as exc:
+        raise ValueError(f"fxshape has no GPU entry for device {device_name!r}: {exc}; pass "
+                         "--gpu with the nearest one") from None
 
 
 def calibration_sweep(quick: bool = False):

@@ -15,7 +15,8 @@ from dataclasses import dataclass, field
 
 from .dtypes import DTYPE_KEYS, canonical_dtype, itemsize
 
-__all__ = ["Peaks", "GPUSpec", "get_gpu", "list_gpus", "ALIASES"]
+__all__ = ["Peaks", "GPUSpec", "get_gpu", "list_gpus", "gpus_of_arch", "ALIASES",
+           "DEVICE_NAMES"]
 
 
 @dataclass(frozen=True)
@@ -196,9 +197,15 @@ _add(GPUSpec("p4", "nvidia", "pascal", 20, 1063, Peaks(None, None, None, 5.5),
 _add(GPUSpec("v100-sxm2", "nvidia", "volta", 80, 1530, Peaks(125.0, None, None, 15.7),
              900.0, 6.0, 32.0, 16, 16, _VOLTA_TILES,
              "NVIDIA Tesla V100 datasheet; Volta whitepaper"))
+# Source: the same datasheet: the V100 came with 16 or 32 GB of HBM2 at the same 900 GB/s
+# (the 16 GB boards are what older cloud instances carry: "Tesla V100-SXM2-16GB").
+_add(dataclasses.replace(_GPUS["v100-sxm2"], name="v100-sxm2-16gb", memory_gb=16.0,
+                         source="NVIDIA Tesla V100 datasheet (SXM2, 16 GB)"))
 # Source: NVIDIA Tesla V100 datasheet (PCIe column).
 _add(GPUSpec("v100-pcie", "nvidia", "volta", 80, 1380, Peaks(112.0, None, None, 14.0),
              900.0, 6.0, 32.0, 16, 16, _VOLTA_TILES, "NVIDIA Tesla V100 datasheet (PCIe)"))
+_add(dataclasses.replace(_GPUS["v100-pcie"], name="v100-pcie-16gb", memory_gb=16.0,
+                         source="NVIDIA Tesla V100 datasheet (PCIe, 16 GB)"))
 # Source: NVIDIA Tesla T4 datasheet; Turing architecture whitepaper.
 _add(GPUSpec("t4", "nvidia", "turing", 40, 1590, Peaks(65.0, None, None, 8.1),
              320.0, 4.0, 16.0, 16, 16, _VOLTA_TILES, "NVIDIA T4 datasheet; Turing whitepaper"))
@@ -248,6 +255,78 @@ _add(GPUSpec("h200-sxm", "nvidia", "hopper", 132, 1980,
 _add(GPUSpec("b200", "nvidia", "blackwell", 148, 1965,
              Peaks(2250.0, 2250.0, 1100.0, 75.0, 4500.0, 9000.0), 8000.0, 126.0, 180.0, 16,
              128, _BLACKWELL_TILES, "NVIDIA HGX B200 datasheet; Blackwell architecture whitepaper"))
+# --- GPUs users pick today (issue 50). Tensor peaks are dense (half the sparse figures NVIDIA
+# quotes first). Where NVIDIA publishes no clock, ``boost_clock_mhz`` is the clock at which
+# the SMs' dense tensor rate gives the bf16 peak (Hopper 4096, Blackwell 8192 FLOP per clock
+# per SM: B200's 2250 TF at 148 SMs is 1856 MHz), said in the entry. None of these GPUs has
+# a measurement here: each takes its family's fitted constants (``fxshape gpus`` says which).
+# Source: NVIDIA H100 datasheet (NVL column: FP16/BF16 1,671, FP8 3,341, TF32 835 TFLOPS
+# sparse; FP32 60 TFLOPS; 94 GB HBM3 at 3.9 TB/s; 350-400 W); 132 SMs as the SXM5 (Hopper
+# whitepaper); 1785 MHz boost as TechPowerUp's GPU database lists it (60 TF FP32 = 132 x 256
+# x 1776 MHz).
+_add(GPUSpec("h100-nvl", "nvidia", "hopper", 132, 1785,
+             Peaks(835.5, 835.5, 417.5, 60.0, 1670.5), 3900.0, 50.0, 94.0, 16, 128,
+             _HOPPER_TILES, "NVIDIA H100 datasheet (NVL)", tdp_w=400.0))
+# Source: NVIDIA H200 datasheet (NVL column: FP16/BF16 1,671, FP8 3,341, TF32 835 TFLOPS
+# sparse; FP32 60 TFLOPS; 141 GB HBM3e at 4.8 TB/s; up to 600 W); the H100 NVL's SMs and
+# clock (same GH100 configuration and peaks).
+_add(GPUSpec("h200-nvl", "nvidia", "hopper", 132, 1785,
+             Peaks(835.5, 835.5, 417.5, 60.0, 1670.5), 4800.0, 50.0, 141.0, 16, 128,
+             _HOPPER_TILES, "NVIDIA H200 datasheet (NVL)", tdp_w=600.0))
+# Source: NVIDIA GH200 Grace Hopper Superchip datasheet (GPU: FP16/BF16 1,979, FP8 3,958,
+# TF32 989 TFLOPS sparse, FP32 67 TFLOPS; 96 GB HBM3 at 4 TB/s, or 144 GB HBM3e at 4.9 TB/s;
+# module power 450-1000 W, shared with the Grace CPU: no GPU figure); the H100 SXM5's SMs,
+# clock and L2. "NVIDIA GH200 480GB" (96 GB HBM3 + 480 GB LPDDR5X) is the first.
+_add(GPUSpec("gh200", "nvidia", "hopper", 132, 1980,
+             Peaks(989.4, 989.4, 494.7, 66.9, 1978.9), 4000.0, 50.0, 96.0, 16, 128,
+             _HOPPER_TILES, "NVIDIA GH200 Grace Hopper Superchip datasheet (96 GB HBM3)"))
+_add(GPUSpec("gh200-144gb", "nvidia", "hopper", 132, 1980,
+             Peaks(989.4, 989.4, 494.7, 66.9, 1978.9), 4900.0, 50.0, 144.0, 16, 128,
+             _HOPPER_TILES, "NVIDIA GH200 Grace Hopper Superchip datasheet (144 GB HBM3e)"))
+# Source: NVIDIA GB200 NVL72 datasheet per GPU (rack: FP4 1,440, FP8 720, FP16/BF16 360,
+# TF32 180 PFLOPS sparse for 72 GPUs; up to 13.4 TB HBM3e at 576 TB/s; 1,200 W per GPU), FP32
+# 80 TFLOPS as Verda's per-GPU table quotes NVIDIA (verda.com/blog/gb300-nvl72-architecture);
+# the B200's 148 SMs and L2; clock: 2,500 TF bf16 / (148 SMs x 8192) = 2062 MHz (derived).
+_add(GPUSpec("gb200", "nvidia", "blackwell", 148, 2062,
+             Peaks(2500.0, 2500.0, 1250.0, 80.0, 5000.0, 10000.0), 8000.0, 126.0, 186.0, 16,
+             128, _BLACKWELL_TILES, "NVIDIA GB200 NVL72 datasheet (per GPU)", tdp_w=1200.0))
+# Source: NVIDIA HGX B300 figures per GPU as Verda's table quotes them (FP8 4.5, FP16/BF16
+# 2.25, TF32 1.1 PFLOPS dense; FP32 75 TFLOPS; 7.7 TB/s; 1.1 kW; FP4 rounded to 14: 13.5 is
+# HGX B300's 108 PFLOPS dense for 8 GPUs, three times FP8); 288 GB HBM3e and
+# 160 SMs from NVIDIA's Blackwell Ultra technical blog (Hot Chips 2025: 160 SMs, 640 tensor
+# cores, up to 288 GB); the B200's L2; clock: 2,250 TF / (160 x 8192) = 1717 MHz (derived).
+# Blackwell Ultra's tensor cores run NVFP4 at three times FP8, not twice.
+_add(GPUSpec("b300", "nvidia", "blackwell", 160, 1717,
+             Peaks(2250.0, 2250.0, 1100.0, 75.0, 4500.0, 13500.0), 7700.0, 126.0, 288.0, 16,
+             128, _BLACKWELL_TILES, "NVIDIA HGX B300 (per GPU, as Verda quotes it); Blackwell "
+             "Ultra technical blog", tdp_w=1100.0))
+# Source: NVIDIA GB300 NVL72 per GPU as Verda's table quotes it (FP4 15, FP8 5, FP16/BF16
+# 2.5, TF32 1.25 PFLOPS dense; FP32 80 TFLOPS; 8 TB/s; 1.4 kW); 288 GB HBM3e and 160 SMs
+# (Blackwell Ultra technical blog); clock: 2,500 TF / (160 x 8192) = 1907 MHz (derived).
+_add(GPUSpec("gb300", "nvidia", "blackwell", 160, 1907,
+             Peaks(2500.0, 2500.0, 1250.0, 80.0, 5000.0, 15000.0), 8000.0, 126.0, 288.0, 16,
+             128, _BLACKWELL_TILES, "NVIDIA GB300 NVL72 (per GPU, as Verda quotes it); "
+             "Blackwell Ultra technical blog", tdp_w=1400.0))
+# Source: NVIDIA L40S datasheet (FP16/BF16 362.05, TF32 183, FP8 733 TFLOPS dense; FP32 91.6
+# TFLOPS; 48 GB GDDR6 at 864 GB/s; 350 W); 142 SMs (18,176 CUDA cores / 128) at 1110 MHz base
+# and 2520 MHz boost (TechPowerUp's GPU database); 96 MiB of L2 as measured on the L40, the
+# same AD102 configuration (arXiv 2606.22588).
+_add(GPUSpec("l40s", "nvidia", "ada", 142, 2520, Peaks(362.05, 362.05, 183.0, 91.6, 733.0),
+             864.0, 96.0, 48.0, 16, 128, _GA10X_TILES, "NVIDIA L40S datasheet",
+             tdp_w=350.0, base_clock_mhz=1110))
+# sm120 (GB202): Blackwell's block-scaled formats on mma.sync tensor cores, no tcgen05 and no
+# 2-SM tiles, 128 KB of shared memory per SM: Ada's tile menu. Family: the B200's constants
+# (tcgen05 kernels; unvalidated here).
+# Source: NVIDIA RTX PRO 6000 Blackwell Server Edition: 188 SMs (24,064 CUDA cores), 96 GB
+# GDDR7 on a 512-bit bus at 28 Gbps (1,792 GB/s, the same memory on all three editions), 128 MB
+# L2, 600 W, FP32 120 TFLOPS for the Server Edition (NVIDIA's figure: 2493 MHz = 120 TF / (188
+# x 256)); tensor peaks derived at that clock from the 4,000 FP4 TOPS (sparse) NVIDIA quotes
+# at about 2.6 GHz: 4096 dense FP4, 2048 FP8, 1024 FP16/BF16 (FP32 accumulate on RTX PRO)
+# and 512 TF32 FLOP per clock per SM.
+_add(GPUSpec("rtx-pro-6000-server", "nvidia", "blackwell", 188, 2493,
+             Peaks(480.0, 480.0, 240.0, 120.0, 960.0, 1920.0), 1792.0, 128.0, 96.0, 16, 128,
+             _GA10X_TILES, "NVIDIA RTX PRO 6000 Blackwell Server Edition (derived peaks)",
+             tdp_w=600.0))
 # Source: AMD Instinct MI100 datasheet (CDNA, the first generation: 120 CUs at 1502 MHz; FP16
 # matrix 184.6, bf16 92.3 (half the fp16 rate on CDNA1), FP32 vector 23.1 and matrix 46.1
 # TFLOPS; 32 GB HBM2 at 1.2288 TB/s; 8 MB L2; 300 W), as AMD's launch material and the ROCm
@@ -277,6 +356,21 @@ _add(GPUSpec("mi300x", "amd", "cdna3", 304, 2100,
              Peaks(1307.4, 1307.4, 653.7, 163.4, 2614.9), 5300.0, 32.0, 192.0, 16, 128,
              _CDNA_TILES, "AMD Instinct MI300X datasheet; CDNA3 whitepaper"))
 
+# Source: AMD Instinct MI325X datasheet (CDNA3: the MI300X's 304 CUs at 2100 MHz and peaks,
+# FP16/BF16 1307.4 and FP8 2614.9 TFLOPS dense; 256 GB HBM3E at 6 TB/s; 1000 W).
+_add(GPUSpec("mi325x", "amd", "cdna3", 304, 2100,
+             Peaks(1307.4, 1307.4, 653.7, 163.4, 2614.9), 6000.0, 32.0, 256.0, 16, 128,
+             _CDNA_TILES, "AMD Instinct MI325X datasheet", tdp_w=1000.0))
+# CDNA4, priced with the CDNA3 family's rules and the family's constants (the MI250X fit).
+# Source: AMD Instinct MI355X (ISSCC 2026 and Hot Chips 2025: 8 XCDs x 32 CUs at up to 2400
+# MHz, 8192 dense FP8 FLOP per clock per CU = 5.03 PFLOPS, FP16/BF16 half, MXFP4/MXFP6 twice;
+# 288 GB HBM3E at 8 TB/s; 1400 W); FP32 vector 157.3 TFLOPS = 256 CUs x 256 x 2.4 GHz, as for
+# CDNA3 (MI300X: 163.4 = 304 x 256 x 2.1 GHz); 4 MB L2 per XCD; no TF32 in AMD's figures.
+_add(GPUSpec("mi355x", "amd", "cdna3", 256, 2400,
+             Peaks(2516.6, 2516.6, None, 157.3, 5033.2, 10066.3), 8000.0, 32.0, 288.0, 16,
+             128, _CDNA_TILES, "AMD Instinct MI355X (ISSCC 2026; Hot Chips 2025)",
+             tdp_w=1400.0))
+
 #: Short names and the SKU each resolves to (documented in docs/model.md).
 ALIASES = {
     "p100": "p100-pcie",
@@ -296,6 +390,14 @@ ALIASES = {
     "h100": "h100-sxm",
     "h200": "h200-sxm",
     "b200": "b200",
+    "gb200": "gb200",
+    "b300": "b300",
+    "gb300": "gb300",
+    "gh200": "gh200",
+    "l40s": "l40s",
+    "rtx-pro-6000": "rtx-pro-6000-server",
+    "mi325x": "mi325x",
+    "mi355x": "mi355x",
     "mi100": "mi100",
     "mi210": "mi210",
     "mi250x": "mi250x-gcd",
@@ -304,9 +406,78 @@ ALIASES = {
 }
 
 
+#: Device names as drivers print them (``torch.cuda.get_device_name()``, ``nvidia-smi``,
+#: ``rocm-smi``, a Kineto trace's ``deviceProperties``), matched exactly after
+#: :func:`_device_key` (lower case, runs of spaces as one), never by substring: a GH200 is
+#: not an H200 and the 40 GB ``A100-PG509-200`` is not the 80 GB A100.
+DEVICE_NAMES = {
+    "tesla p100-pcie-16gb": "p100-pcie",
+    "tesla p4": "p4",
+    "tesla v100-sxm2-32gb": "v100-sxm2",
+    "tesla v100-sxm2-16gb": "v100-sxm2-16gb",
+    "tesla v100-pcie-32gb": "v100-pcie",
+    "tesla v100-pcie-16gb": "v100-pcie-16gb",
+    "tesla t4": "t4",
+    "nvidia a100-sxm4-40gb": "a100-sxm4-40gb",
+    # the SXM4 40 GB board as AWS's p4d instances report it (PG509-200)
+    "nvidia a100-pg509-200": "a100-sxm4-40gb",
+    "nvidia a100-sxm4-80gb": "a100-sxm4-80gb",
+    "nvidia a100-pcie-40gb": "a100-pcie-40gb",
+    "nvidia a100 80gb pcie": "a100-pcie-80gb",
+    "nvidia a40": "a40",
+    "nvidia a10": "a10",
+    "nvidia l4": "l4",
+    "nvidia geforce rtx 4090": "rtx-4090",
+    "nvidia h100 80gb hbm3": "h100-sxm",
+    "nvidia h100 pcie": "h100-pcie",
+    "nvidia h200": "h200-sxm",
+    "nvidia b200": "b200",
+    "nvidia h100 nvl": "h100-nvl",
+    "nvidia h200 nvl": "h200-nvl",
+    "nvidia gh200 480gb": "gh200",
+    "nvidia gh200 144g hbm3e": "gh200-144gb",
+    "nvidia gb200": "gb200",
+    "nvidia b300 sxm6 ac": "b300",
+    "nvidia gb300": "gb300",
+    "nvidia l40s": "l40s",
+    "nvidia rtx pro 6000 blackwell server edition": "rtx-pro-6000-server",
+    "amd instinct mi325x": "mi325x",
+    "amd instinct mi355x": "mi355x",
+    "amd instinct mi100": "mi100",
+    "amd instinct mi210": "mi210",
+    "amd instinct mi250x": "mi250x-gcd",
+    "amd instinct mi250": "mi250-gcd",
+    "amd instinct mi300x": "mi300x",
+    # SR-IOV virtual functions (cloud VMs) are the same GPU
+    "amd instinct mi300x vf": "mi300x",
+}
+#: Device names drivers print for GPUs the table does not have (yet), or for more than one
+#: entry: the reason, said in the error instead of a guess.
+UNRESOLVED_DEVICE_NAMES = {
+    "amd instinct mi250x/mi250": "ROCm prints this for both the MI250X and the MI250: "
+                                 "pass mi250x or mi250",
+    "nvidia a10g": "the A10G (AWS) is another GA102 configuration than the A10: no entry",
+    "nvidia h800": "the H800's NVLink is not the H100's: no entry yet",
+    "nvidia h20": "no entry yet",
+    "nvidia rtx pro 6000 blackwell workstation edition": "the Workstation Edition clocks "
+                                                         "higher than the Server Edition "
+                                                         "(rtx-pro-6000-server): no entry",
+}
+
+
+def _device_key(name: str) -> str:
+    return " ".join(name.strip().lower().split())
+
+
 def list_gpus() -> list[str]:
     """Canonical names of every GPU in the table, sorted."""
     return sorted(_GPUS)
+
+
+def gpus_of_arch(arch: str) -> str:
+    """The table's GPUs of architecture family ``arch``, joined for an error message
+    (``"b200, b300, gb200, ..."``): what a kernel or format that needs it can run on."""
+    return ", ".join(n for n in sorted(_GPUS) if _GPUS[n].arch == arch)
 
 
 def get_gpu(name) -> GPUSpec:
@@ -322,11 +493,30 @@ def get_gpu(name) -> GPUSpec:
         return name
     if not isinstance(name, str):
         raise ValueError(f"GPU name must be a string, got {name!r}")
+    dev = _device_key(name)
+    if dev in DEVICE_NAMES:
+        return _GPUS[DEVICE_NAMES[dev]]
     key = name.strip().lower().replace("_", "-").replace(" ", "-")
     key = ALIASES.get(key, key)
-    if key not in _GPUS:
-        raise ValueError(
-            f"unknown GPU {name!r}; known GPUs: {', '.join(list_gpus())}; "
-            f"aliases: {', '.join(sorted(ALIASES))}"
-        )
-    return _GPUS[key]
+    if key in _GPUS:
+        return _GPUS[key]
+    why = UNRESOLVED_DEVICE_NAMES.get(dev)
+    raise ValueError(f"unknown GPU {name!r}" + (f" ({why})" if why else "") + "; "
+                     + _close_matches(name) + " (fxshape gpus lists them all)")
+
+
+def _close_matches(name: str) -> str:
+    """'close matches: ...': the entries whose names, aliases or device names are nearest
+    ``name`` (difflib), or every entry's name."""
+    import difflib
+
+    target = {**{n: n for n in _GPUS}, **ALIASES, **DEVICE_NAMES}
+    low = _device_key(name)
+    close = []
+    for query in (low, low.replace(" ", "-")):  # as a device string, as a model number
+        for c in difflib.get_close_matches(query, sorted(target), n=8, cutoff=0.5):
+            if target[c] not in close:
+                close.append(target[c])
+    if not close:
+        return "known GPUs: " + ", ".join(list_gpus())
+    return "close matches: " + ", ".join(close[:5])
