@@ -110,8 +110,13 @@ def main(argv=None):
     ap.add_argument("--out", default=os.path.join(os.path.dirname(os.path.dirname(
         os.path.abspath(__file__))), "fxshape", "data", "perf_params.json"))
     ap.add_argument("--only", nargs="*", help="fit only these calibration GPU labels")
+    ap.add_argument("--legacy-out", default=None,
+                    help="where the fits of GPUs that bench/fit_aiconfigurator.py fits to "
+                         "today's libraries go (default: perf_params_2024.json beside --out)")
     args = ap.parse_args(argv)
     result = fit(args.calibration_dir, args.only)
+    fitted = set(result["gpus"])
+    legacy = None
     # Keep what this script does not fit: the fp32 (SIMT) section written by
     # bench/fit_fp32.py, and with --only the other GPUs' entries of the file being updated.
     if os.path.exists(args.out):
@@ -122,10 +127,52 @@ def main(argv=None):
         if args.only:
             for key in ("gpus", "measurement"):
                 result[key] = {**old.get(key, {}), **result[key]}
+        result, legacy = split_generations(result, old, fitted)
     with open(args.out, "w") as f:
         json.dump(result, f, indent=1, sort_keys=True)
         f.write("\n")
     print(f"wrote {args.out}", file=sys.stderr)
+    if legacy is not None:
+        path = args.legacy_out or os.path.join(os.path.dirname(args.out),
+                                               "perf_params_2024.json")
+        with open(path, "w") as f:
+            json.dump(legacy, f, indent=1, sort_keys=True)
+            f.write("\n")
+        print(f"wrote {path}", file=sys.stderr)
+
+
+def split_generations(result: dict, old: dict, fitted: set):
+    """(the current file, the 2024 generation's overlay) from this script's ``result``, in
+    which it fitted the GPUs ``fitted``.
+
+    A GPU whose entry in the file records a ``library`` was fitted to today's libraries by
+    ``bench/fit_aiconfigurator.py``: it keeps that entry (and its family keeps that
+    source), and what this script fitted for it from the 2022-2024 sweeps goes to the 2024
+    overlay (``fxshape.cost.gemm.LIBRARY_GENERATIONS``), with the families as this script
+    maps them; a current GPU this script does not fit (the B200) gets there the entry its
+    family borrowed then. None when no GPU is current."""
+    current = {n: e for n, e in old.get("gpus", {}).items()
+               if isinstance(e, dict) and e.get("library")}
+    if not current:
+        return result, None
+    legacy = {"comment": "The 2024 library generation (params='2024'): written by "
+                         "bench/fit_model.py; do not edit.",
+              "gpus": {}, "measurement": {}, "families": {}}
+    for name, entry in sorted(current.items()):
+        if name in fitted:
+            legacy["gpus"][name] = result["gpus"][name]
+            legacy["measurement"][name] = result["measurement"].get(name, {})
+        result["gpus"][name] = entry
+        result["measurement"][name] = old.get("measurement", {}).get(name, {})
+    for arch, fam in old.get("families", {}).items():
+        if fam.get("from") in current:
+            result["families"][arch] = fam
+            legacy["families"][arch] = {"from": _FAMILY_FROM[arch]}
+    for name in sorted(current):
+        if name not in legacy["gpus"]:
+            src = _FAMILY_FROM[get_gpu(name).arch]
+            legacy["gpus"][name] = dict(legacy["gpus"][src], borrowed_from=src)
+    return result, legacy
 
 
 if __name__ == "__main__":

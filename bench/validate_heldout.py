@@ -57,6 +57,8 @@ PLAN = (
     ("mi250x-gcd", _ALL, "sweep"),
 )
 M_BINS = ((1, 128), (129, 1024), (1025, 4096))
+#: the library generation these sweeps were measured with (bench/validate_model.py)
+GENERATION = "2024"
 #: (target, constants from): a GPU predicted with another GPU's fitted constants
 TRANSFER = (
     ("a100-sxm4-40gb", "a100-sxm4-80gb"),
@@ -177,7 +179,8 @@ def transfer(directory=None, only=None):
     by_sku = defaultdict(list)
     for r in rows:
         by_sku[calibration_sku(r.source, r.gpu)].append(r)
-    packaged = _load_params(resolve_params_path())
+    # the sweeps were measured with 2022-2024 libraries: their generation's constants
+    packaged = _load_params(resolve_params_path(GENERATION))
     out = []
     for target, donor in TRANSFER:
         if only and target not in only or target not in by_sku:
@@ -188,8 +191,8 @@ def transfer(directory=None, only=None):
         for source in sorted({r.source for r in by_sku[target]}):
             data = [r for r in by_sku[target] if r.source == source]
             t = np.array([r.time_s for r in data])
-            own = np.abs(_predict(data, target, model_params(target), meas) / t - 1)
-            lent = np.abs(_predict(data, target, model_params(donor), meas) / t - 1)
+            own = np.abs(_predict(data, target, model_params(target, GENERATION), meas) / t - 1)
+            lent = np.abs(_predict(data, target, model_params(donor, GENERATION), meas) / t - 1)
             (om, op), (lm, lp) = _stats(own), _stats(lent)
             out.append((target, donor, source, len(data), f"{100 * om:.1f}", f"{100 * op:.1f}",
                         f"{100 * lm:.1f}", f"{100 * lp:.1f}"))

@@ -12,12 +12,18 @@ not predict; the fitted overhead of that timing method (``measurement`` in perf_
 is added to the prediction before comparing, and the ``raw med`` column shows the error
 without it. Targets: median <= 5%, p90 <= 15%, Spearman >= 0.98 for every
 group with at least 50 rows.
+
+Every table in the calibration folder's GEMM sweeps was measured with 2022-2024 libraries
+(PyTorch 1.13-2.1, CUDA 11-12.1), so by default the rows are predicted with that library
+generation's constants (``params="2024"``, ``fxshape.cost.gemm.LIBRARY_GENERATIONS``): the
+packaged ones for every GPU except those refitted to today's libraries
+(``bench/fit_aiconfigurator.py``: H100 SXM, B200), whose 2024 fits it keeps. ``--params``
+prices them with another file (``--params default``: the packaged current constants).
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import os
 import sys
@@ -27,11 +33,13 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from tabulate import tabulate  # noqa: E402
 
-from fxshape.cost.gemm import _DEFAULT_PARAMS_PATH, predict_matmul  # noqa: E402
+from fxshape.cost.gemm import _load_params, predict_matmul, resolve_params_path  # noqa: E402
 from fxshape.fit.calibration import (GEMM_SUBDIRS, calibration_dir, calibration_sku,  # noqa: E402
                                      read_dir)
 
 MIN_ROWS = 50
+#: the library generation the calibration folder's GEMM sweeps were measured with
+GENERATION = "2024"
 TARGET_MEDIAN, TARGET_P90, TARGET_SPEARMAN = 0.05, 0.15, 0.98
 
 
@@ -74,10 +82,12 @@ def spearman(a, b):
 
 
 def validate(directory=None, params_path=None):
-    """Return one dict per (source, gpu, sweep) group, in a stable order."""
-    path = params_path or os.environ.get("FXSHAPE_PARAMS") or _DEFAULT_PARAMS_PATH
-    with open(path) as f:
-        measurement = json.load(f).get("measurement", {})
+    """Return one dict per (source, gpu, sweep) group, in a stable order; each row priced
+    with ``params_path`` (default: the 2022-2024 generation the rows were measured with;
+    ``"default"``: the packaged current constants)."""
+    params_path = GENERATION if params_path is None else params_path
+    params_path = None if params_path == "default" else params_path
+    measurement = _load_params(resolve_params_path(params_path)).get("measurement", {})
     groups = defaultdict(list)
     for r in read_dir(directory, GEMM_SUBDIRS):
         sku = calibration_sku(r.source, r.gpu)
@@ -107,7 +117,10 @@ def main(argv=None):
     ap.add_argument("--calibration-dir", default=None,
                     help="folder of calibration CSVs (default: $FXSHAPE_CALIBRATION_DIR or "
                          "../shared/calibration)")
-    ap.add_argument("--params", default=None, help="fitted constants (default: packaged)")
+    ap.add_argument("--params", default=None,
+                    help="fitted constants: a parameter file, a library generation, or "
+                         "'default' for the packaged current ones (default: 2024, the "
+                         "generation these sweeps were measured with)")
     ap.add_argument("--format", default="simple", help="tabulate format, e.g. github")
     args = ap.parse_args(argv)
     try:

@@ -10,7 +10,11 @@ Regimes and where their errors come from (every row held out: see each script's 
 - ``gemm``: fp16/bf16 tensor-core GEMMs. ``bench/validate_heldout.py``'s held-out errors
   (each calibration row predicted by a fit that left its TP degree or sweep out; the
   calibration data under ``../shared/calibration``), and the bf16 rows of
-  ``bench/validate_block_formats.py`` (vLLM's kernel benchmarks: B200, H100);
+  ``bench/validate_block_formats.py`` (vLLM's kernel benchmarks: B200, H100). For a GPU
+  whose packaged constants were refitted to today's libraries (``bench/fit_aiconfigurator.py``:
+  H100 SXM, B200) the leave-one-out folds of its 2022-2024 sweeps validate the 2024
+  generation, not what it predicts now: its rows are instead the packaged constants' errors
+  on the aiconfigurator rows that fit held out (a quarter of the weight shapes);
 - ``gemm-fp8``, ``gemm-nvfp4``: the FP8 and NVFP4 rows of ``bench/validate_block_formats.py``
   (the GEMM with its activation quantization, as vLLM runs it);
 - ``step-fp32``, ``step-fp32-compiled``: ``bench/validate_e2e.py`` (whole Hugging Face
@@ -26,7 +30,7 @@ Regimes and where their errors come from (every row held out: see each script's 
 
 A record holds the rows' count, the median, 90th percentile and largest absolute error, and
 the median signed error (+: predicted slower than measured; None where any row has only its
-absolute error). Deterministic; about fifteen minutes on two cores (the GEMM folds
+absolute error). Deterministic; about ten minutes on two cores (the GEMM folds
 refit the model).
 """
 
@@ -50,7 +54,8 @@ from fxshape.hardware.validation import REGIMES, VALIDATION_PATH  # noqa: E402
 from fxshape.serving.scheduler import percentile  # noqa: E402
 
 SOURCES = {
-    "gemm": "bench/validate_heldout.py (leave one group out) and bench/validate_block_formats.py",
+    "gemm": "bench/validate_heldout.py (leave one group out), bench/fit_aiconfigurator.py "
+            "(held-out weight shapes) and bench/validate_block_formats.py",
     "gemm-fp8": "bench/validate_block_formats.py",
     "gemm-nvfp4": "bench/validate_block_formats.py",
     "step-fp32": "bench/validate_e2e.py",
@@ -64,8 +69,23 @@ SOURCES = {
 def _gemm(out):
     import validate_heldout
 
+    from fxshape.cost.gemm import CURRENT_LIBRARY, constants_library
+
     for sku, (_, _, held, _) in validate_heldout.heldout().items():
+        if constants_library(sku) == CURRENT_LIBRARY:
+            continue  # its sweeps validate the 2024 generation: _aiconfigurator below
         out.setdefault((sku, "gemm"), []).extend((float(e), None) for e in held)
+
+
+def _aiconfigurator(out):
+    import fit_aiconfigurator as f
+
+    from fxshape.cost.gemm import model_params
+
+    for name, prefix in f.PLAN:
+        _, held = f.split(f.read_gemm_table(prefix))
+        err, _ = f.errors(get_gpu(name), model_params(name), held)
+        out.setdefault((name, "gemm"), []).extend((abs(float(e)), float(e)) for e in err)
 
 
 def _block(out):
@@ -141,7 +161,7 @@ def _float8(out):
         out.setdefault((get_gpu(r["gpu"]).name, "step-train"), []).append((abs(e), e))
 
 
-COLLECTORS = (_gemm, _block, _e2e, _training, _float8, _serving, _inference)
+COLLECTORS = (_gemm, _aiconfigurator, _block, _e2e, _training, _float8, _serving, _inference)
 
 
 def summarize(errors) -> dict:

@@ -135,8 +135,25 @@ def _cmd_gpus(args) -> int:
                    disable_numparse=True))
     print("\npeaks: dense TFLOP/s per dtype (- = not supported; fp32 (Nm): GEMMs run on "
           "matrix cores at N); memory GiB: the capacity a report's 'fits' is checked against")
+    print("\n" + _constants_table())
     print("\n" + _validation_table())
     return 0
+
+
+def _constants_table() -> str:
+    """Whose fitted tensor-core GEMM constants each GPU uses, and the libraries they
+    describe."""
+    from .cost.gemm import constants_library, constants_source
+
+    rows = []
+    for name in list_gpus():
+        src = constants_source(name)
+        rows.append((name, "own fit" if src == name else
+                     f"{src}'s ({get_gpu(name).arch} family; no measurement of its own)",
+                     constants_library(name)))
+    return ("tensor-core GEMM constants (--params 2024: the 2022-2024 fits of the GPUs "
+            "refitted since):\n" + tabulate(rows, headers=("gpu", "constants", "library"),
+                                              disable_numparse=True))
 
 
 def _validation_table() -> str:
@@ -1272,8 +1289,10 @@ def build_parser() -> argparse.ArgumentParser:
     pc.set_defaults(func=_cmd_calibrate)
     for sp in (pp, pa, pv, ps, pt):
         sp.add_argument("--params", default=None, metavar="PATH",
-                        help="parameter file (from fxshape calibrate) to predict with; "
-                             "default $FXSHAPE_PARAMS if set, else the packaged constants")
+                        help="parameter file (from fxshape calibrate) to predict with, or "
+                             "a library generation: 2024 (the 2022-2024 fits of the GPUs "
+                             "refitted to today's libraries since); default $FXSHAPE_PARAMS "
+                             "if set, else the packaged constants (today's libraries)")
     return ap
 
 

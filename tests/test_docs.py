@@ -69,6 +69,8 @@ def _argv(cmd: str) -> list:
         argv = [sys.executable, "-m", "fxshape"] + argv[1:]
     elif argv[0] == "python":
         argv[0] = sys.executable
+        if len(argv) > 1 and argv[1].startswith("bench/"):
+            argv[1] = os.path.join(ROOT, argv[1])  # docs show bench scripts run from the root
     return argv
 
 

@@ -21,6 +21,14 @@ def tiny():
     return tiny_llama()
 
 
+@pytest.fixture(scope="module")
+def wide():
+    # int4 pays where reading the weights bounds the step: a 2048 x 8192 bf16 weight is 32
+    # MiB, about 10 us at an H100's 3.35 TB/s, int4 a quarter of it. The 256-wide tiny
+    # model's GEMMs are launch-bound (about 2 us each as a graph replays them, bf16 or int4)
+    return tiny_llama(hidden_size=2048, intermediate_size=8192, vocab_size=32000)
+
+
 def test_packed_int4_bytes_with_scales_and_zeros_by_hand():
     q = quantization_of("int4", 32)
     # 4096 x 4096 int4: two elements a byte = 8,388,608 bytes; K / 32 = 128 groups per
@@ -96,14 +104,16 @@ def test_fp8_alignment_rule():
         predict_quantized(8, 50257, 768, quantization_of("fp8"), gpu="h100")
 
 
-def test_analyze_decode_quantized(tiny):
+def test_analyze_decode_quantized(tiny, wide):
     kw = dict(mode="decode", context_len=64, batch_size=1, gpu="h100", provenance=None)
     plain = fxshape.analyze(tiny, **kw)
     q4 = fxshape.analyze(tiny, quantize="int4", group_size=32, **kw)
     linears = [r for r in q4.rows if r.op == "linear"]
     # q, k, v, o, gate, up, down per layer and the LM head (untied): all quantized
     assert len(linears) == 2 * 7 + 1 and all(r.quant == "int4:g32" for r in linears)
-    assert q4.step.time_s < plain.step.time_s
+    wide_plain = fxshape.analyze(wide, **kw)
+    wide_q4 = fxshape.analyze(wide, quantize="int4", group_size=32, **kw)
+    assert wide_q4.step.time_s < wide_plain.step.time_s
     # the weights shrink by what packing saves: hidden 256, intermediate 512, 2 KV heads
     # of 32 (k, v: 256 -> 64), vocab 1000; per layer q 256x256, k 256x64, v 256x64,
     # o 256x256, gate and up 256x512, down 512x256; bf16 2 bytes, int4 0.5 + 4 / 32
@@ -222,10 +232,10 @@ def test_advise_prices_its_candidates_quantized_and_says_what_stays_in_bf16():
     assert "left in bf16" not in " ".join(plain.notes)
 
 
-def test_speculation_and_capacity_planning_take_the_quantization(tiny):
+def test_speculation_and_capacity_planning_take_the_quantization(tiny, wide):
     kw = dict(prompt_len=8, output_len=4, gpu="h100", acceptance=0.6, k=2)
-    plain = fxshape.speculate(tiny, **kw)
-    q4 = fxshape.speculate(tiny, quantize="int4", group_size=32, **kw)
+    plain = fxshape.speculate(wide, **kw)
+    q4 = fxshape.speculate(wide, quantize="int4", group_size=32, **kw)
     # the target's layers are int4 (the draft's stay bf16): a cheaper plain step
     assert all(r.quant == "int4:g32" for r in q4.target_step.report.rows if r.op == "linear")
     assert all(not r.quant for r in q4.draft_step.report.rows)

@@ -323,6 +323,9 @@ def _slower_h100(tmp_path):
     shapes = [(1, m, n, k) for m in sizes for n in (1024, 4096) for k in (512, 4096)]
     shapes += [(8, 512, 512, 512), (16, 1024, 1024, 128), (32, 256, 256, 64),
                (4, 2048, 2048, 2048), (64, 128, 128, 128), (12, 1024, 1024, 64)]
+    # and GEMMs that only launch: at most 0.3 MB moved, 0.1 us at 3.35 TB/s against a 2 us
+    # packaged launch latency (graph-replayed cuBLAS), which they alone can tell
+    shapes += [(1, m, n, 256) for m in (16, 32, 64) for n in (128, 256)]
     return true, truth, shapes
 
 
@@ -390,7 +393,7 @@ def test_calibrating_prices_each_gemm_as_the_kernel_that_ran(tmp_path):
     # run too, predict them again, and are the true ones (a fit of the model's own tile
     # choice to the same rows lands on e_max 0.695 against the true 0.767, and power_eff
     # 0.34, to make up for the tile)
-    assert got.heldout_before > 0.1 and got.heldout_after < 0.005
+    assert got.heldout_before > 0.05 and got.heldout_after < 0.005
     assert got.params.e_max == pytest.approx(true.e_max, rel=0.01)
     assert got.params.launch_s == pytest.approx(true.launch_s, rel=0.02)
 

@@ -58,6 +58,9 @@ __all__ = [
     "tf32_issue_ratio",
     "tf32_mainloop_eff",
     "dtype_params",
+    "CURRENT_LIBRARY",
+    "LIBRARY_GENERATIONS",
+    "constants_library",
 ]
 
 #: Operand layouts: first letter A, second B; "n" = row-major as written, "t" = transposed
@@ -72,6 +75,19 @@ _SIMT_SPLIT_K = (1, 2, 3, 4, 6, 8, 12, 16)
 _SIMT_K_TILE = 8  # sgemm mainloop depth (sgemm_128x128x8)
 _DEFAULT_PARAMS_PATH = os.path.join(os.path.dirname(os.path.dirname(__file__)), "data",
                                     "perf_params.json")
+
+#: What the packaged constants of a GPU fitted to current measurements describe (the
+#: ``library`` of its entry in ``perf_params.json``): the default, what a current PyTorch or
+#: vLLM install runs.
+CURRENT_LIBRARY = "cuBLAS 12.8+ (vLLM 0.24, 2026)"
+#: Older library generations kept reachable, by name: ``params="2024"`` (``--params 2024``)
+#: prices with these packaged constants, overlaid on the current ones as any parameter file
+#: is. ``"2024"``: the H100 fitted to Vidur's 2024 measurements (PyTorch 2.1-era cuBLAS),
+#: which the Blackwell family borrowed before it had measurements of its own
+#: (``bench/fit_model.py`` writes it).
+LIBRARY_GENERATIONS = {
+    "2024": os.path.join(os.path.dirname(_DEFAULT_PARAMS_PATH), "perf_params_2024.json"),
+}
 
 
 @dataclass(frozen=True)
@@ -215,17 +231,25 @@ def resolve_params_path(params_path: str | None = None) -> str:
     packaged ``fxshape/data/perf_params.json``."""
     path = (params_path or _ACTIVE_PARAMS.get() or os.environ.get("FXSHAPE_PARAMS")
             or _DEFAULT_PARAMS_PATH)
-    return os.fspath(path)
+    return _named(os.fspath(path))
+
+
+def _named(path: str) -> str:
+    """A packaged library generation's file for its name (:data:`LIBRARY_GENERATIONS`);
+    any other path as given."""
+    return LIBRARY_GENERATIONS.get(path, path) if isinstance(path, str) else path
 
 
 @contextlib.contextmanager
 def use_params(path):
     """Within the block, predictions use the parameter file ``path`` (e.g. one written by
-    ``fxshape calibrate``); ``None`` leaves the current choice. The file is checked first."""
+    ``fxshape calibrate``) or the packaged library generation of that name
+    (:data:`LIBRARY_GENERATIONS`: ``"2024"``); ``None`` leaves the current choice. The file
+    is checked first."""
     if path is None:
         yield
         return
-    path = os.path.abspath(os.fspath(path))
+    path = os.path.abspath(_named(os.fspath(path)))
     _load_params(path)  # a bad file fails here, with its one-line error
     token = _ACTIVE_PARAMS.set(path)
     try:
@@ -246,6 +270,10 @@ def _load_params(path: str) -> dict:
         base = json.load(f)
     if is_default_params(path):
         return base
+    if not os.path.exists(path) and not os.path.splitext(path)[1]:
+        raise ValueError(f"no parameter file {path!r}: params= takes a file written by "
+                         f"fxshape calibrate or bench/fit_model.py, or a library generation "
+                         f"({', '.join(sorted(LIBRARY_GENERATIONS))})")
     user = read_json(path, "fxshape parameter file")
     if not isinstance(user, dict) or not any(k in user for k in _SECTIONS + ("fp32",)):
         raise ValueError(f"{path!r} is not an fxshape parameter file: expected a JSON object "
@@ -292,6 +320,16 @@ def constants_source(gpu, params_path: str | None = None, *, simt: bool = False)
         return spec.name
     fam = data.get("families", {}).get(spec.arch)
     return fam.get("from") if isinstance(fam, dict) and fam.get("from") else spec.name
+
+
+def constants_library(gpu, params_path: str | None = None) -> str:
+    """What the tensor-core constants :func:`model_params` gives ``gpu`` describe: the
+    ``library`` their fit recorded (:data:`CURRENT_LIBRARY` for today's), else the 2022-2024
+    measurements the older fits came from."""
+    data = _load_params(resolve_params_path(params_path))
+    entry = data.get("gpus", {}).get(constants_source(gpu, params_path))
+    lib = entry.get("library") if isinstance(entry, dict) else None
+    return lib or "2022-2024 (PyTorch 1.13-2.1, CUDA 11-12.1)"
 
 
 @functools.lru_cache(maxsize=None)

@@ -49,8 +49,10 @@ _STARTS = (
 _LOGSCALE = ("l2_bytes_per_clk_per_sm", "launch_s", "wave_s", "split_k_s",
              "sm_stream_bytes_per_clk")
 #: timings of the kernel alone (no host overhead to fit as a nuisance term): the sweeps'
-#: kernel timers, and kernel durations read from a profiler trace (``fxshape.traces``)
-_KERNEL_TIMINGS = ("median-cuda-timer", "cuda-event-median", "profiler-kernel")
+#: kernel timers, kernel durations read from a profiler trace (``fxshape.traces``), and CUDA
+#: events around CUDA-graph replays (aiconfigurator's tables: ``bench/fit_aiconfigurator.py``)
+_KERNEL_TIMINGS = ("median-cuda-timer", "cuda-event-median", "profiler-kernel",
+                   "cuda-graph-mean")
 
 
 def _to_unbounded(name, v, bounds=_BOUNDS, logscale=_LOGSCALE):
