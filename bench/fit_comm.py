@@ -145,6 +145,21 @@ def decade(b):
             else "16M-1G")
 
 
+def keep_today(doc: dict, path: str) -> None:
+    """Carry over into ``doc`` what ``bench/fit_comm_aiconfigurator.py`` wrote to ``path``:
+    the per-collective entries (``CLASS/KIND:COLLECTIVE``) of today's NCCL and their note."""
+    if not os.path.exists(path):
+        return
+    with open(path) as f:
+        old = json.load(f)
+    for machine, entries in old.get("topologies", {}).items():
+        today = {k: v for k, v in entries.items() if ":" in k}
+        if today:
+            doc["topologies"].setdefault(machine, {}).update(today)
+    if "nccl_2_29" in old:
+        doc["nccl_2_29"] = old["nccl_2_29"]
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--data", default=None)
@@ -227,11 +242,11 @@ def main(argv=None) -> int:
                                  "published GB/s", "predicted GB/s", "outside range %",
                                  "source"), tablefmt=args.format, disable_numparse=True))
     if not args.validate_only:
+        doc = {"comment": "Written by bench/fit_comm.py from comm/vidur_collectives.csv; do not "
+                          "edit.", "classes": params, "topologies": shipped}
+        keep_today(doc, args.out)
         with open(args.out, "w") as f:
-            json.dump({"comment": "Written by bench/fit_comm.py from comm/vidur_collectives.csv"
-                                  "; do not edit.", "classes": params,
-                       "topologies": shipped}, f, indent=1,
-                      sort_keys=True)
+            json.dump(doc, f, indent=1, sort_keys=True)
             f.write("\n")
     return 0
 

@@ -26,7 +26,11 @@ Regimes and where their errors come from (every row held out: see each script's 
 - ``serving``: ``bench/validate_serving.py``'s rows (gpt-fast decode, vLLM latency), each
   predicted with the row's own engine options;
 - ``step-inference``: the unquantized rows of ``bench/quantized_published.csv``
-  (TensorRT-LLM's FP16 time to the first token).
+  (TensorRT-LLM's FP16 time to the first token);
+- ``collectives``: the half of aiconfigurator's nccl-tests tables (DGX H100, DGX B200)
+  that ``bench/fit_comm_aiconfigurator.py`` holds out;
+- ``allreduce-custom``: ``bench/validate_allreduce_aiconfigurator.py`` (vLLM's custom
+  all-reduce under CUDA graphs, DGX H100 and DGX B200; nothing fitted to it).
 
 A record holds the rows' count, the median, 90th percentile and largest absolute error, and
 the median signed error (+: predicted slower than measured; None where any row has only its
@@ -63,7 +67,11 @@ SOURCES = {
     "step-train": "bench/validate_training.py and bench/validate_float8.py (bf16 runs)",
     "serving": "bench/validate_serving.py",
     "step-inference": "bench/validate_quantized.py (unquantized rows)",
+    "collectives": "bench/fit_comm_aiconfigurator.py (the held-out half)",
+    "allreduce-custom": "bench/validate_allreduce_aiconfigurator.py",
 }
+#: the GPU of each machine the aiconfigurator tables measured
+_MACHINE_GPU = {"dgx-h100": "h100-sxm", "dgx-b200": "b200"}
 
 
 def _gemm(out):
@@ -161,7 +169,25 @@ def _float8(out):
         out.setdefault((get_gpu(r["gpu"]).name, "step-train"), []).append((abs(e), e))
 
 
-COLLECTORS = (_gemm, _aiconfigurator, _block, _e2e, _training, _float8, _serving, _inference)
+def _collectives(out):
+    import fit_comm_aiconfigurator as f
+
+    for machine, prefix in f.PLAN:
+        _, held = f.fit_machine(machine, prefix)
+        out.setdefault((_MACHINE_GPU[machine], "collectives"), []).extend(
+            (abs(e), e) for _, e in held)
+
+
+def _custom_allreduce(out):
+    import validate_allreduce_aiconfigurator as v
+
+    for machine, _, _, _, meas, pred in v.rows():
+        e = pred / meas - 1
+        out.setdefault((_MACHINE_GPU[machine], "allreduce-custom"), []).append((abs(e), e))
+
+
+COLLECTORS = (_gemm, _aiconfigurator, _block, _e2e, _training, _float8, _serving, _inference,
+              _collectives, _custom_allreduce)
 
 
 def summarize(errors) -> dict:

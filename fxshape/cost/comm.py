@@ -38,6 +38,18 @@ all-to-all's bytes all cross the link); across nodes, the part for other nodes g
 through the network adapters and the rest over NVLink, at once. No all-to-all was measured
 here: ``bench/validate_ep.py`` compares it with DeepEP's published dispatch bandwidth, held
 out. Pure functions; nothing here imports torch.
+
+Today's NCCL (2.29, issue 50): on ``dgx-h100`` and ``dgx-b200`` each ring collective has
+constants of its own, fitted by ``bench/fit_comm_aiconfigurator.py`` on aiconfigurator's
+nccl-tests tables of those machines (all-reduce, all-gather, reduce-scatter, all-to-all on
+2 to 8 GPUs, one half of the rows held out), under the key ``CLASS/KIND:COLLECTIVE``
+(``nvswitch_nvls/ring:all_gather``); a collective a machine has no such entry for takes its
+class's constants as above. Those entries also carry NCCL's low-latency protocols (LL and
+LL128: ``ll_alpha_s``, ``ll_efficiency``) beside the Simple protocol's line, and a
+collective takes the faster of the two, as NCCL's tuner picks:
+
+    flat(n, S, B) = alpha_rank (n - 1) + min(alpha + bus_bytes / (efficiency B),
+                                             ll_alpha + bus_bytes / (ll_efficiency B))
 """
 
 from __future__ import annotations
@@ -98,6 +110,8 @@ def bus_bytes(collective: str, nbytes: int, n: int) -> float:
 
 @functools.lru_cache(maxsize=None)
 def _load(path: str) -> dict:
+    if path == "2024":  # the packaged file, of which predict_collective leaves today's out
+        path = _DEFAULT_PATH
     data = read_json(path, "collective parameter file")
     if not isinstance(data, dict) or "classes" not in data:
         raise ValueError(f"{path!r} is not a collective parameter file (written by "
@@ -122,12 +136,20 @@ def comm_params(params_path: str | None = None) -> dict:
 def flat_time(p: dict, collective: str, nbytes: float, n: int, nominal_gbs: float) -> float:
     """One ring (or point-to-point) collective inside one link class: ``p``'s latency plus
     the bus bytes over ``efficiency`` of ``nominal_gbs`` (for an all-to-all, at most the
-    link's nominal bandwidth: its bytes cross the link, nothing is reduced on the way)."""
+    link's nominal bandwidth: its bytes cross the link, nothing is reduced on the way); where
+    ``p`` has the low-latency protocols' ``ll_alpha_s`` and ``ll_efficiency``, the faster of
+    that and their line."""
     if n <= 1:
         return 0.0
-    return (float(p["alpha_s"]) + float(p["alpha_rank_s"]) * (n - 1)
-            + bus_bytes(collective, nbytes, n) / (_efficiency(p, collective) * nominal_gbs
-                                                  * 1e9))
+    ranks = float(p["alpha_rank_s"]) * (n - 1)
+    moved = bus_bytes(collective, nbytes, n)
+    t = float(p["alpha_s"]) + ranks + moved / (_efficiency(p, collective) * nominal_gbs * 1e9)
+    if "ll_alpha_s" in p:
+        # NCCL's low-latency protocols (LL, LL128): less latency, a fraction of the bandwidth;
+        # NCCL runs whichever its tuner finds faster, so the faster of the two
+        t = min(t, float(p["ll_alpha_s"]) + ranks
+                + moved / (float(p["ll_efficiency"]) * nominal_gbs * 1e9))
+    return t
 
 
 def _efficiency(p: dict, collective: str) -> float:
@@ -186,7 +208,9 @@ def predict_collective(collective: str, nbytes: int, gpus: int, *, topology="dgx
                        params_path: str | None = None) -> CommPrediction:
     """Predict one NCCL collective of ``nbytes`` (the buffer each GPU holds; for send/recv,
     the message) over ``gpus`` GPUs, ``per_node`` to a node (default: as many as the
-    topology's nodes hold).
+    topology's nodes hold). ``params_path``: a collective parameter file, or ``"2024"`` for
+    the packaged constants without today's NCCL entries (the 2024 fit to Vidur's
+    measurements, which the DGX H100 had before).
 
     Raises:
         ValueError: an unknown collective or topology, sizes that are not positive
@@ -213,9 +237,13 @@ def predict_collective(collective: str, nbytes: int, gpus: int, *, topology="dgx
         return CommPrediction(collective, 1, 1, nbytes, "none", "none", 0.0, 0.0, 0.0)
     data = _load(os.fspath(params_path or _DEFAULT_PATH))
     own = data.get("topologies", {}).get(topo.name, {})
+    if params_path == "2024":  # Vidur's 2024 fit alone: without today's per-collective ones
+        own = {k: v for k, v in own.items() if ":" not in k}
 
     def constants(key):
-        p = own.get(key) or data["classes"].get(key)
+        # a machine's constants for this collective itself (``CLASS/KIND:COLLECTIVE``, where
+        # its NCCL was measured per collective), else its class's, else the shared ones
+        p = own.get(f"{key}:{collective}") or own.get(key) or data["classes"].get(key)
         if p is None:
             raise ValueError(f"no fitted constants for {key} ({collective} on {topo.name}, "
                              f"{n} GPUs, {d} per node)")

@@ -33,6 +33,9 @@ REGIMES = {
     "step-train": "training steps in bf16/fp16 (one or many GPUs)",
     "step-inference": "prefill / inference steps in bf16/fp16",
     "serving": "decode and serving latency in bf16/fp16",
+    "collectives": "NCCL collectives inside one node (all-reduce, all-gather, reduce-scatter, "
+                   "all-to-all)",
+    "allreduce-custom": "serving engines' custom all-reduce kernels under CUDA graphs",
 }
 
 VALIDATION_PATH = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
