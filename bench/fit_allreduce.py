@@ -126,12 +126,17 @@ def main(argv=None) -> int:
         p = AllReduceParams(*(d[k] for k in AllReduceParams.FIELDS))
     else:
         p = fit([r for r in data if r["role"] == "fit"])
+        doc = {**{k: getattr(p, k) for k in AllReduceParams.FIELDS},
+               "source": "bench/fit_allreduce.py on bench/allreduce_published.csv "
+                         "(sglang PR #2904, TensorRT-LLM-style kernel, H100 SXM)",
+               "comment": "Written by bench/fit_allreduce.py; do not edit."}
+        if os.path.exists(args.out):  # bench/fit_allreduce_aiconfigurator.py's, kept
+            with open(args.out) as f:
+                links = json.load(f).get("links")
+            if links:
+                doc["links"] = links
         with open(args.out, "w") as f:
-            json.dump({**{k: getattr(p, k) for k in AllReduceParams.FIELDS},
-                       "source": "bench/fit_allreduce.py on bench/allreduce_published.csv "
-                                 "(sglang PR #2904, TensorRT-LLM-style kernel, H100 SXM)",
-                       "comment": "Written by bench/fit_allreduce.py; do not edit."},
-                      f, indent=1, sort_keys=True)
+            json.dump(doc, f, indent=1, sort_keys=True)
             f.write("\n")
         print(f"wrote {args.out}")
     print(f"stage_s {p.stage_s:.3g}, peer_efficiency {p.peer_efficiency:.3g}")

@@ -29,8 +29,9 @@ Regimes and where their errors come from (every row held out: see each script's 
   (TensorRT-LLM's FP16 time to the first token);
 - ``collectives``: the half of aiconfigurator's nccl-tests tables (DGX H100, DGX B200)
   that ``bench/fit_comm_aiconfigurator.py`` holds out;
-- ``allreduce-custom``: ``bench/validate_allreduce_aiconfigurator.py`` (vLLM's custom
-  all-reduce under CUDA graphs, DGX H100 and DGX B200; nothing fitted to it).
+- ``allreduce-custom``: ``bench/fit_allreduce_aiconfigurator.py``'s held-out rows (vLLM's
+  custom all-reduce under CUDA graphs: every DGX H100 row, the half of the DGX B200's its
+  constants were not fitted to).
 
 A record holds the rows' count, the median, 90th percentile and largest absolute error, and
 the median signed error (+: predicted slower than measured; None where any row has only its
@@ -68,7 +69,7 @@ SOURCES = {
     "serving": "bench/validate_serving.py",
     "step-inference": "bench/validate_quantized.py (unquantized rows)",
     "collectives": "bench/fit_comm_aiconfigurator.py (the held-out half)",
-    "allreduce-custom": "bench/validate_allreduce_aiconfigurator.py",
+    "allreduce-custom": "bench/fit_allreduce_aiconfigurator.py (held-out rows)",
 }
 #: the GPU of each machine the aiconfigurator tables measured
 _MACHINE_GPU = {"dgx-h100": "h100-sxm", "dgx-b200": "b200"}
@@ -179,11 +180,10 @@ def _collectives(out):
 
 
 def _custom_allreduce(out):
-    import validate_allreduce_aiconfigurator as v
+    import fit_allreduce_aiconfigurator as f
 
-    for machine, _, _, _, meas, pred in v.rows():
-        e = pred / meas - 1
-        out.setdefault((_MACHINE_GPU[machine], "allreduce-custom"), []).append((abs(e), e))
+    for r, e in f.held_out(f.load()):
+        out.setdefault((_MACHINE_GPU[r["machine"]], "allreduce-custom"), []).append((abs(e), e))
 
 
 COLLECTORS = (_gemm, _aiconfigurator, _block, _e2e, _training, _float8, _serving, _inference,

@@ -191,3 +191,51 @@ def test_todays_nccl_fit_reproduces_and_holds_out():
         assert len(errs) > 200 and errs[len(errs) // 2] < 0.10, machine
         # every held-out row is of the half not fitted
         assert {r["half"] for r, _ in held} == {1}
+
+
+def test_a_links_own_allreduce_constants(tmp_path):
+    import json
+
+    from fxshape.cost.allreduce import allreduce_params, predict_allreduce
+
+    # a parameter file whose NVLink 5 entry differs from the H100-fitted top level
+    path = tmp_path / "ar.json"
+    path.write_text(json.dumps({"stage_s": 4e-6, "peer_efficiency": 0.6,
+                                "links": {"nvlink5": {"stage_s": 8e-6,
+                                                      "peer_efficiency": 0.5}}}))
+    assert allreduce_params(str(path), "nvlink5").stage_s == 8e-6
+    assert allreduce_params(str(path), "nvlink4").stage_s == 4e-6  # no entry: the top level
+    # one-shot over 2 B200s (NVLink 5: 900 GB/s a direction), 64 KiB: 8 us + 65,536 B /
+    # (0.5 x 900 GB/s) = 8.146 us; on an H100 node, 4 us + 65,536 / (0.6 x 450 GB/s)
+    b200 = predict_allreduce(65536, 2, algorithm="one-shot", topology="dgx-b200",
+                             params_path=str(path)).time_s
+    h100 = predict_allreduce(65536, 2, algorithm="one-shot", topology="dgx-h100",
+                             params_path=str(path)).time_s
+    assert b200 == pytest.approx(8e-6 + 65536 / (0.5 * 900e9))
+    assert h100 == pytest.approx(4e-6 + 65536 / (0.6 * 450e9))
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps({"stage_s": 4e-6, "peer_efficiency": 0.6,
+                               "links": {"nvlink5": {"stage_s": 8e-6}}}))
+    with pytest.raises(ValueError, match="nvlink5 need stage_s, peer_efficiency"):
+        allreduce_params(str(bad), "nvlink5")
+
+
+@pytest.mark.needs_data(os.path.join(calibration_dir(), "aiconfigurator"))
+def test_b200_allreduce_fit_reproduces_and_holds_out():
+    # bench/fit_allreduce_aiconfigurator.py (about a second): the packaged NVLink 5 entry is
+    # what it fits on half of the B200's rows; the other half and every H100 row (nothing
+    # fitted to them) are within 10% median
+    import fit_allreduce_aiconfigurator as f
+
+    from fxshape.cost.allreduce import allreduce_params
+
+    rows = f.load()
+    (link, p), = f.fit_links(rows).items()
+    assert link == "nvlink5"
+    packaged = allreduce_params(link="nvlink5")
+    assert (p.stage_s, p.peer_efficiency) == (packaged.stage_s, packaged.peer_efficiency)
+    held = f.held_out(rows)
+    for machine in ("dgx-h100", "dgx-b200"):
+        errs = sorted(abs(e) for r, e in held if r["machine"] == machine)
+        assert len(errs) >= 20 and errs[len(errs) // 2] < 0.10, machine
+    assert all(r["half"] == 1 for r, _ in held)

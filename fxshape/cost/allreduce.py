@@ -47,7 +47,10 @@ kernel benchmark (sglang's port of TensorRT-LLM's custom all-reduce on 8 H100 SX
 2 KiB to 4 MiB: ``bench/allreduce_published.csv``), written to
 ``fxshape/data/allreduce_params.json``, and checked on what they were not fitted to (vLLM's
 kernel in the same benchmark; tensor-parallel decode end to end,
-``bench/validate_serving.py``).
+``bench/validate_serving.py``; vLLM 0.24's kernel on a DGX H100 under CUDA graphs,
+``bench/fit_allreduce_aiconfigurator.py``). NVLink 5 nodes (B200) have their own two
+(``links`` in the file), fitted by ``bench/fit_allreduce_aiconfigurator.py`` on half of
+aiconfigurator's DGX B200 rows, the other half held out.
 
 Which one runs (:data:`ALGORITHMS`):
 
@@ -159,18 +162,27 @@ def check_algorithm(algorithm) -> str:
 
 
 @functools.lru_cache(maxsize=None)
-def _load(path: str) -> AllReduceParams:
+def _load(path: str, link: str | None = None) -> AllReduceParams:
     data = read_json(path, "all-reduce parameter file")
     if not isinstance(data, dict) or any(f not in data for f in AllReduceParams.FIELDS):
         raise ValueError(f"{path!r} is not an all-reduce parameter file (written by "
                          "bench/fit_allreduce.py): it needs "
                          + ", ".join(AllReduceParams.FIELDS))
+    own = (data.get("links") or {}).get(link) if link else None
+    if own is not None:
+        if any(f not in own for f in AllReduceParams.FIELDS):
+            raise ValueError(f"{path!r}: the constants of {link} need "
+                             + ", ".join(AllReduceParams.FIELDS))
+        data = own
     return AllReduceParams(**{f: float(data[f]) for f in AllReduceParams.FIELDS},
                            source=str(data.get("source", "")))
 
 
-def allreduce_params(path: str | None = None) -> AllReduceParams:
-    return _load(os.fspath(path or _DEFAULT_PATH))
+def allreduce_params(path: str | None = None, link: str | None = None) -> AllReduceParams:
+    """The one-shot and two-shot kernels' constants: those fitted on ``link``'s nodes
+    (``links`` in the file: NVLink 5, the B200's, from ``bench/fit_allreduce_aiconfigurator.py``)
+    where the file has them, else the ones fitted on the H100 (``bench/fit_allreduce.py``)."""
+    return _load(os.fspath(path or _DEFAULT_PATH), link)
 
 
 def one_shot_s(p: AllReduceParams, nbytes: float, n: int, link_gbs: float) -> float:
@@ -302,7 +314,7 @@ def predict_allreduce(nbytes: int, gpus: int, *, algorithm: str = "auto",
         proto = min(times, key=lambda k: (times[k], k))
         return AllReduceTime(algorithm, f"nccl-{proto}", gpus, nbytes, link, times[proto],
                              why + f" (NCCL's model picks {proto})")
-    p = allreduce_params(params_path)
+    p = allreduce_params(params_path, link)
     kernel = {"one-shot": one_shot_s, "two-shot": two_shot_s, "multimem": multimem_s,
               "symm-two-shot": two_shot_s}[chosen]
     t = kernel(p, nbytes, gpus, LINKS[link])
