@@ -105,3 +105,16 @@ def test_fxshape_gpus_says_whose_constants_each_gpu_takes(capsys):
     assert "own fit" in lines["h100-sxm"] and CURRENT_LIBRARY in lines["h100-sxm"]
     assert "b200's (blackwell family; no measurement of its own)" in lines["gb200"]
     assert "2022-2024" in lines["a40"]
+
+
+def test_a_calibration_file_is_named_as_the_source(tmp_path):
+    # constants from the user's own parameter file (fxshape calibrate) are said to be the
+    # file's, not a library generation's; a GPU the file lacks keeps its packaged fit's
+    path = tmp_path / "my_h100.json"
+    p = model_params("h100")
+    path.write_text(json.dumps({"gpus": {"h100-sxm": {f: getattr(p, f)
+                                                      for f in ModelParams.STORED}}}))
+    assert constants_library("h100", str(path)) == \
+        "the parameter file my_h100.json (fxshape calibrate)"
+    assert constants_library("a100", str(path)).startswith("2022-2024")
+    assert constants_library("b200", str(path)) == CURRENT_LIBRARY

@@ -326,9 +326,14 @@ def constants_library(gpu, params_path: str | None = None) -> str:
     """What the tensor-core constants :func:`model_params` gives ``gpu`` describe: the
     ``library`` their fit recorded (:data:`CURRENT_LIBRARY` for today's), else the 2022-2024
     measurements the older fits came from."""
-    data = _load_params(resolve_params_path(params_path))
-    entry = data.get("gpus", {}).get(constants_source(gpu, params_path))
+    path = resolve_params_path(params_path)
+    src = constants_source(gpu, params_path)
+    entry = _load_params(path).get("gpus", {}).get(src)
     lib = entry.get("library") if isinstance(entry, dict) else None
+    if lib is None and not is_default_params(path) and \
+            path not in LIBRARY_GENERATIONS.values() and \
+            src in (read_json(path, "fxshape parameter file").get("gpus") or {}):
+        return f"the parameter file {os.path.basename(path)} (fxshape calibrate)"
     return lib or "2022-2024 (PyTorch 1.13-2.1, CUDA 11-12.1)"
 
 
