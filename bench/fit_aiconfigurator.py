@@ -75,13 +75,26 @@ def held_out(n: int, k: int) -> bool:
     return zlib.crc32(f"{n}x{k}".encode()) % HELD_OUT_MOD == 0
 
 
-def read_gemm_table(prefix: str, dtype: str = "bfloat16", directory: str | None = None):
-    """The rows of ``aiconfigurator/<prefix>_gemm_perf.csv`` with ``gemm_dtype == dtype``,
-    as calibration rows (``nt``: vLLM's ``F.linear``, M = tokens)."""
-    path = os.path.join(calibration_dir(directory), "aiconfigurator", f"{prefix}_gemm_perf.csv")
+def table_path(name: str, directory: str | None = None) -> str:
+    """The path of ``aiconfigurator/<name>.csv`` in the calibration folder;
+    ``FileNotFoundError`` saying where the tables live when it is not there."""
+    path = os.path.join(calibration_dir(directory), "aiconfigurator", f"{name}.csv")
     if not os.path.exists(path):
         raise FileNotFoundError(f"{path} not found: the aiconfigurator tables live in "
                                 f"../shared/calibration/aiconfigurator (see its README)")
+    return path
+
+
+def shown_path(path: str) -> str:
+    """``path`` as a check prints it: relative to the repository when inside it (the same
+    line on every machine, which docs/ show)."""
+    return os.path.relpath(path, ROOT) if os.path.abspath(path).startswith(ROOT) else path
+
+
+def read_gemm_table(prefix: str, dtype: str = "bfloat16", directory: str | None = None):
+    """The rows of ``aiconfigurator/<prefix>_gemm_perf.csv`` with ``gemm_dtype == dtype``,
+    as calibration rows (``nt``: vLLM's ``F.linear``, M = tokens)."""
+    path = table_path(f"{prefix}_gemm_perf", directory)
     rows = []
     with open(path, newline="") as f:
         for rec in csv.DictReader(f):
@@ -197,9 +210,7 @@ def main(argv=None):
         with open(args.out) as f:
             have = json.load(f)["gpus"]
         bad = [n for n, (e, _) in results.items() if have.get(n) != e]
-        shown = os.path.relpath(args.out, ROOT) if os.path.abspath(args.out).startswith(ROOT) \
-            else args.out
-        print("matches " + shown if not bad else f"differs for {', '.join(bad)}")
+        print("matches " + shown_path(args.out) if not bad else f"differs for {', '.join(bad)}")
         return 1 if bad else 0
     write(results, args.out)
     print(f"wrote {args.out}", file=sys.stderr)

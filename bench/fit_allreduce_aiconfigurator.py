@@ -38,6 +38,7 @@ from collections import defaultdict
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
+sys.path.insert(0, os.path.join(ROOT, "bench"))
 
 import numpy as np  # noqa: E402
 from scipy.optimize import least_squares  # noqa: E402
@@ -46,8 +47,9 @@ from tabulate import tabulate  # noqa: E402
 from fxshape.cost.allreduce import (VLLM_MAX_BYTES, VLLM_ONE_STAGE_BELOW,  # noqa: E402
                                     AllReduceParams, one_shot_s, predict_allreduce,
                                     two_shot_s)
-from fxshape.fit.calibration import calibration_dir  # noqa: E402
 from fxshape.hardware.topology import LINKS  # noqa: E402
+
+from fit_aiconfigurator import shown_path, table_path  # noqa: E402
 
 SOURCE = "ai-dynamo/aiconfigurator@095f58a51"
 #: (machine, table prefix, its NVLink, fitted here)
@@ -68,12 +70,7 @@ def load(directory=None) -> list[dict]:
     half (0: fitted where the machine is fitted, 1: held out)."""
     out = []
     for machine, prefix, link, fitted in PLAN:
-        path = os.path.join(calibration_dir(directory), "aiconfigurator",
-                            f"{prefix}_custom_allreduce_perf.csv")
-        if not os.path.exists(path):
-            raise FileNotFoundError(f"{path} not found: the aiconfigurator tables live in "
-                                    f"../shared/calibration/aiconfigurator")
-        with open(path, newline="") as f:
+        with open(table_path(f"{prefix}_custom_allreduce_perf", directory), newline="") as f:
             for r in csv.DictReader(f):
                 if r["backend"] != "vllm_graph" or r["allreduce_dtype"] != "bfloat16":
                     continue
@@ -168,9 +165,7 @@ def main(argv=None) -> int:
                    disable_numparse=True))
     if args.check:
         bad = [link for link, e in entries.items() if have.get(link) != e]
-        shown = os.path.relpath(args.out, ROOT) if os.path.abspath(args.out).startswith(ROOT) \
-            else args.out
-        print("matches " + shown if not bad else "differs for " + ", ".join(bad))
+        print("matches " + shown_path(args.out) if not bad else "differs for " + ", ".join(bad))
         return 1 if bad else 0
     return 0
 

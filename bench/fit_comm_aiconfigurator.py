@@ -51,9 +51,9 @@ from tabulate import tabulate  # noqa: E402
 from scipy.optimize import least_squares  # noqa: E402
 
 from fxshape.cost.comm import collective_time, param_key  # noqa: E402
-from fxshape.fit.calibration import calibration_dir  # noqa: E402
 from fxshape.hardware.topology import get_topology  # noqa: E402
 
+from fit_aiconfigurator import shown_path, table_path  # noqa: E402
 from fit_comm import OUT  # noqa: E402
 
 #: the constants fitted per link class and collective, all positive (fitted as logs)
@@ -78,11 +78,7 @@ def load(prefix: str, machine: str, directory=None) -> list[dict]:
     """The table's rows as ``fit_comm`` rows (one node: every GPU on the machine's
     NVSwitch), each with its half (0: fitted, 1: held out), its link class's key (``cls``)
     and the key its own constants are stored under (``key``: ``CLASS/KIND:COLLECTIVE``)."""
-    path = os.path.join(calibration_dir(directory), "aiconfigurator",
-                        f"{prefix}_nccl_perf.csv")
-    if not os.path.exists(path):
-        raise FileNotFoundError(f"{path} not found: the aiconfigurator tables live in "
-                                f"../shared/calibration/aiconfigurator")
+    path = table_path(f"{prefix}_nccl_perf", directory)
     topo = get_topology(machine)
     rows = []
     with open(path, newline="") as f:
@@ -205,9 +201,7 @@ def main(argv=None) -> int:
         have = data.get("topologies", {})
         bad = [f"{m} {k}" for m, entries in fitted.items() for k, p in entries.items()
                if have.get(m, {}).get(k) != p]
-        shown = os.path.relpath(args.out, ROOT) if os.path.abspath(args.out).startswith(ROOT) \
-            else args.out
-        print("matches " + shown if not bad else "differs: " + ", ".join(bad))
+        print("matches " + shown_path(args.out) if not bad else "differs: " + ", ".join(bad))
         return 1 if bad else 0
     for machine, entries in fitted.items():
         data.setdefault("topologies", {}).setdefault(machine, {}).update(entries)

@@ -110,8 +110,6 @@ def bus_bytes(collective: str, nbytes: int, n: int) -> float:
 
 @functools.lru_cache(maxsize=None)
 def _load(path: str) -> dict:
-    if path == "2024":  # the packaged file, of which predict_collective leaves today's out
-        path = _DEFAULT_PATH
     data = read_json(path, "collective parameter file")
     if not isinstance(data, dict) or "classes" not in data:
         raise ValueError(f"{path!r} is not a collective parameter file (written by "
@@ -235,9 +233,10 @@ def predict_collective(collective: str, nbytes: int, gpus: int, *, topology="dgx
         raise ValueError(f"send_recv is between 2 GPUs, got {n}")
     if n == 1:
         return CommPrediction(collective, 1, 1, nbytes, "none", "none", 0.0, 0.0, 0.0)
-    data = _load(os.fspath(params_path or _DEFAULT_PATH))
+    gen_2024 = params_path == "2024"  # the packaged file without today's per-collective ones
+    data = _load(_DEFAULT_PATH if gen_2024 or not params_path else os.fspath(params_path))
     own = data.get("topologies", {}).get(topo.name, {})
-    if params_path == "2024":  # Vidur's 2024 fit alone: without today's per-collective ones
+    if gen_2024:
         own = {k: v for k, v in own.items() if ":" not in k}
 
     def constants(key):

@@ -270,9 +270,8 @@ _add(GPUSpec("h100-nvl", "nvidia", "hopper", 132, 1785,
 # Source: NVIDIA H200 datasheet (NVL column: FP16/BF16 1,671, FP8 3,341, TF32 835 TFLOPS
 # sparse; FP32 60 TFLOPS; 141 GB HBM3e at 4.8 TB/s; up to 600 W); the H100 NVL's SMs and
 # clock (same GH100 configuration and peaks).
-_add(GPUSpec("h200-nvl", "nvidia", "hopper", 132, 1785,
-             Peaks(835.5, 835.5, 417.5, 60.0, 1670.5), 4800.0, 50.0, 141.0, 16, 128,
-             _HOPPER_TILES, "NVIDIA H200 datasheet (NVL)", tdp_w=600.0))
+_add(dataclasses.replace(_GPUS["h100-nvl"], name="h200-nvl", memory_bandwidth_gbs=4800.0,
+                         memory_gb=141.0, tdp_w=600.0, source="NVIDIA H200 datasheet (NVL)"))
 # Source: NVIDIA GH200 Grace Hopper Superchip datasheet (GPU: FP16/BF16 1,979, FP8 3,958,
 # TF32 989 TFLOPS sparse, FP32 67 TFLOPS; 96 GB HBM3 at 4 TB/s, or 144 GB HBM3e at 4.9 TB/s;
 # module power 450-1000 W, shared with the Grace CPU: no GPU figure); the H100 SXM5's SMs,
@@ -280,9 +279,9 @@ _add(GPUSpec("h200-nvl", "nvidia", "hopper", 132, 1785,
 _add(GPUSpec("gh200", "nvidia", "hopper", 132, 1980,
              Peaks(989.4, 989.4, 494.7, 66.9, 1978.9), 4000.0, 50.0, 96.0, 16, 128,
              _HOPPER_TILES, "NVIDIA GH200 Grace Hopper Superchip datasheet (96 GB HBM3)"))
-_add(GPUSpec("gh200-144gb", "nvidia", "hopper", 132, 1980,
-             Peaks(989.4, 989.4, 494.7, 66.9, 1978.9), 4900.0, 50.0, 144.0, 16, 128,
-             _HOPPER_TILES, "NVIDIA GH200 Grace Hopper Superchip datasheet (144 GB HBM3e)"))
+_add(dataclasses.replace(_GPUS["gh200"], name="gh200-144gb", memory_bandwidth_gbs=4900.0,
+                         memory_gb=144.0, source="NVIDIA GH200 Grace Hopper Superchip "
+                                                 "datasheet (144 GB HBM3e)"))
 # Source: NVIDIA GB200 NVL72 datasheet per GPU (rack: FP4 1,440, FP8 720, FP16/BF16 360,
 # TF32 180 PFLOPS sparse for 72 GPUs; up to 13.4 TB HBM3e at 576 TB/s; 1,200 W per GPU), FP32
 # 80 TFLOPS as Verda's per-GPU table quotes NVIDIA (verda.com/blog/gb300-nvl72-architecture);
