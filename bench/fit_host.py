@@ -20,7 +20,15 @@ others' median, report the error. ``view_s`` and ``backward_factor`` have no dat
 are sourced (pytorch/pytorch#41383: a tiny op costs about 2 us on the CPU with Python, about
 half of it Python's; the autograd engine calls backward ops from C++), and so are the
 compiled launch costs (meta-pytorch/tritonbench#1017).
-Deterministic; instant.
+
+``eager_gap_s`` (the launch regime, ``fxshape.cost.host.launch_gap_s``) is measured on a
+profiler trace of an eager run (``EAGER_TRACE`` under ``<calibration dir>/traces/``: TraceLens's
+H100 Qwen1.5-0.5B inference): between consecutive kernels of a stream whose launch call had
+returned before the previous kernel ended (queued), the median gap from one's end to the
+next's start. The script prints the same measurement on the other traces as a check (a
+graph-replayed trace's gaps are the graph regime's); where the trace folder is missing it
+keeps the packaged value and says so.
+Deterministic; a few seconds.
 """
 
 from __future__ import annotations
@@ -60,6 +68,67 @@ def overheads() -> dict:
                 "bmm": fp32[g]["overhead_s"]["bmm"]} for g in sorted(mem) if g in fp32}
 
 
+#: the eager trace ``eager_gap_s`` is measured on, and the traces it is checked on
+EAGER_TRACE = "tracelens_h100_qwen1.5-0.5b_inference.json.gz"
+GAP_SOURCE = ("; eager_gap_s: the median GPU gap between queued kernels of TraceLens's H100 "
+              "eager trace (calibration/traces/" + EAGER_TRACE + ")")
+CHECK_TRACES = ("tracelens_b200_llm_generation_eager.json.gz",
+                "tracelens_mi300x_vllm_decode_graph_replay.json.gz",
+                "tracelens_mi300x_sglang_qwen3-8b_prefill_decode.json.gz")
+
+
+def queued_gaps(path: str) -> list:
+    """Seconds from a kernel's end to the next one's start on the same stream, for every
+    kernel whose launch call (``cuda_runtime`` / ``hip`` event with its correlation id)
+    ended before the previous kernel did: the GPU had it queued, so the gap is the GPU's."""
+    import gzip
+
+    with (gzip.open(path, "rt") if path.endswith(".gz") else open(path)) as f:
+        events = json.load(f)
+    events = events["traceEvents"] if isinstance(events, dict) else events
+    launches = {e["args"]["correlation"]: e for e in events
+                if e.get("ph") == "X" and e.get("cat") in ("cuda_runtime", "hip_runtime")
+                and "correlation" in e.get("args", {})}
+    streams: dict = {}
+    for e in events:
+        if e.get("ph") == "X" and e.get("cat") == "kernel":
+            streams.setdefault((e.get("pid"), e.get("tid")), []).append(e)
+    gaps = []
+    for kernels in streams.values():
+        kernels.sort(key=lambda e: e["ts"])
+        for a, b in zip(kernels, kernels[1:]):
+            end = a["ts"] + a["dur"]
+            call = launches.get(b.get("args", {}).get("correlation"))
+            if call is not None and call["ts"] + call["dur"] < end:
+                gaps.append((b["ts"] - end) * 1e-6)  # trace times are microseconds
+    return gaps
+
+
+def eager_gap(directory=None) -> tuple:
+    """``(eager_gap_s, [(trace, queued kernels, median gap, p25, p75)])``: the measured
+    constant and the table of every trace; ``(None, [])`` without the trace folder."""
+    sys.path.insert(0, ROOT)
+    from fxshape.fit.calibration import calibration_dir
+
+    base = os.path.join(calibration_dir(directory), "traces")
+    if not os.path.exists(os.path.join(base, EAGER_TRACE)):
+        return None, []
+    table, value = [], None
+    for name in (EAGER_TRACE,) + CHECK_TRACES:
+        path = os.path.join(base, name)
+        if not os.path.exists(path):
+            continue
+        g = sorted(queued_gaps(path))
+        if not g:
+            continue
+        med = statistics.median(g)
+        if name == EAGER_TRACE:
+            value = float(f"{med:.3g}")
+        table.append((name, len(g), f"{med * 1e6:.2f}", f"{g[len(g) // 4] * 1e6:.2f}",
+                      f"{g[3 * len(g) // 4] * 1e6:.2f}"))
+    return value, table
+
+
 def fit(data: dict) -> dict:
     return {"kernel_s": statistics.median(d["elementwise"] for d in data.values()),
             "gemm_s": statistics.median(d["bmm"] for d in data.values())}
@@ -81,6 +150,7 @@ def main(argv=None) -> int:
     ap.add_argument("--out", default=OUT)
     ap.add_argument("--validate-only", action="store_true")
     ap.add_argument("--format", default="simple")
+    ap.add_argument("--calibration-dir", default=None)
     args = ap.parse_args(argv)
     data = overheads()
     params = fit(data)
@@ -90,12 +160,23 @@ def main(argv=None) -> int:
     print(tabulate(leave_one_out(data), headers=("host", "op", "measured us", "predicted us",
                                                  "error %"), tablefmt=args.format,
                    disable_numparse=True))
+    gap, table = eager_gap(args.calibration_dir)
+    if gap is None:
+        with open(OUT) as f:
+            gap = json.load(f).get("eager_gap_s", 0.0)
+        print(f"\nno {EAGER_TRACE} under the calibration folder: eager_gap_s kept at "
+              f"{gap * 1e6:.2f} us")
+    else:
+        print(f"\neager_gap_s = {gap * 1e6:.2f} us: the median gap between queued kernels "
+              f"of {EAGER_TRACE}; the other traces as a check (graph replays: ~0)")
+        print(tabulate(table, headers=("trace", "queued kernels", "median gap us", "p25",
+                                       "p75"), tablefmt=args.format, disable_numparse=True))
     if not args.validate_only:
         out = {"comment": "Written by bench/fit_host.py; do not edit.",
                "kernel_s": round(params["kernel_s"], 9), "gemm_s": round(params["gemm_s"], 9),
                "view_s": VIEW_S, "backward_factor": BACKWARD_FACTOR,
                "compiled_kernel_s": COMPILED_KERNEL_S, "compiled_graph_s": COMPILED_GRAPH_S,
-               "source": SOURCE}
+               "eager_gap_s": gap, "source": SOURCE + GAP_SOURCE}
         with open(args.out, "w") as f:
             json.dump(out, f, indent=1, sort_keys=True)
             f.write("\n")

@@ -31,7 +31,10 @@ Regimes and where their errors come from (every row held out: see each script's 
   that ``bench/fit_comm_aiconfigurator.py`` holds out;
 - ``allreduce-custom``: ``bench/fit_allreduce_aiconfigurator.py``'s held-out rows (vLLM's
   custom all-reduce under CUDA graphs: every DGX H100 row, the half of the DGX B200's its
-  constants were not fitted to).
+  constants were not fitted to);
+- ``attention-prefill``, ``attention-decode``: ``bench/fit_attention_aiconfigurator.py``'s
+  held-out layer shapes (vLLM 0.24's attention layer: FlashAttention-3 on the H100,
+  FlashInfer's TensorRT-LLM kernels on the B200; bf16 and fp8 KV caches).
 
 A record holds the rows' count, the median, 90th percentile and largest absolute error, and
 the median signed error (+: predicted slower than measured; None where any row has only its
@@ -70,6 +73,8 @@ SOURCES = {
     "step-inference": "bench/validate_quantized.py (unquantized rows)",
     "collectives": "bench/fit_comm_aiconfigurator.py (the held-out half)",
     "allreduce-custom": "bench/fit_allreduce_aiconfigurator.py (held-out rows)",
+    "attention-prefill": "bench/fit_attention_aiconfigurator.py (held-out layer shapes)",
+    "attention-decode": "bench/fit_attention_aiconfigurator.py (held-out layer shapes)",
 }
 #: the GPU of each machine the aiconfigurator tables measured
 _MACHINE_GPU = {"dgx-h100": "h100-sxm", "dgx-b200": "b200"}
@@ -186,8 +191,16 @@ def _custom_allreduce(out):
         out.setdefault((_MACHINE_GPU[r["machine"]], "allreduce-custom"), []).append((abs(e), e))
 
 
+def _attention(out):
+    import fit_attention_aiconfigurator as f
+
+    _, results, _ = f.run(check=True)
+    for r, e in results:
+        out.setdefault((get_gpu(r.gpu).name, f"attention-{r.phase}"), []).append((abs(e), e))
+
+
 COLLECTORS = (_gemm, _aiconfigurator, _block, _e2e, _training, _float8, _serving, _inference,
-              _collectives, _custom_allreduce)
+              _collectives, _custom_allreduce, _attention)
 
 
 def summarize(errors) -> dict:

@@ -237,7 +237,8 @@ def test_kernel_choice_per_gpu_dtype_and_head_dim():
 
 
 def test_bad_attention_choices_are_refused_clearly():
-    with pytest.raises(ValueError, match="accepted: 'flash', 'fa2', 'fa3', 'math'"):
+    with pytest.raises(ValueError,
+                       match="accepted: 'flash', 'fa2', 'fa3', 'trtllm', 'vllm', 'math'"):
         resolve_kernel("flash2", "h100", "bf16", 64)
     with pytest.raises(ValueError, match="Hopper GPUs only.*a100-sxm4-80gb is ampere"):
         resolve_kernel("fa3", "a100", "bf16", 64)
@@ -256,7 +257,7 @@ def test_bad_attention_choices_are_refused_clearly():
         AttentionShape(1, 8, 8, 0, 16, 64, 64)
     with pytest.raises(ValueError, match="unknown direction"):
         predict_attention(AttentionShape(1, 8, 8, 16, 16, 64, 64), direction="both")
-    assert set(ATTENTION_CHOICES) == {"flash", "fa2", "fa3", "math"}
+    assert set(ATTENTION_CHOICES) == {"flash", "fa2", "fa3", "trtllm", "vllm", "math"}
 
 
 def test_head_dim_beyond_every_kernel_is_predicted_not_crashed():

@@ -1,3 +1,5 @@
+import dataclasses
+
 import pytest
 
 from fxshape import GPUSpec, get_gpu, list_gpus
@@ -124,6 +126,8 @@ NEW_GPUS = {
     # tensor peaks quoted below the boost clock: GH200 at the H100 SXM5's 1830 MHz, the NVL
     # boards at their power-limited clock
     "gh200": None, "gh200-144gb": None, "h100-nvl": None, "h200-nvl": None,
+    # the H800 boards: the H100's configurations (their own tests cover the peaks)
+    "h800-sxm": None, "h800-pcie": None,
 }
 
 
@@ -196,7 +200,7 @@ def test_device_names_never_match_by_substring(device):
 
 
 @pytest.mark.parametrize("device,why", [
-    ("NVIDIA H800", "NVLink"), ("AMD Instinct MI250X/MI250", "pass mi250x or mi250"),
+    ("NVIDIA H800", "pass h800-sxm or h800-pcie"), ("AMD Instinct MI250X/MI250", "pass mi250x or mi250"),
     ("NVIDIA A10G", "GA102"),
 ])
 def test_device_names_without_entry_say_why(device, why):
@@ -223,3 +227,27 @@ def test_kernel_for_the_wrong_gpu_names_the_ones_that_can():
     with pytest.raises(ValueError) as exc:
         predict_block_gemm(256, 256, 256, "nvfp4", gpu="h100")
     assert "b300" in str(exc.value) and "gb200" in str(exc.value)  # every Blackwell
+
+
+def test_h800_is_an_h100_with_less_nvlink():
+    from fxshape.hardware.topology import LINKS, default_topology, get_topology
+
+    for h800, h100 in (("h800-sxm", "h100-sxm"), ("h800-pcie", "h100-pcie")):
+        a, b = get_gpu(h800), get_gpu(h100)
+        assert dataclasses.replace(a, name=b.name, source=b.source) == b
+    # 400 GB/s of NVLink in all (8 links of 25 GB/s a direction): 200 GB/s a direction,
+    # 4/9 of the H100's 18 links
+    assert LINKS["nvlink4-8"] == 200.0 == LINKS["nvlink4"] * 8 / 18
+    assert default_topology("h800-sxm") == get_topology("hgx-h800")
+    assert default_topology("h800-pcie").pair == "nvlink4-8"
+    # the switch still reduces (NVLink SHARP is the NVSwitch's): the same class as DGX H100
+    assert get_topology("hgx-h800").link_class(8, 8) == "nvswitch_nvls"
+
+
+def test_an_h800_node_all_reduces_slower_than_an_h100_node():
+    from fxshape.cost.comm import predict_collective
+
+    big = 2 ** 28  # 256 MiB: bandwidth-bound
+    h100 = predict_collective("all_reduce", big, 8, topology="dgx-h100").time_s
+    h800 = predict_collective("all_reduce", big, 8, topology="hgx-h800").time_s
+    assert h800 > 1.5 * h100

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from ..cost.host import eager_timeline, host_params
+from ..cost.host import eager_timeline, host_params, launch_gap_s
 from ..cost.memops import kernel_time, memop_family
 from ..cost.optimizer import optimizer_passes
 from ..hardware.gpus import get_gpu
@@ -27,6 +27,7 @@ from .opcost import Kernel, Sizes, _is_view, dropout_chains, matmul_copies, node
 from .rows import Unsupported
 
 __all__ = ["OpRecord", "Step", "CLASSES", "EXECUTIONS", "op_records", "step_of", "loss_of",
+           "launch_regime", "regime_gaps",
            "check_execution", "model_float_dtype", "run_dtype", "attribute_modules", "phase_of"]
 
 #: the classes a step's time is split into (``Step.by_class``)
@@ -293,8 +294,49 @@ def op_records(gm, rows, *, spec, dkey, module_of, vocab_size=None, execution="e
     ``"compiled"`` or ``"cudagraphs"``: the memory-bound ops as Inductor's fused kernels
     (:func:`compiled_records`)."""
     if execution != "eager":
-        return compiled_records(gm, rows, spec=spec, dkey=dkey, module_of=module_of,
-                                vocab_size=vocab_size, cuda_graphs=execution == "cudagraphs")
+        records, unsupported, notes = compiled_records(
+            gm, rows, spec=spec, dkey=dkey, module_of=module_of, vocab_size=vocab_size,
+            cuda_graphs=execution == "cudagraphs")
+        return launch_regime(records, execution, spec), unsupported, notes
+    records, unsupported, notes = _eager_records(gm, rows, spec=spec, dkey=dkey,
+                                                 module_of=module_of, vocab_size=vocab_size)
+    return launch_regime(records, execution, spec), unsupported, notes
+
+
+#: record classes whose kernels the GEMM fit's constants price (their fixed cost per kernel
+#: is that fit's ``launch_s``, measured in its timing regime); the others (memory-bound
+#: kernels: ``fxshape.cost.memops``) were timed as single eager launches
+_GEMM_TIMED = ("gemm", "attention")
+
+
+def regime_gaps(execution: str, spec) -> dict:
+    """``{record class: seconds per kernel}`` that :func:`launch_regime` adds under
+    ``execution`` on ``spec`` (what a re-pricing of the same kernels adds too:
+    ``fxshape.serving.batch``)."""
+    from ..cost.gemm import CURRENT_LIBRARY, constants_library
+
+    hp = host_params()
+    graph_gemm = constants_library(spec) == CURRENT_LIBRARY
+    return {cls: launch_gap_s(execution, graph_gemm if cls in _GEMM_TIMED else False, hp)
+            for cls in ("gemm", "attention", "memory")}
+
+
+def launch_regime(records, execution: str, spec) -> list:
+    """``records`` with each kernel's time in ``execution``'s launch regime
+    (:func:`fxshape.cost.host.launch_gap_s`): a host-launched kernel priced with constants
+    fitted on CUDA-graph replays (today's H100 and B200 GEMMs and attention) pays the gap
+    between queued eager launches; the others keep their fitted time."""
+    gaps = regime_gaps(execution, spec)
+    out = []
+    for r in records:
+        gap = gaps.get(r.cls, 0.0)
+        if gap and r.kernels and r.time_s > 0:
+            r = dataclasses.replace(r, time_s=r.time_s + gap * r.kernels)
+        out.append(r)
+    return out
+
+
+def _eager_records(gm, rows, *, spec, dkey, module_of, vocab_size=None):
     hp = host_params()
     run, sizes, roles, phases, owner, by_node = _context(gm, rows, dkey, module_of)
     loss_nodes, loss_records, notes = _loss(gm, sizes, spec, run, hp, vocab_size, owner)

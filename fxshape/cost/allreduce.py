@@ -78,7 +78,7 @@ import functools
 import os
 from dataclasses import asdict, dataclass
 
-from ..hardware.topology import LINKS, Topology, get_topology
+from ..hardware.topology import LINKS, Topology, get_topology, link_generation
 from .memops import kernel_time
 from .paramfile import read_json
 
@@ -210,7 +210,8 @@ def symm_copies_s(nbytes: float, gpu) -> float:
 def has_multicast(topo: Topology, n: int) -> bool:
     """Can symmetric memory use the switch's multicast (NVLink SHARP) for ``n`` GPUs of
     ``topo``: Hopper's or Blackwell's NVSwitch, every GPU in one node."""
-    return bool(topo.switch) and topo.link_for(n, n) in VLLM_SYMM and n <= topo.gpus_per_node
+    return bool(topo.switch) and link_generation(topo.link_for(n, n)) in VLLM_SYMM \
+        and n <= topo.gpus_per_node
 
 
 def nccl_protocols(nbytes: float, n: int, ring_busbw_gbs: float, hop: str) -> dict:
@@ -291,7 +292,7 @@ def predict_allreduce(nbytes: int, gpus: int, *, algorithm: str = "auto",
         return AllReduceTime(algorithm, "none", 1, nbytes, "none", 0.0, "one GPU")
     link = topo.link_for(gpus, gpus)
     nvlink_all = link.startswith("nvlink") and (topo.switch or gpus == 2)
-    multicast = link if has_multicast(topo, gpus) else None
+    multicast = link_generation(link) if has_multicast(topo, gpus) else None
     if algorithm == "auto":
         chosen, why = vllm_choice(nbytes, gpus, nvlink_all=nvlink_all, multicast=multicast)
     else:
@@ -319,5 +320,5 @@ def predict_allreduce(nbytes: int, gpus: int, *, algorithm: str = "auto",
               "symm-two-shot": two_shot_s}[chosen]
     t = kernel(p, nbytes, gpus, LINKS[link])
     if chosen in ("multimem", "symm-two-shot"):  # vLLM copies into the buffer and out
-        t += symm_copies_s(nbytes, gpu or _LINK_GPU[link])
+        t += symm_copies_s(nbytes, gpu or _LINK_GPU[link_generation(link)])
     return AllReduceTime(algorithm, chosen, gpus, nbytes, link, t, why)

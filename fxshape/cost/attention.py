@@ -31,6 +31,13 @@ Constants are fitted by ``bench/fit_attention.py`` to ``../shared/calibration/at
 instruction's rate, clocks per block), so other GPUs get predictions from their own SM
 count, clocks, tensor-core and FP32 rates, SFUs, L2 and DRAM bandwidth; those predictions
 are not validated against measurements (``AttentionPrediction.validated`` says which are).
+
+Today's kernels (issue 50) have forward constants of their own (:class:`KernelParams`, the
+``kernels`` section of the same file), fitted by ``bench/fit_attention_aiconfigurator.py`` on
+vLLM 0.24's attention layer as aiconfigurator timed it: FlashAttention-3 on the H100 and
+FlashInfer's TensorRT-LLM kernels (``"trtllm"``, tcgen05, datacenter Blackwell) on the B200.
+``attention="vllm"`` runs what vLLM picks on the GPU. ``AttentionShape.window`` prices a
+sliding window by the K/V blocks inside its band.
 """
 
 from __future__ import annotations
@@ -43,24 +50,33 @@ from dataclasses import asdict, dataclass, replace
 from ..hardware.dtypes import canonical_dtype, itemsize, kv_format
 from ..hardware.gpus import GPUSpec, get_gpu, gpus_of_arch
 
-__all__ = ["AttentionShape", "AttentionParams", "AttentionPrediction", "predict_attention",
-           "resolve_kernel", "attention_params", "ATTENTION_CHOICES", "KERNELS",
-           "FLASH_HEAD_DIMS", "FA3_HEAD_DIMS", "flash_head_dim", "DIRECTIONS",
-           "forget_params_files"]
+__all__ = ["AttentionShape", "AttentionParams", "AttentionPrediction", "KernelParams",
+           "predict_attention", "resolve_kernel", "attention_params", "kernel_params",
+           "ATTENTION_CHOICES", "KERNELS", "FLASH_HEAD_DIMS", "FA3_HEAD_DIMS",
+           "TRTLLM_HEAD_DIMS", "flash_head_dim", "DIRECTIONS", "forget_params_files"]
 
 #: what ``analyze(..., attention=)`` accepts: ``"flash"`` is what PyTorch's
 #: ``scaled_dot_product_attention`` runs on the GPU; the others name a kernel.
-ATTENTION_CHOICES = ("flash", "fa2", "fa3", "math")
+#: ``"trtllm"``: FlashInfer's TensorRT-LLM kernels (datacenter Blackwell); ``"vllm"``: the
+#: kernel vLLM picks on the GPU (:func:`resolve_kernel` says which).
+ATTENTION_CHOICES = ("flash", "fa2", "fa3", "trtllm", "vllm", "math")
 #: kernels the model predicts (``mem_efficient``: PyTorch's flash backend is sm80+, so Volta
 #: and Turing run the CUTLASS memory-efficient kernel, the same algorithm)
-KERNELS = ("fa2", "fa3", "mem_efficient", "math")
+KERNELS = ("fa2", "fa3", "trtllm", "mem_efficient", "math")
 DIRECTIONS = ("forward", "backward")
 #: head dimensions FlashAttention-2 is compiled for; others run padded up to the next
 FLASH_HEAD_DIMS = (32, 64, 96, 128, 160, 192, 224, 256)
 #: head dimensions FlashAttention-3 is compiled for
 FA3_HEAD_DIMS = (64, 96, 128, 192, 256)
+#: head dimensions FlashInfer's TensorRT-LLM (trtllm-gen) attention kernels take, as vLLM
+#: 0.24 runs them (aiconfigurator's B200 tables: 64, 128, 256 and 512; vLLM sends 192 to
+#: its Triton kernel)
+TRTLLM_HEAD_DIMS = (64, 128, 256, 512)
 _FUSED_DTYPES = {"fa2": ("fp16", "bf16"), "mem_efficient": ("fp16", "bf16", "fp32"),
-                 "fa3": ("fp16", "bf16", "fp8")}
+                 "fa3": ("fp16", "bf16", "fp8"), "trtllm": ("fp16", "bf16", "fp8")}
+# kernels whose forward has constants of its own, fitted on today's library
+# (bench/fit_attention_aiconfigurator.py; the ``kernels`` section of attention_params.json)
+_KERNEL_TABLE_KERNELS = ("fa3", "trtllm")
 # architectures whose native tensor-core instruction is not Ampere's mma.sync (FA2 and the
 # memory-efficient kernel use mma.sync there, at a fraction of the dense peak)
 _NEWER_MMA = ("hopper", "blackwell")
@@ -69,7 +85,8 @@ _NEWER_MMA = ("hopper", "blackwell")
 # Volta (CUDA C++ Programming Guide, "Shared Memory"); AMD CDNA's LDS also serves 128 bytes
 # per clock per CU (CDNA ISA guides).
 _SMEM_BYTES_PER_CLK = 128
-_MEASURED = {(k, "hopper", d) for k in ("fa2", "fa3", "math") for d in DIRECTIONS}
+_MEASURED = {(k, "hopper", d) for k in ("fa2", "fa3", "math") for d in DIRECTIONS} | \
+    {("trtllm", "blackwell", "forward")}
 _DEFAULT_PARAMS_PATH = os.path.join(os.path.dirname(os.path.dirname(__file__)), "data",
                                     "attention_params.json")
 
@@ -99,6 +116,9 @@ class AttentionShape:
     head_dim: int
     head_dim_v: int
     causal: bool = False
+    #: sliding-window attention (Mistral, Gemma, gpt-oss): each query sees at most the
+    #: ``window`` keys ending at its own position (causal); 0: no window
+    window: int = 0
 
     def __post_init__(self):
         for name in ("batch", "heads", "kv_heads", "seq_q", "seq_k", "head_dim", "head_dim_v"):
@@ -108,20 +128,33 @@ class AttentionShape:
         if self.heads % self.kv_heads:
             raise ValueError(f"{self.heads} query heads cannot share {self.kv_heads} K/V heads "
                              "(kv_heads must divide heads)")
+        w = self.window
+        if isinstance(w, bool) or not isinstance(w, int) or w < 0:
+            raise ValueError(f"attention window must be a non-negative integer (0: none), "
+                             f"got {w!r}")
+        if w and not self.causal:
+            raise ValueError("a sliding window (window > 0) needs causal=True: the window "
+                             "ends at each query's own position")
 
     @property
     def causal_fraction(self) -> float:
         """Fraction of the score matrix a causal mask keeps: 1/2 when ``seq_q == seq_k``
         (the papers' convention), else the exact top-left-aligned share, as
-        ``F.scaled_dot_product_attention(is_causal=True)`` masks."""
+        ``F.scaled_dot_product_attention(is_causal=True)`` masks. With a sliding window,
+        the exact share of the band it keeps."""
         if not self.causal:
             return 1.0
-        sq, sk = self.seq_q, self.seq_k
-        if sq == sk:
+        sq, sk, w = self.seq_q, self.seq_k, self.window
+        if sq == sk and (not w or w >= sq):
             return 0.5
-        # query row i keeps min(i + 1, sk) keys: a triangle, then full rows past sk
-        kept = min(sq, sk) * (min(sq, sk) + 1) // 2 + max(0, sq - sk) * sk
-        return kept / (sq * sk)
+
+        def kept(rows):  # keys kept by the first ``rows`` query rows under a causal mask
+            m = min(rows, sk)
+            return m * (m + 1) // 2 + max(0, rows - sk) * sk
+
+        # row i keeps keys (i - w, i]: its causal count less the causal count of row i - w
+        k = kept(sq) - (kept(sq - w) if w and sq > w else 0)
+        return k / (sq * sk)
 
     def flops(self, direction: str = "forward") -> int:
         """The papers' FLOP count: forward ``2·b·h·sq·sk·(d + dv)`` (= 4·b·h·s²·d), backward
@@ -177,6 +210,45 @@ class AttentionParams:
 
 
 @dataclass(frozen=True)
+class KernelParams:
+    """Constants of one library's forward kernel as it runs today, fitted on that library's
+    own measurements (``bench/fit_attention_aiconfigurator.py``: vLLM 0.24's FlashAttention-3
+    on H100, FlashInfer's TensorRT-LLM kernels on B200) and read from the ``kernels`` section
+    of ``attention_params.json``. They replace :class:`AttentionParams`' shared per-block
+    and per-CTA constants for that kernel's forward; its backward (FA3) keeps the older fit.
+
+    Attributes:
+        mma_frac: fraction of the GEMM model's large-tile rate the kernel's MMAs reach.
+        block_cycles: fixed SM clocks per K/V block of a CTA's loop.
+        cta_cycles: fixed SM clocks per CTA (prologue, Q load, epilogue).
+        call_s: fixed seconds per call beside the launch (the small kernels a serving
+            engine's attention layer runs with it: scheduler metadata, sequence offsets).
+        row_cycles: fixed SM clocks per query row of a CTA's tile, beside ``cta_cycles``:
+            what a tile costs that is not in its K/V loop (normalizing and storing each
+            row's output; in vLLM, reading the paged cache through its block table). It
+            shows where a CTA runs few K/V blocks (sliding windows, prompts of a few hundred
+            tokens): vLLM's FA3 on the H100 spends ~10 µs per 128-row tile there.
+        layer_kv_bytes: DRAM bytes per new key or value element that the serving engine's
+            attention layer moves beside the kernel (vLLM: writing the paged KV cache and
+            the copies around it). Not part of :func:`predict_attention` (fxshape prices a
+            cache write where the captured graph has one); the fit and the validation of
+            vLLM's layer add it (``bench/fit_attention_aiconfigurator.py``).
+        source: what the constants were fitted on.
+    """
+
+    mma_frac: float
+    block_cycles: float
+    cta_cycles: float
+    call_s: float
+    row_cycles: float = 0.0
+    layer_kv_bytes: float = 0.0
+    source: str = ""
+
+    FIELDS = ("mma_frac", "block_cycles", "cta_cycles", "call_s", "row_cycles",
+              "layer_kv_bytes")
+
+
+@dataclass(frozen=True)
 class AttentionPrediction:
     """What the model predicts for one attention call. Times in seconds."""
 
@@ -220,6 +292,32 @@ def _load(path: str) -> AttentionParams:
     with open(path) as f:
         data = json.load(f)
     return AttentionParams(**{k: float(data["params"][k]) for k in AttentionParams.FIELDS})
+
+
+@functools.lru_cache(maxsize=None)
+def _kernel_table(path: str) -> dict:
+    """``{kernel: KernelParams}`` from the ``kernels`` section of an attention parameter
+    file (empty where it has none)."""
+    with open(path) as f:
+        data = json.load(f)
+    out = {}
+    for name, entry in (data.get("kernels") or {}).items():
+        if name not in _KERNEL_TABLE_KERNELS:
+            raise ValueError(f"{path!r}: the kernels section names {name!r}; accepted: "
+                             f"{', '.join(_KERNEL_TABLE_KERNELS)}")
+        try:
+            out[name] = KernelParams(**{k: float(entry[k]) for k in KernelParams.FIELDS},
+                                     source=str(entry.get("source", "")))
+        except (KeyError, TypeError, ValueError) as exc:
+            raise ValueError(f"{path!r}: kernel {name!r} lacks or mangles {exc}; it needs "
+                             + ", ".join(KernelParams.FIELDS)) from None
+    return out
+
+
+def kernel_params(kernel: str, params_path: str | None = None) -> KernelParams | None:
+    """The fitted constants of ``kernel``'s forward as today's library runs it, or None
+    where the kernel shares :class:`AttentionParams`' constants."""
+    return _kernel_table(_params_path(params_path)).get(kernel)
 
 
 def _params_path(params_path: str | None) -> str:
@@ -269,6 +367,7 @@ def _overlay(path: str) -> dict | None:
 def forget_params_files() -> None:
     """Drop the cached reading of parameter files (after one is rewritten)."""
     _load.cache_clear()
+    _kernel_table.cache_clear()
     _overlay.cache_clear()
     _predict_cached.cache_clear()
 
@@ -282,13 +381,21 @@ def resolve_kernel(attention: str, gpu, dtype, head_dim: int) -> tuple[str, str]
     and head dimension.
 
     ``"flash"`` is what PyTorch's ``scaled_dot_product_attention`` picks: FlashAttention-2 on
-    sm80+ NVIDIA GPUs and AMD (the ROCm flash backend), the memory-efficient kernel on Volta
-    and Turing, the math path where no fused kernel takes the dtype or head dimension (fp32
-    on sm80+, head_dim > 256), said in the note.
+    sm80+ NVIDIA GPUs (Hopper and Blackwell included: PyTorch 2.13 ships FA2 and prefers it
+    over cuDNN) and AMD (the ROCm flash backend), the memory-efficient kernel on Volta and
+    Turing, the math path where no fused kernel takes the dtype or head dimension (fp32 on
+    sm80+, head_dim > 256), said in the note.
+
+    ``"vllm"`` is what vLLM 0.24 runs (its attention backend's default): FlashAttention-3 on
+    Hopper, FlashInfer's TensorRT-LLM kernels (``"trtllm"``) on datacenter Blackwell,
+    FlashAttention-2 elsewhere. Where vLLM runs a kernel the model does not have (Triton
+    attention for head_dim 192 on Blackwell, FlashAttention-4 for head_dim 512 on Hopper,
+    ROCm's kernels on AMD), the nearest modelled kernel prices it and the note says so.
 
     Raises:
-        ValueError: an unknown choice; ``"fa3"`` on a GPU that is not Hopper, or with a dtype
-            or head dimension FA3 does not take; ``"fa2"`` with a dtype or head dimension
+        ValueError: an unknown choice; ``"fa3"`` on a GPU that is not Hopper, ``"trtllm"``
+            on one that is not datacenter Blackwell, or either with a dtype or head
+            dimension the kernel does not take; ``"fa2"`` with a dtype or head dimension
             FA2 does not take.
     """
     if attention not in ATTENTION_CHOICES:
@@ -298,6 +405,8 @@ def resolve_kernel(attention: str, gpu, dtype, head_dim: int) -> tuple[str, str]
     dkey = canonical_dtype(dtype)
     if attention == "math":
         return "math", ""
+    if attention == "vllm":
+        return _vllm_kernel(spec, dkey, head_dim)
     if attention == "fa3":
         if spec.arch != "hopper":
             raise ValueError(f"attention='fa3' (FlashAttention-3) runs on Hopper GPUs only "
@@ -307,6 +416,19 @@ def resolve_kernel(attention: str, gpu, dtype, head_dim: int) -> tuple[str, str]
             raise ValueError(f"FlashAttention-3 takes fp16/bf16/fp8 and head_dim <= 256; got "
                              f"{dkey}, head_dim {head_dim}")
         return "fa3", ""
+    if attention == "trtllm":
+        if not spec.tcgen05:
+            from ..hardware.gpus import list_gpus
+
+            able = ", ".join(n for n in list_gpus() if get_gpu(n).tcgen05)
+            raise ValueError(f"attention='trtllm' (FlashInfer's TensorRT-LLM kernels) runs on "
+                             f"datacenter Blackwell GPUs only ({able}); {spec.name} is not "
+                             "one. Use 'flash', 'vllm' or 'math'.")
+        if dkey not in _FUSED_DTYPES["trtllm"] or head_dim > TRTLLM_HEAD_DIMS[-1]:
+            raise ValueError(f"the TensorRT-LLM attention kernels take fp16/bf16/fp8 and "
+                             f"head_dim <= {TRTLLM_HEAD_DIMS[-1]}; got {dkey}, head_dim "
+                             f"{head_dim}")
+        return "trtllm", ""
     fused = "mem_efficient" if spec.arch in ("volta", "turing") else "fa2"
     ok = dkey in _FUSED_DTYPES[fused] and head_dim <= FLASH_HEAD_DIMS[-1]
     if attention == "fa2":
@@ -324,6 +446,45 @@ def resolve_kernel(attention: str, gpu, dtype, head_dim: int) -> tuple[str, str]
     return fused, ""
 
 
+def _vllm_kernel(spec: GPUSpec, dkey: str, head_dim: int) -> tuple[str, str]:
+    """``attention="vllm"``: the kernel vLLM 0.24's default attention backend runs (as
+    aiconfigurator's vLLM tables record it on H100 and B200), with a note where the model
+    prices it as another kernel."""
+    if dkey not in ("fp16", "bf16", "fp8"):
+        raise ValueError(f"vLLM's attention kernels take fp16/bf16/fp8 inputs; got {dkey}")
+    if spec.tcgen05:
+        if head_dim in (160, 192):
+            return "trtllm", ("vLLM runs its Triton attention kernel for head_dim "
+                              f"{head_dim} on {spec.name}: priced as the TensorRT-LLM kernel "
+                              "at head_dim 256, not validated (on the B200 the Triton kernel "
+                              "measures ~3.5x slower in prefill, ~1.5x in decode: "
+                              "bench/fit_attention_aiconfigurator.py)")
+        if head_dim > TRTLLM_HEAD_DIMS[-1]:
+            raise ValueError(f"vLLM has no attention kernel for head_dim {head_dim} on "
+                             f"{spec.name} (at most {TRTLLM_HEAD_DIMS[-1]})")
+        return "trtllm", ""
+    if spec.arch == "hopper":
+        if head_dim > FA3_HEAD_DIMS[-1]:
+            if head_dim > 512:
+                raise ValueError(f"vLLM has no attention kernel for head_dim {head_dim} on "
+                                 f"{spec.name} (at most 512)")
+            return "fa3", (f"vLLM runs FlashAttention-4 for head_dim {head_dim} on Hopper: "
+                           "priced as FlashAttention-3 at that head_dim, not validated (on "
+                           "the H100 FA4 measures ~1.3x slower in prefill, ~1.8x in decode: "
+                           "bench/fit_attention_aiconfigurator.py)")
+        return "fa3", ""
+    if spec.arch in ("volta", "turing"):
+        raise ValueError(f"vLLM 0.24 needs compute capability 8.0 or newer; {spec.name} is "
+                         f"{spec.arch}")
+    if dkey == "fp8" or head_dim > FLASH_HEAD_DIMS[-1]:
+        raise ValueError(f"vLLM's FlashAttention-2 path on {spec.name} takes fp16/bf16 and "
+                         f"head_dim <= 256; got {dkey}, head_dim {head_dim}")
+    note = "" if spec.vendor == "nvidia" else \
+        (f"vLLM runs ROCm's attention kernels on {spec.name}: priced as FlashAttention-2 "
+         "(not validated)")
+    return "fa2", note
+
+
 # ---------------------------------------------------------------------------------------
 # Tiles
 # ---------------------------------------------------------------------------------------
@@ -334,6 +495,10 @@ def _tile(kernel: str, arch: str, direction: str, d: int) -> tuple[int, int]:
     sm80/sm90, FA3's ``hopper/`` templates, PyTorch's CUTLASS memory-efficient kernel)."""
     if kernel == "mem_efficient":
         return (64, 64)
+    if kernel == "trtllm":
+        # tcgen05 kernels (trtllm-gen, as FlashAttention-4): two 128-row Q tiles per CTA
+        # ping-pong their softmax against the MMAs in tensor memory; one above head_dim 128
+        return (256, 128) if d <= 128 else (128, 128) if d <= 256 else (128, 64)
     if kernel == "fa3":
         if direction == "forward":
             return (192, 128) if d <= 64 else (128, 128) if d <= 128 else (128, 80)
@@ -364,18 +529,35 @@ def _imbalance(blocks: list[int], per_cta: int, sms: int) -> tuple[float, float,
 
 
 def _fused(shape: AttentionShape, direction: str, kernel: str, spec: GPUSpec, dkey: str,
-           gp, ap: AttentionParams):
-    """Figures of a fused kernel: (time, tile, run_d, ctas, waves, wave_eff, t_comp, t_mem)."""
+           gp, ap: AttentionParams, kp: KernelParams | None = None, kv_key: str | None = None):
+    """Figures of a fused kernel: (time, tile, run_d, ctas, waves, wave_eff, t_comp, t_mem).
+    ``kp``: the kernel's own forward constants (today's library), else the shared ones;
+    ``kv_key``: an fp8 KV cache, whose prefill quantizes Q, K and V first."""
     fa3 = kernel == "fa3"
-    d = flash_head_dim(shape.head_dim, FA3_HEAD_DIMS if fa3 else FLASH_HEAD_DIMS)
-    dv = flash_head_dim(shape.head_dim_v, FA3_HEAD_DIMS if fa3 else FLASH_HEAD_DIMS)
+    tc05 = kernel == "trtllm"
+    overlapped = fa3 or tc05  # warp-specialized: the softmax overlaps the MMAs
+    dims = FA3_HEAD_DIMS if fa3 else TRTLLM_HEAD_DIMS if tc05 else FLASH_HEAD_DIMS
+    d = flash_head_dim(shape.head_dim, dims)
+    dv = flash_head_dim(shape.head_dim_v, dims)
     run_d = max(d, dv)
     br, bc = _tile(kernel, spec.arch, direction, run_d)
     e = itemsize(dkey)
     clock = spec.boost_clock_mhz * 1e6
     sms = spec.sm_count
     peak = spec.peak_tflops(dkey) * 1e12
-    if fa3:
+    # FA3 packs the query heads that share a K/V head into one tile's rows where that
+    # fills the tile better (its should_pack_gqa)
+    group = shape.heads // shape.kv_heads if direction == "forward" and fa3 else 1
+    if group > 1:
+        def fill(rows):
+            return rows / (-(-rows // br) * br)
+        if not fill(shape.seq_q) < 0.9 * fill(shape.seq_q * group):
+            group = 1
+    own = kp if (kp is not None and direction == "forward") else None
+    block_cycles = own.block_cycles if own else ap.block_cycles
+    if own:
+        mma_eff = gp.e_max * own.mma_frac
+    elif fa3:
         mma_eff = gp.e_max * ap.fa3_mma_frac
     else:  # mma.sync: the native instruction before Hopper, a fraction of wgmma's rate after
         mma_eff = gp.e_max * (ap.sync_mma_frac if spec.arch in _NEWER_MMA else 1.0)
@@ -385,21 +567,22 @@ def _fused(shape: AttentionShape, direction: str, kernel: str, spec: GPUSpec, dk
     lanes = spec.fp32_lanes_per_sm
     l2 = gp.l2_bytes_per_clk_per_sm
     scores = br * bc
-    warps = 8 if (run_d > 128 and not fa3) else 4
+    warps = 8 if (run_d > 128 and not overlapped) else 4
     exp = scores / spec.sfu_per_clk_per_sm
     if direction == "forward":
         mma = 2.0 * scores * (d + dv) / rate
         fp32 = scores * ap.fp32_ops_per_score / lanes
         other = br * dv / lanes  # online softmax: rescale the output tile each block
         load = bc * (d + dv) * e / l2  # the next K and V tiles
-        if not fa3:
+        if not overlapped:
             # mma.sync takes its operands from registers that each warp loads from shared
             # memory: the Q rows it owns and the whole K and V tiles (FA2 splits Q over its
             # warps: 4, or 8 above head_dim 128). Hopper's tensor cores outrun that stream.
             smem = 2.0 * (d * (br + warps * bc) + warps * bc * dv) / _SMEM_BYTES_PER_CLK
             mma = max(mma, smem)
         # a CTA loads its Q tile and stores its O tile at what one SM streams alone
-        cta = ap.cta_cycles + br * (d + dv) * e * 2 / gp.sm_stream_bytes_per_clk
+        cta = (own.cta_cycles + min(br, shape.seq_q * group) * own.row_cycles if own
+               else ap.cta_cycles) + br * (d + dv) * e * 2 / gp.sm_stream_bytes_per_clk
     else:
         # recompute S = QKᵀ, dP = dO·Vᵀ, dV += Pᵀ·dO, dK += dSᵀ·Q, dQ += dS·K
         mma = 2.0 * scores * (3 * d + 2 * dv) / rate
@@ -410,27 +593,35 @@ def _fused(shape: AttentionShape, direction: str, kernel: str, spec: GPUSpec, dk
         # a CTA loads its K and V tiles and stores dK and dV
         cta = ap.bwd_cta_cycles + bc * (d + dv) * e * 2 / gp.sm_stream_bytes_per_clk
     soft = max(exp, fp32) + other
-    # FA2 runs the softmax between its GEMMs; FA3's ping-pong warpgroups overlap the two,
-    # as imperfectly as the GEMM fit says compute and memory overlap on this GPU (smooth_q)
-    block = _smooth_max(mma, soft, gp.smooth_q) if fa3 else mma + soft
+    # FA2 runs the softmax between its GEMMs; FA3's (and the tcgen05 kernels') ping-pong
+    # warpgroups overlap the two, as imperfectly as the GEMM fit says compute and memory
+    # overlap on this GPU (smooth_q)
+    block = _smooth_max(mma, soft, gp.smooth_q) if overlapped else mma + soft
     # the fixed per-block cost (barriers, pipeline waits) is paid per warp: FA2 runs 4
     # warps per CTA, 8 above head_dim 128 (FA3's warpgroups: counted as 4)
-    block = max(block, load) + ap.block_cycles * warps / 4
+    block = max(block, load) + block_cycles * warps / 4
     b, h = shape.batch, shape.heads
-    sq, sk = shape.seq_q, shape.seq_k
+    sq, sk, w = shape.seq_q, shape.seq_k, shape.window
     if direction == "forward":
-        # one CTA per (batch, head, block of Br query rows), looping over K/V blocks
-        nq = -(-sq // br)
+        # one CTA per (batch, head, block of Br query rows), looping over K/V blocks; packed:
+        # per (batch, K/V head, block of Br rows of (query, head) pairs)
+        rows = sq * group
+        nq = -(-rows // br)
         if shape.causal:
-            blocks = [-(-min(sk, (i + 1) * br) // bc) for i in range(nq)]
+            # query block i sees keys up to its last row, and from (its first row - w) on
+            blocks = [-(-min(sk, (min(rows, (i + 1) * br) - 1) // group + 1) // bc)
+                      - (max(0, (i * br) // group - w + 1) // bc if w else 0)
+                      for i in range(nq)]
         else:
             blocks = [-(-sk // bc)]
-        per_cta = b * h * (nq if not shape.causal else 1)
+        per_cta = b * (h // group) * (nq if not shape.causal else 1)
     else:
         # one CTA per (batch, head, block of Bc key rows), looping over query blocks
         nk = -(-sk // bc)
         if shape.causal:
-            blocks = [max(1, -(-(sq - j * bc) // br)) for j in range(nk)]
+            # key block j is seen by the queries from its first row (to its last + w)
+            blocks = [max(1, -(-((min(sq, (j + 1) * bc + w - 1) if w else sq) - j * bc)
+                               // br)) for j in range(nk)]
         else:
             blocks = [-(-sq // br)]
         per_cta = b * h * (nk if not shape.causal else 1)
@@ -458,6 +649,12 @@ def _fused(shape: AttentionShape, direction: str, kernel: str, spec: GPUSpec, dk
         launches = 3
     t_mem = nbytes / bw
     t = _smooth_max(t_comp, t_mem, gp.smooth_q) + launches * gp.launch_s
+    if own:
+        t += own.call_s
+    if kv_key == "fp8" and direction == "forward" and e > 1:
+        # an fp8 KV cache: the kernel reads K and V from it in fp8, so Q is quantized to
+        # fp8 first (read at e bytes, written at 1), one more launch
+        t += (e + 1) * q_rows * d / bw + gp.launch_s
     wave_eff = ctas * mean / (waves * sms * longest)
     return t, (br, bc), run_d, ctas, waves, wave_eff, t_comp, t_mem
 
@@ -537,33 +734,47 @@ def predict_attention(shape: AttentionShape, *, direction: str = "forward",
     # constants from it), key the cache
     return _predict_cached(shape, direction, attention, dkey, spec,
                            attention_params(params_path, spec), resolve_params_path(),
-                           kv_key, page_size)
+                           kv_key, page_size, _params_path(params_path))
 
 
 @functools.lru_cache(maxsize=1 << 14)
 def _predict_cached(shape, direction, attention, dkey, spec, ap, gemm_path, kv_key=None,
-                    page_size=None) -> AttentionPrediction:
+                    page_size=None, path=None) -> AttentionPrediction:
     from .decode_attention import is_decode_shape
 
-    pred = predict_with(ap, shape, direction, attention, dkey, spec)
-    if direction == "forward" and pred.kernel != "math" and \
+    from .gemm import LIBRARY_GENERATIONS
+
+    # an older library generation in force (params="2024") prices the kernels as they were
+    # then: the shared constants, without today's per-kernel ones
+    kernels = {} if gemm_path in LIBRARY_GENERATIONS.values() else \
+        _kernel_table(path or _params_path(None))
+    if direction == "forward" and attention != "math" and \
             is_decode_shape(shape.seq_q, shape.seq_k):
-        return _decode(pred, shape, dkey, kv_key, page_size, spec)
-    return pred
+        pred = predict_with(ap, shape, direction, attention, dkey, spec, kernels=kernels)
+        if pred.kernel != "math":
+            return _decode(pred, shape, dkey, kv_key, page_size, spec,
+                           today=bool(kernels))
+        return pred
+    return predict_with(ap, shape, direction, attention, dkey, spec, kernels=kernels,
+                        kv_key=kv_key)
 
 
 def _decode(pred: AttentionPrediction, shape: AttentionShape, dkey: str, kv_key, page_size,
-            spec: GPUSpec) -> AttentionPrediction:
-    """``pred`` (the fused kernel chosen) re-predicted on its split-KV decode path."""
+            spec: GPUSpec, today: bool = True) -> AttentionPrediction:
+    """``pred`` (the fused kernel chosen) re-predicted on its split-KV decode path (with the
+    kernel's own decode constants, unless ``today`` is False: an older generation)."""
     from .decode_attention import kv_block_tokens, predict_decode
     from .notes import join_notes
 
     item = itemsize(dkey)
-    dp = predict_decode(shape.batch, shape.heads, shape.kv_heads, shape.seq_q, shape.seq_k,
+    # a sliding window reads only the window's keys
+    context = min(shape.seq_k, shape.window) if shape.window else shape.seq_k
+    dp = predict_decode(shape.batch, shape.heads, shape.kv_heads, shape.seq_q, context,
                         shape.head_dim, gpu=spec, itemsize=item,
                         kv_itemsize=kv_format(kv_key)[1] if kv_key else item,
                         page_size=page_size,
-                        head_dim_v=shape.head_dim_v, peak_tflops=spec.peak_tflops(dkey))
+                        head_dim_v=shape.head_dim_v, peak_tflops=spec.peak_tflops(dkey),
+                        kernel=pred.kernel if today else None)
     split = (f"split-KV over {dp.splits} splits and a combine kernel" if dp.splits > 1
              else "one CTA per KV head and query block, no split")
     kv = f"; {kv_key} KV cache" if kv_key and kv_key != dkey else ""
@@ -582,13 +793,22 @@ def _decode(pred: AttentionPrediction, shape: AttentionShape, dkey: str, kv_key,
 
 
 def predict_with(ap: AttentionParams, shape: AttentionShape, direction: str, attention: str,
-                 dkey: str, spec: GPUSpec) -> AttentionPrediction:
-    """The model with the given constants (``bench/fit_attention.py`` fits through this,
-    so the model that is fitted is the model that ships)."""
+                 dkey: str, spec: GPUSpec, *, kernels: dict | None = None,
+                 kv_key: str | None = None) -> AttentionPrediction:
+    """The model with the given constants (``bench/fit_attention.py`` and
+    ``bench/fit_attention_aiconfigurator.py`` fit through this, so the model that is fitted
+    is the model that ships). ``kernels``: ``{kernel: KernelParams}`` (default: the
+    packaged file's); ``kv_key``: the KV cache's dtype key where it differs (fp8)."""
     from .gemm import model_params, predict_matmul
     from .notes import join_notes
 
     kernel, note = resolve_kernel(attention, spec, dkey, max(shape.head_dim, shape.head_dim_v))
+    if kernel == "trtllm" and direction == "backward":
+        raise ValueError("the TensorRT-LLM attention kernels are inference kernels (forward "
+                         "only); price a training step's attention with 'flash' (PyTorch's "
+                         "SDPA), 'fa2' or 'math'")
+    if kernels is None:
+        kernels = _kernel_table(_params_path(None))
     gp = model_params(spec)
     peak = spec.peak_tflops(dkey) * 1e12
     flops = shape.flops(direction)
@@ -604,10 +824,10 @@ def predict_with(ap: AttentionParams, shape: AttentionShape, direction: str, att
         if shape.causal:
             note = join_notes(note, "causal mask applied to the full score matrix (no blocks "
                                     "skipped)")
-            flops = replace(shape, causal=False).flops(direction)
+            flops = replace(shape, causal=False, window=0).flops(direction)
     else:
         t, tile, run_d, ctas, waves, wave_eff, t_comp, t_mem = _fused(
-            shape, direction, kernel, spec, dkey, gp, ap)
+            shape, direction, kernel, spec, dkey, gp, ap, kernels.get(kernel), kv_key)
         if run_d != max(shape.head_dim, shape.head_dim_v):
             note = join_notes(note, f"{kernel} runs head_dim "
                                     f"{max(shape.head_dim, shape.head_dim_v)} as {run_d}")

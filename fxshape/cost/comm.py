@@ -235,7 +235,8 @@ def predict_collective(collective: str, nbytes: int, gpus: int, *, topology="dgx
         return CommPrediction(collective, 1, 1, nbytes, "none", "none", 0.0, 0.0, 0.0)
     gen_2024 = params_path == "2024"  # the packaged file without today's per-collective ones
     data = _load(_DEFAULT_PATH if gen_2024 or not params_path else os.fspath(params_path))
-    own = data.get("topologies", {}).get(topo.name, {})
+    machines = data.get("topologies", {})
+    own = machines.get(topo.name) or machines.get(topo.constants_from or "", {})
     if gen_2024:
         own = {k: v for k, v in own.items() if ":" not in k}
 

@@ -26,6 +26,11 @@ FlashInfer's decode kernels and vLLM's paged attention v2 do:
 - **Fixed costs.** ``fixed_s`` per main kernel (launch, prologue, the query load and output
   store of the last wave), ``combine_s`` for the combine kernel when there is one.
 
+Today's kernels have constants of their own (``kernel=``: vLLM 0.24's FlashAttention-3 on
+Hopper, FlashInfer's TensorRT-LLM decode on datacenter Blackwell), fitted by
+``bench/fit_attention_aiconfigurator.py`` with four more (a fixed cost per CTA, the CTAs an SM
+holds, the split cap, an fp8 element's cost); the default ones below price every other kernel.
+
 Five constants, the same on every GPU, fitted by ``bench/fit_decode_attention.py`` to
 published kernel timings (``bench/decode_attention_published.csv``: FlashAttention-2 and -3,
 FlashInfer, TensorRT-LLM's kernels on H100, H200 and B200; part held out) and read from
@@ -66,6 +71,17 @@ class DecodeAttentionParams:
     cta_bytes_per_clk: float
     page_s: float
     source: str = ""
+    #: fixed seconds per CTA (its prologue: the query load, the page table, the first
+    #: fetch's latency); 0 in the packaged FlashAttention-2 fit
+    cta_s: float = 0.0
+    #: CTAs an SM holds at once (the kernel's occupancy): the waves, and the slots the
+    #: split heuristic fills; FlashAttention-2's heuristic assumes 2
+    ctas_per_sm: float = 2.0
+    #: time to stream one fp8 cache byte relative to a 16-bit one's: an fp8 cache halves
+    #: the bytes, but the kernel converts each element (1: no cost)
+    fp8_kv_cost: float = 1.0
+    #: the most KV splits the kernel makes (FlashAttention-2's heuristic: 128)
+    max_splits: int = 128
 
     FIELDS = ("fixed_s", "combine_s", "dram_efficiency", "cta_bytes_per_clk", "page_s")
 
@@ -89,20 +105,42 @@ class DecodeAttentionPrediction:
         return asdict(self)
 
 
-@functools.lru_cache(maxsize=None)
-def _load(path: str) -> DecodeAttentionParams:
-    d = read_json(path, "decode attention parameter file")
+#: constants an entry may leave out (the packaged FlashAttention-2 fit predates them)
+_OPTIONAL = ("cta_s", "ctas_per_sm", "fp8_kv_cost", "max_splits")
+
+
+def _entry(d: dict, path: str, what: str) -> DecodeAttentionParams:
     try:
         return DecodeAttentionParams(**{k: float(d[k]) for k in DecodeAttentionParams.FIELDS},
-                                     source=str(d.get("source", "")))
+                                     source=str(d.get("source", "")),
+                                     **{k: (int if k == "max_splits" else float)(d[k])
+                                        for k in _OPTIONAL if k in d})
     except (KeyError, TypeError, ValueError) as exc:
-        raise ValueError(f"decode attention parameter file {path!r} lacks or mangles "
-                         f"{exc}: it needs " + ", ".join(DecodeAttentionParams.FIELDS)) from None
+        raise ValueError(f"decode attention parameter file {path!r} ({what}) lacks or "
+                         f"mangles {exc}: it needs "
+                         + ", ".join(DecodeAttentionParams.FIELDS)) from None
 
 
-def decode_attention_params(path: str | None = None) -> DecodeAttentionParams:
-    """The packaged constants, or those of ``path``."""
-    return _load(path or _DEFAULT_PATH)
+@functools.lru_cache(maxsize=None)
+def _load(path: str) -> tuple:
+    """(the default constants, ``{kernel: constants}`` of the ``kernels`` section)."""
+    d = read_json(path, "decode attention parameter file")
+    kernels = d.get("kernels") or {}
+    if not isinstance(kernels, dict):
+        raise ValueError(f"decode attention parameter file {path!r}: 'kernels' must map "
+                         "kernel names to constants")
+    return _entry(d, path, "top level"), {k: _entry(v, path, f"kernel {k!r}")
+                                          for k, v in sorted(kernels.items())}
+
+
+def decode_attention_params(path: str | None = None,
+                            kernel: str | None = None) -> DecodeAttentionParams:
+    """The packaged constants, or those of ``path``. With ``kernel``: that kernel's own
+    constants where the file has them (``bench/fit_attention_aiconfigurator.py`` fits vLLM's
+    FlashAttention-3 decode on H100 and FlashInfer's TensorRT-LLM decode on B200), else the
+    default ones (fitted on FlashAttention-2's split-KV path)."""
+    default, kernels = _load(path or _DEFAULT_PATH)
+    return kernels.get(kernel, default) if kernel else default
 
 
 def is_decode_shape(seq_q: int, seq_k: int) -> bool:
@@ -161,7 +199,8 @@ def predict_decode(batch: int, heads: int, kv_heads: int, seq_q: int, context: i
                    head_dim: int, *, gpu="h100", itemsize: int = 2, kv_itemsize: int | None = None,
                    page_size: int | None = None, head_dim_v: int | None = None,
                    peak_tflops: float | None = None,
-                   params: DecodeAttentionParams | None = None) -> DecodeAttentionPrediction:
+                   params: DecodeAttentionParams | None = None,
+                   kernel: str | None = None) -> DecodeAttentionPrediction:
     """Predict one decode attention call: ``batch`` sequences, each ``seq_q`` new query tokens
     of ``heads`` heads over a cache of ``context`` tokens of ``kv_heads`` heads.
 
@@ -171,6 +210,8 @@ def predict_decode(batch: int, heads: int, kv_heads: int, seq_q: int, context: i
         page_size: tokens per KV page (``None``: a contiguous cache).
         peak_tflops: the tensor-core peak of the dtype (default the GPU's bf16 peak).
         params: other constants (``bench/fit_decode_attention.py`` fits through this).
+        kernel: the fused kernel (``"fa2"``, ``"fa3"``, ``"trtllm"`` ...): its own constants
+            where it has them (:func:`decode_attention_params`).
 
     Raises:
         ValueError: a size that is not a positive integer, heads that do not share KV heads.
@@ -178,7 +219,7 @@ def predict_decode(batch: int, heads: int, kv_heads: int, seq_q: int, context: i
     _check_call(page_size, batch=batch, heads=heads, kv_heads=kv_heads, seq_q=seq_q,
                 context=context, head_dim=head_dim, itemsize=itemsize)
     spec = get_gpu(gpu)
-    p = params or decode_attention_params()
+    p = params or decode_attention_params(kernel=kernel)
     kv_item = kv_itemsize or itemsize
     dv = head_dim_v or head_dim
     peak = (peak_tflops or spec.peak_tflops("bf16")) * 1e12
@@ -192,10 +233,10 @@ def _predict(b, h, hk, sq, sk, d, dv, item, kv_item, page, peak, spec: GPUSpec,
     group = h // hk
     m_blocks = -(-(group * sq) // _BLOCK_M)
     units = b * hk * m_blocks
-    slots = 2 * spec.sm_count
+    slots = max(1, round(p.ctas_per_sm * spec.sm_count))
     bn = kv_block_tokens(max(d, dv))
     n_blocks = -(-sk // bn)
-    splits = num_splits(units, slots, n_blocks)
+    splits = num_splits(units, slots, n_blocks, p.max_splits)
     ctas = units * splits
     waves = -(-ctas // slots)
     concurrent = min(ctas, slots)
@@ -204,10 +245,10 @@ def _predict(b, h, hk, sq, sk, d, dv, item, kv_item, page, peak, spec: GPUSpec,
     # one CTA's share: whole KV blocks (the last split may hold fewer; the longest sets the
     # wave's time)
     tokens = min(sk, -(-n_blocks // splits) * bn)
-    cta_bytes = tokens * (d + dv) * kv_item
+    cta_bytes = tokens * (d + dv) * kv_item * (p.fp8_kv_cost if kv_item == 1 else 1.0)
     rate = min(p.cta_bytes_per_clk * clock, p.dram_efficiency * bw / concurrent)
     pages = -(-tokens // page) if page else 0
-    t_cta = cta_bytes / rate + pages * p.page_s
+    t_cta = cta_bytes / rate + pages * p.page_s + p.cta_s
     # compute bound of the CTA: QKᵀ and PV at the padded rows, at its SM's share of the peak
     t_cta = max(t_cta, 2 * _BLOCK_M * tokens * (d + dv) / (peak / spec.sm_count))
     kv_bytes = b * hk * sk * (d + dv) * kv_item
@@ -244,8 +285,8 @@ def predict_decode_ragged(contexts, heads: int, kv_heads: int, seq_q: int, head_
                           gpu="h100", itemsize: int = 2, kv_itemsize: int | None = None,
                           page_size: int | None = None, head_dim_v: int | None = None,
                           peak_tflops: float | None = None,
-                          params: DecodeAttentionParams | None = None
-                          ) -> DecodeAttentionPrediction:
+                          params: DecodeAttentionParams | None = None,
+                          kernel: str | None = None) -> DecodeAttentionPrediction:
     """One decode attention call over sequences of different lengths (a serving engine's
     batch: ``contexts[i]`` cached tokens for sequence ``i``), as a varlen split-KV kernel
     runs it (FlashAttention's ``flash_attn_varlen_func`` with a paged cache, FlashInfer's
@@ -268,24 +309,24 @@ def predict_decode_ragged(contexts, heads: int, kv_heads: int, seq_q: int, head_
     _check_call(page_size, heads=heads, kv_heads=kv_heads, seq_q=seq_q, head_dim=head_dim,
                 itemsize=itemsize)
     spec = get_gpu(gpu)
-    p = params or decode_attention_params()
+    p = params or decode_attention_params(kernel=kernel)
     kv_item = kv_itemsize or itemsize
     d, dv = head_dim, head_dim_v or head_dim
     peak = (peak_tflops or spec.peak_tflops("bf16")) * 1e12
     n = len(contexts)
     m_blocks = -(-(heads // kv_heads * seq_q) // _BLOCK_M)
     units = n * kv_heads * m_blocks
-    slots = 2 * spec.sm_count
+    slots = max(1, round(p.ctas_per_sm * spec.sm_count))
     bn = kv_block_tokens(max(d, dv))
     longest = max(contexts)
-    splits = num_splits(units, slots, -(-longest // bn))
+    splits = num_splits(units, slots, -(-longest // bn), p.max_splits)
     ctas = units * splits
     waves = -(-ctas // slots)
     concurrent = min(ctas, slots)
     bw = spec.memory_bandwidth_gbs * 1e9
     rate = min(p.cta_bytes_per_clk * spec.boost_clock_mhz * 1e6,
                p.dram_efficiency * bw / concurrent)
-    per_token = (d + dv) * kv_item / rate
+    per_token = (d + dv) * kv_item * (p.fp8_kv_cost if kv_item == 1 else 1.0) / rate
     compute_token = 2 * _BLOCK_M * (d + dv) / (peak / spec.sm_count)
     # one CTA's share of each sequence: whole KV blocks of its split
     tokens = contexts if splits == 1 else [min(c, -(-(-(-c // bn)) // splits) * bn)
@@ -293,10 +334,10 @@ def predict_decode_ragged(contexts, heads: int, kv_heads: int, seq_q: int, head_
 
     def cta_s(t):
         pages = -(-t // page_size) if page_size else 0
-        return max(t * per_token + pages * p.page_s, t * compute_token)
+        return max(t * per_token + pages * p.page_s + p.cta_s, t * compute_token)
 
     if compute_token <= per_token:  # the memory side is the CTA's time at every length
-        total = per_token * (total_ctx if splits == 1 else sum(tokens))
+        total = per_token * (total_ctx if splits == 1 else sum(tokens)) + p.cta_s * len(tokens)
         if page_size:
             total += p.page_s * sum(-(-t // page_size) for t in tokens)
         longest_cta = cta_s(max(tokens))

@@ -15,6 +15,14 @@ time per op, the GPU waits (``eager_timeline``). The per-op CPU times:
   (Inductor's ``CachingAutotuner.run``), and ``compiled_graph_s``: one call of a compiled
   graph (guards, the wrapper); with CUDA graphs only the latter.
 
+And one GPU-side figure, the **launch regime** (:func:`launch_gap_s`): kernels a host
+launches one by one start ``eager_gap_s`` after the previous one ends even when they are
+queued in time (the front end fetches each launch), while a CUDA graph's kernels replay back
+to back. Fitted per-kernel fixed costs were measured in one regime or the other (today's
+H100 and B200 GEMM and attention constants under CUDA-graph replay; the 2022-2024 fits and
+the memory-bound kernels as single eager launches), so a host-launched kernel priced with
+graph-timed constants pays ``eager_gap_s`` more.
+
 ``kernel_s`` and ``gemm_s`` are fitted by ``bench/fit_host.py`` from the per-call overheads
 the memory-op and fp32 GEMM fits found in the NeuSight data (each row times one Python call
 with CUDA events on an idle GPU, so the time from the call to the kernel's start is in every
@@ -30,7 +38,7 @@ from dataclasses import dataclass
 
 from .paramfile import read_json
 
-__all__ = ["HostParams", "host_params", "eager_timeline", "Timeline"]
+__all__ = ["HostParams", "host_params", "eager_timeline", "Timeline", "launch_gap_s"]
 
 _DEFAULT_PATH = os.path.join(os.path.dirname(os.path.dirname(__file__)), "data",
                              "host_params.json")
@@ -49,6 +57,10 @@ class HostParams:
     compiled_kernel_s: float
     compiled_graph_s: float
     source: str = ""
+    #: GPU seconds between two kernels a host launches one by one when the second is
+    #: already queued (``bench/fit_host.py``: the median gap of a profiler trace's queued
+    #: kernels); 0 between a CUDA graph's kernels
+    eager_gap_s: float = 0.0
 
     def op_s(self, kind: str, phase: str = "forward") -> float:
         """Host seconds for one op of ``kind`` (``"kernel"``, ``"gemm"`` or ``"view"``)."""
@@ -65,12 +77,40 @@ def _load(path: str) -> HostParams:
     if missing:
         raise ValueError(f"{path!r} is not a host parameter file (written by "
                          f"bench/fit_host.py): it lacks {', '.join(missing)}")
-    return HostParams(*(float(data[f]) for f in _FIELDS), source=str(data.get("source", "")))
+    gap = data.get("eager_gap_s", 0.0)
+    if isinstance(gap, bool) or not isinstance(gap, (int, float)) or gap < 0:
+        raise ValueError(f"{path!r}: eager_gap_s must be a non-negative number of seconds, "
+                         f"got {gap!r}")
+    return HostParams(*(float(data[f]) for f in _FIELDS), source=str(data.get("source", "")),
+                      eager_gap_s=float(gap))
 
 
 def host_params(path: str | None = None) -> HostParams:
     """The packaged host constants, or those of the file at ``path``."""
     return _load(os.fspath(path or _DEFAULT_PATH))
+
+
+#: what launches each kernel: the host, one by one (eager PyTorch, Inductor's wrapper), or a
+#: CUDA graph's replay
+_HOST_LAUNCHED = {"eager": True, "compiled": True, "cudagraphs": False}
+
+
+def launch_gap_s(execution: str, graph_timed: bool, hp: HostParams | None = None) -> float:
+    """Seconds to add to each kernel's fitted time under ``execution`` (``"eager"``,
+    ``"compiled"`` or ``"cudagraphs"``), for constants measured under CUDA-graph replay
+    (``graph_timed``) or as single eager launches: ``eager_gap_s`` for a host-launched
+    kernel priced with graph-timed constants, else 0. A graph replay is never slower than
+    an eager launch.
+
+    The other direction (taking the gap out of eagerly timed constants under a graph replay)
+    is not applied: on the held-out CUDA-graphed decode runs (gpt-fast on A100 and MI250X,
+    bench/validate_serving.py) it moved the predictions from 9.2% to 16.6% median error,
+    all too fast: those constants' fixed cost is not an eager gap to remove."""
+    if execution not in _HOST_LAUNCHED:
+        raise ValueError(f"unknown execution {execution!r}; accepted: "
+                         + ", ".join(repr(e) for e in _HOST_LAUNCHED))
+    gap = (hp or host_params()).eager_gap_s
+    return gap if (_HOST_LAUNCHED[execution] and graph_timed) else 0.0
 
 
 @dataclass(frozen=True)

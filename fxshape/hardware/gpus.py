@@ -66,14 +66,20 @@ class GPUSpec:
             table: NVIDIA's Volta, Turing, Ampere, Ada and Hopper whitepapers draw 4 SFUs in
             each of an SM's 4 partitions (the FlashAttention-3 paper quotes H100 SXM5 at
             3.9 TFLOP/s of special functions = 16 x 132 SMs x 1.83 GHz); Blackwell
-            (B200) keeps 4 per partition; AMD CDNA runs transcendentals at a quarter of the
-            64-lane FP32 rate per CU (CDNA2/CDNA3 ISA guides).
+            (B200) keeps 4 per partition; Blackwell Ultra (B300, GB300) doubles the
+            ``MUFU.EX2`` rate to 32 (NVIDIA technical blog "Making Softmax More Efficient
+            with NVIDIA Blackwell Ultra", 2026); AMD CDNA runs transcendentals at a quarter
+            of the 64-lane FP32 rate per CU (CDNA2/CDNA3 ISA guides).
         base_clock_mhz: the base clock (datasheet): what the GPU guarantees under sustained
             load within its board power; ``None`` where not recorded. It bounds the power
             throttle the fp32 fit may attribute to a GPU (``bench/fit_fp32.py``).
         tdp_w: maximum board power in watts (datasheet), or ``None`` where not recorded.
             Used for the sustained clock of fp32 SIMT kernels on a GPU that borrows another
             GPU's fitted fp32 constants (:func:`fxshape.cost.simt.sustained_fp32_peak`).
+        tcgen05: datacenter Blackwell's tensor cores (sm100/sm103: ``tcgen05`` MMA into
+            tensor memory), which the kernels written for them need (FlashInfer's
+            TensorRT-LLM attention, FlashAttention-4); False on the RTX PRO parts (sm120:
+            ``mma.sync`` tensor cores) and every older GPU.
     """
 
     name: str
@@ -92,6 +98,7 @@ class GPUSpec:
     sfu_per_clk_per_sm: int = 16
     tdp_w: float | None = None
     base_clock_mhz: int | None = None
+    tcgen05: bool = False
 
     def __post_init__(self):
         if self.sm_count <= 0 or self.boost_clock_mhz <= 0:
@@ -246,6 +253,16 @@ _add(GPUSpec("h100-sxm", "nvidia", "hopper", 132, 1980,
 _add(GPUSpec("h100-pcie", "nvidia", "hopper", 114, 1755,
              Peaks(756.5, 756.5, 378.0, 51.2, 1513.0), 2000.0, 50.0, 80.0, 16, 128,
              _HOPPER_TILES, "NVIDIA H100 datasheet (PCIe)"))
+# Source: NVIDIA H800 product brief: the H100's GH100 configurations (SXM5: the H100 SXM's
+# tensor peaks, 80 GB HBM3 at 3.35 TB/s, 700 W; PCIe: the H100 PCIe's, 350 W) with NVLink
+# cut to 400 GB/s (8 links; the hgx-h800 and pairwise-h800 topologies) and FP64 to 1 TFLOPS
+# (not modelled). The H100's constants: no H800 measurement here.
+_add(dataclasses.replace(_GPUS["h100-sxm"], name="h800-sxm",
+                         source="NVIDIA H800 product brief (SXM5: H100 SXM compute and "
+                                "memory, NVLink 400 GB/s)"))
+_add(dataclasses.replace(_GPUS["h100-pcie"], name="h800-pcie",
+                         source="NVIDIA H800 product brief (PCIe: H100 PCIe compute and "
+                                "memory, NVLink bridge 400 GB/s)"))
 # Source: NVIDIA H200 datasheet (SXM: H100 compute with 141 GB HBM3e at 4.8 TB/s).
 _add(GPUSpec("h200-sxm", "nvidia", "hopper", 132, 1980,
              Peaks(989.4, 989.4, 494.7, 66.9, 1978.9), 4800.0, 50.0, 141.0, 16, 128,
@@ -254,7 +271,8 @@ _add(GPUSpec("h200-sxm", "nvidia", "hopper", 132, 1980,
 # ones; HGX B200: FP4 144 PFLOPS and FP8 72 PFLOPS sparse for 8 GPUs); Blackwell whitepaper.
 _add(GPUSpec("b200", "nvidia", "blackwell", 148, 1965,
              Peaks(2250.0, 2250.0, 1100.0, 75.0, 4500.0, 9000.0), 8000.0, 126.0, 180.0, 16,
-             128, _BLACKWELL_TILES, "NVIDIA HGX B200 datasheet; Blackwell architecture whitepaper"))
+             128, _BLACKWELL_TILES, "NVIDIA HGX B200 datasheet; Blackwell architecture whitepaper",
+             tcgen05=True))
 # --- GPUs users pick today (issue 50). Tensor peaks are dense (half the sparse figures NVIDIA
 # quotes first). Where NVIDIA publishes no clock, ``boost_clock_mhz`` is the clock at which
 # the SMs' dense tensor rate gives the bf16 peak (Hopper 4096, Blackwell 8192 FLOP per clock
@@ -288,7 +306,8 @@ _add(dataclasses.replace(_GPUS["gh200"], name="gh200-144gb", memory_bandwidth_gb
 # the B200's 148 SMs and L2; clock: 2,500 TF bf16 / (148 SMs x 8192) = 2062 MHz (derived).
 _add(GPUSpec("gb200", "nvidia", "blackwell", 148, 2062,
              Peaks(2500.0, 2500.0, 1250.0, 80.0, 5000.0, 10000.0), 8000.0, 126.0, 186.0, 16,
-             128, _BLACKWELL_TILES, "NVIDIA GB200 NVL72 datasheet (per GPU)", tdp_w=1200.0))
+             128, _BLACKWELL_TILES, "NVIDIA GB200 NVL72 datasheet (per GPU)", tdp_w=1200.0,
+             tcgen05=True))
 # Source: NVIDIA HGX B300 figures per GPU as Verda's table quotes them (FP8 4.5, FP16/BF16
 # 2.25, TF32 1.1 PFLOPS dense; FP32 75 TFLOPS; 7.7 TB/s; 1.1 kW; FP4 rounded to 14: 13.5 is
 # HGX B300's 108 PFLOPS dense for 8 GPUs, three times FP8); 288 GB HBM3e and
@@ -298,14 +317,15 @@ _add(GPUSpec("gb200", "nvidia", "blackwell", 148, 2062,
 _add(GPUSpec("b300", "nvidia", "blackwell", 160, 1717,
              Peaks(2250.0, 2250.0, 1100.0, 75.0, 4500.0, 13500.0), 7700.0, 126.0, 288.0, 16,
              128, _BLACKWELL_TILES, "NVIDIA HGX B300 (per GPU, as Verda quotes it); Blackwell "
-             "Ultra technical blog", tdp_w=1100.0))
+             "Ultra technical blog", tdp_w=1100.0, sfu_per_clk_per_sm=32, tcgen05=True))
 # Source: NVIDIA GB300 NVL72 per GPU as Verda's table quotes it (FP4 15, FP8 5, FP16/BF16
 # 2.5, TF32 1.25 PFLOPS dense; FP32 80 TFLOPS; 8 TB/s; 1.4 kW); 288 GB HBM3e and 160 SMs
 # (Blackwell Ultra technical blog); clock: 2,500 TF / (160 x 8192) = 1907 MHz (derived).
 _add(GPUSpec("gb300", "nvidia", "blackwell", 160, 1907,
              Peaks(2500.0, 2500.0, 1250.0, 80.0, 5000.0, 15000.0), 8000.0, 126.0, 288.0, 16,
              128, _BLACKWELL_TILES, "NVIDIA GB300 NVL72 (per GPU, as Verda quotes it); "
-             "Blackwell Ultra technical blog", tdp_w=1400.0))
+             "Blackwell Ultra technical blog", tdp_w=1400.0, sfu_per_clk_per_sm=32,
+             tcgen05=True))
 # Source: NVIDIA L40S datasheet (FP16/BF16 362.05, TF32 183, FP8 733 TFLOPS dense; FP32 91.6
 # TFLOPS; 48 GB GDDR6 at 864 GB/s; 350 W); 142 SMs (18,176 CUDA cores / 128) at 1110 MHz base
 # and 2520 MHz boost (TechPowerUp's GPU database); 96 MiB of L2 as measured on the L40, the
@@ -387,6 +407,7 @@ ALIASES = {
     "4090": "rtx-4090",
     "rtx4090": "rtx-4090",
     "h100": "h100-sxm",
+    "h800": "h800-sxm",
     "h200": "h200-sxm",
     "b200": "b200",
     "gb200": "gb200",
@@ -456,8 +477,11 @@ UNRESOLVED_DEVICE_NAMES = {
     "amd instinct mi250x/mi250": "ROCm prints this for both the MI250X and the MI250: "
                                  "pass mi250x or mi250",
     "nvidia a10g": "the A10G (AWS) is another GA102 configuration than the A10: no entry",
-    "nvidia h800": "the H800's NVLink is not the H100's: no entry yet",
-    "nvidia h20": "no entry yet",
+    "nvidia h800": "the name the driver prints for each H800 board is not recorded here: "
+                   "pass h800-sxm or h800-pcie",
+    "nvidia h20": "no entry: NVIDIA publishes no SM count or clock for the H20, whose "
+                  "tensor rate (148 TFLOPS bf16 on a GH100) is capped by more than its "
+                  "clock, so no per-clock entry can be derived",
     "nvidia rtx pro 6000 blackwell workstation edition": "the Workstation Edition clocks "
                                                          "higher than the Server Edition "
                                                          "(rtx-pro-6000-server): no entry",

@@ -12,7 +12,8 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
-__all__ = ["LINKS", "Topology", "TOPOLOGIES", "get_topology", "default_topology"]
+__all__ = ["LINKS", "Topology", "TOPOLOGIES", "get_topology", "default_topology",
+           "link_generation"]
 
 #: nominal per-GPU, one-direction bandwidth of each link kind, GB/s, with its source
 LINKS = {
@@ -22,6 +23,9 @@ LINKS = {
     "nvlink3": 300.0,
     "nvlink4": 450.0,
     "nvlink5": 900.0,
+    # the H800's NVLink 4: 400 GB/s total (NVIDIA H800 product brief), 8 of the H100's 18
+    # links at 25 GB/s a direction
+    "nvlink4-8": 200.0,
     # PCIe x16: Gen4 16 GT/s x 16 lanes = 31.5 GB/s, Gen5 63 GB/s (PCI-SIG)
     "pcie4": 31.5,
     "pcie5": 63.0,
@@ -32,6 +36,13 @@ LINKS = {
     # 100 Gb/s Ethernet: 12.5 GB/s (a machine without a GPU network)
     "eth100": 12.5,
 }
+
+
+def link_generation(link: str) -> str:
+    """The NVLink generation of a link kind (``"nvlink4-8"``, the H800's 8 links, is
+    ``"nvlink4"``): what the switch's multicast and vLLM's all-reduce tables key on; other
+    links are their own."""
+    return link.split("-")[0]
 
 
 @dataclass(frozen=True)
@@ -53,6 +64,9 @@ class Topology:
     rails: int | None = None
     #: nodes in the cluster (None: as many as a plan needs)
     nodes: int | None = None
+    #: the measured machine whose fitted NCCL constants this one takes (same switch and
+    #: NCCL, its own link bandwidths), where it has none of its own
+    constants_from: str | None = None
 
     def __post_init__(self):
         for name in ("gpus_per_node", "rails", "nodes"):
@@ -89,7 +103,7 @@ class Topology:
         ``pcie`` or ``network``."""
         link = self.link_for(n, per_node)
         if link.startswith("nvlink"):
-            if self.switch and n > 2 and link in ("nvlink4", "nvlink5"):
+            if self.switch and n > 2 and link_generation(link) in ("nvlink4", "nvlink5"):
                 # Hopper's and Blackwell's NVSwitch reduce in the switch (NVLink SHARP,
                 # which NCCL uses from 3 GPUs on): less traffic per GPU than a ring
                 return "nvswitch_nvls"
@@ -111,6 +125,13 @@ TOPOLOGIES = {
                               source="A100 pairs on NVLink bridges, pairs over PCIe Gen4"),
     "pairwise-h100": Topology("pairwise-h100", "pcie5", "eth100", 4, pair="nvlink4",
                               source="H100 PCIe pairs on NVLink bridges, pairs over PCIe Gen5"),
+    "hgx-h800": Topology("hgx-h800", "nvlink4-8", "ib_ndr", 8, switch=True,
+                         source="HGX H800: 8 H800 SXM5 on NVSwitch, 400 GB/s of NVLink each "
+                                "(8 links); NDR adapters as DGX H100 (DeepSeek-V3's cluster "
+                                "had 8 IB NICs a node)", constants_from="dgx-h100"),
+    "pairwise-h800": Topology("pairwise-h800", "pcie5", "eth100", 4, pair="nvlink4-8",
+                              source="H800 PCIe pairs on NVLink bridges (400 GB/s), pairs "
+                                     "over PCIe Gen5", constants_from="pairwise-h100"),
     "pcie4": Topology("pcie4", "pcie4", "eth100", 8, source="GPUs on PCIe Gen4, no NVLink"),
     "pcie5": Topology("pcie5", "pcie5", "eth100", 8, source="GPUs on PCIe Gen5, no NVLink"),
 }
@@ -121,7 +142,8 @@ _DEFAULT = {"a100-sxm4-40gb": "dgx-a100", "a100-sxm4-80gb": "dgx-a100",
             "h100-pcie": "pairwise-h100", "a100-pcie-40gb": "pairwise-a100",
             "a100-pcie-80gb": "pairwise-a100", "gb200": "gb200-nvl72", "gb300": "gb200-nvl72",
             "b300": "dgx-b200", "h100-nvl": "pairwise-h100", "h200-nvl": "pairwise-h100",
-            "rtx-pro-6000-server": "pcie5"}
+            "rtx-pro-6000-server": "pcie5", "h800-sxm": "hgx-h800",
+            "h800-pcie": "pairwise-h800"}
 
 
 def get_topology(name) -> Topology:

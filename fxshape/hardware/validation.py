@@ -36,6 +36,9 @@ REGIMES = {
     "collectives": "NCCL collectives inside one node (all-reduce, all-gather, reduce-scatter, "
                    "all-to-all)",
     "allreduce-custom": "serving engines' custom all-reduce kernels under CUDA graphs",
+    "attention-prefill": "fused prefill attention as a serving engine runs it (vLLM's layer: "
+                         "the KV-cache write and the kernel)",
+    "attention-decode": "decode attention over a paged KV cache (vLLM's layer)",
 }
 
 VALIDATION_PATH = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),

@@ -35,8 +35,9 @@ from __future__ import annotations
 
 import dataclasses
 
+from ..analysis.step import regime_gaps
 from ..cost.allreduce import predict_allreduce
-from ..cost.attention import AttentionShape, predict_attention
+from ..cost.attention import AttentionShape, predict_attention, resolve_kernel
 from ..cost.decode_attention import predict_decode_ragged
 from ..cost.gemv import price_matmul
 from ..cost.quant import predict_quantized, quantization_of
@@ -124,7 +125,10 @@ class BatchStep:
         if not gemms:
             raise ValueError("BatchStep needs a report with GEMMs")
         head = logits_module if logits_module is not None else gemms[-1].module
-        launch = float(memops_params(self.spec)[1]["launch_s"])
+        # each kernel's time in the step's launch regime (fxshape.analysis.step.launch_regime)
+        gaps = regime_gaps(report.step.execution, self.spec)
+        self._gemm_gap, self._attention_gap = gaps["gemm"], gaps["attention"]
+        launch = float(memops_params(self.spec)[1]["launch_s"]) + gaps["memory"]
         body, tail, after = [], [], False
         for o in report.ops:
             part = tail if after else body
@@ -193,11 +197,12 @@ class BatchStep:
                     qg = predict_quantized(rows, n, k, quantization_of(self._quant[node]),
                                            gpu=self.spec, dtype=self._act_dtype, batch=batch,
                                            op=self._op[node], gemv=self.gemv, layout=layout)
-                    t += qg.prediction.time_s * work
+                    t += qg.prediction.time_s * work + self._gemm_gap * qg.kernels
                     kernels += qg.kernels
                     continue
                 t += price_matmul(self._op[node], rows, n, k, batch=batch, dtype=dtype,
-                                  gpu=self.spec, layout=layout, gemv=self.gemv).time_s * work
+                                  gpu=self.spec, layout=layout, gemv=self.gemv).time_s * work \
+                    + self._gemm_gap
                 kernels += 1
             elif kind == "memory":
                 fixed, transfer, n = it
@@ -237,22 +242,27 @@ class BatchStep:
             if decode_contexts:
                 ctx = (decode_contexts if c.window is None
                        else [min(x, c.window) for x in decode_contexts])
-                one += predict_decode_ragged(
+                # the fused kernel the attention choice runs: its own decode constants
+                kernel = resolve_kernel(self._attention, self.spec, c.dtype,
+                                        max(c.head_dim, c.head_dim_v))[0]
+                dec = predict_decode_ragged(
                     ctx, c.heads, c.kv_heads, q, c.head_dim, gpu=self.spec, itemsize=item,
                     kv_itemsize=kv_item, page_size=self._page, head_dim_v=c.head_dim_v,
-                    peak_tflops=self.spec.peak_tflops(c.dtype)).time_s
+                    peak_tflops=self.spec.peak_tflops(c.dtype), kernel=kernel)
+                one += dec.time_s + self._attention_gap * dec.kernels
             for n, cached in chunks:
                 keys = cached if c.window is None else min(cached, c.window)
                 one += predict_attention(
                     AttentionShape(1, c.heads, c.kv_heads, n, n, c.head_dim, c.head_dim_v,
                                    causal=True), attention=self._attention, dtype=c.dtype,
-                    gpu=self.spec).time_s
+                    gpu=self.spec).time_s + self._attention_gap
                 if keys:
-                    one += predict_attention(
+                    p = predict_attention(
                         AttentionShape(1, c.heads, c.kv_heads, n, keys, c.head_dim,
                                        c.head_dim_v), attention=self._attention,
                         dtype=c.dtype, gpu=self.spec, kv_dtype=self._kv_dtype,
-                        page_size=self._page).time_s
+                        page_size=self._page)
+                    one += p.time_s + self._attention_gap * p.kernels
             total += one * c.count
         return total
 
