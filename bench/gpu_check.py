@@ -32,7 +32,9 @@ Sections, in order (a section that would start past the budget is listed as skip
    ``torch._scaled_mm`` (FP8, per-tensor scales, bf16 out) at Llama-3-8B's shapes on a GPU
    with FP8 (the FP8 GEMM constants are the fp16 fit's and unvalidated:
    docs/quantization.md), tinygemm's int4 ``_weight_int4pack_mm`` at 1, 16 and 128 rows,
-   and the eager int8 weight-only linear, beside ``fxshape.cost.quant``; ``trace``: one
+   and the eager int8 weight-only linear, beside ``fxshape.cost.quant``; ``launch``: 200
+   small GEMMs queued eagerly and the same in a CUDA graph (the launch regimes, beside the
+   GEMM prediction with and without the eager gap); ``trace``: one
    eager and one compiled step recorded with ``torch.profiler`` and read back by
    ``fxshape.compare_trace`` (the traces, their comparisons and the predicted steps as
    Chrome traces are written beside the tables: issue 34's held-out traces).
@@ -270,6 +272,7 @@ def gpt2_step(gpu, out_dir=None):  # pragma: no cover - needs CUDA and transform
     rows += sustained_gemm(gpu)
     rows += llama_layer(gpu)
     rows += host_ops()
+    rows += launch_gap(gpu)
     rows += decode_attention(gpu)
     try:  # a kernel this torch build lacks must not lose the rows above
         rows += low_precision(gpu)
@@ -446,6 +449,62 @@ def host_ops():  # pragma: no cover - needs CUDA
         torch.cuda.synchronize()
         out.append(("host", name, "fp32", pred, (time.perf_counter() - t0) / 2000))
     return out
+
+
+def launch_gap(gpu, n=200):  # pragma: no cover - needs CUDA
+    """The launch regimes (``fxshape.cost.host.launch_gap_s``): ``n`` small GEMMs (64 tokens,
+    4096 -> 4096, bf16) queued behind a long sleep kernel so the host is ahead of the GPU,
+    launched eagerly, then the same ``n`` captured in a CUDA graph and replayed; GPU time
+    per GEMM from CUDA events, beside the GEMM prediction with and without the eager gap."""
+    import torch
+
+    from fxshape.analysis.step import regime_gaps
+
+    x = torch.randn(64, 4096, device="cuda", dtype=torch.bfloat16)
+    w = torch.randn(4096, 4096, device="cuda", dtype=torch.bfloat16)
+    pred = predict_matmul(64, 4096, 4096, dtype="bf16", gpu=gpu, layout="nt").time_s
+    gaps = {ex: regime_gaps(ex, gpu)["gemm"] for ex in ("eager", "cudagraphs")}
+
+    def eager():
+        torch.cuda._sleep(50_000_000)  # ~25 ms: the host queues all n launches meanwhile
+        start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        torch.nn.functional.linear(x, w)  # the first one starts right after the sleep
+        start.record()
+        for _ in range(n):
+            torch.nn.functional.linear(x, w)
+        stop.record()
+        torch.cuda.synchronize()
+        return start.elapsed_time(stop) * 1e-3 / n
+
+    for _ in range(3):
+        eager()
+    t_eager = statistics.median(eager() for _ in range(5))
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        for _ in range(3):
+            torch.nn.functional.linear(x, w)
+    torch.cuda.current_stream().wait_stream(s)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        for _ in range(n):
+            torch.nn.functional.linear(x, w)
+
+    def replay():
+        start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        graph.replay()
+        stop.record()
+        torch.cuda.synchronize()
+        return start.elapsed_time(stop) * 1e-3 / n
+
+    for _ in range(3):
+        replay()
+    t_graph = statistics.median(replay() for _ in range(5))
+    return [("launch", f"{n} queued eager linears 64x4096x4096", "bf16",
+             pred + gaps["eager"], t_eager),
+            ("launch", f"{n} linears in a CUDA graph 64x4096x4096", "bf16",
+             pred + gaps["cudagraphs"], t_graph)]
 
 
 def markdown(rows, skipped) -> str:
