@@ -465,20 +465,32 @@ def launch_gap(gpu, n=200):  # pragma: no cover - needs CUDA
     pred = predict_matmul(64, 4096, 4096, dtype="bf16", gpu=gpu, layout="nt").time_s
     gaps = {ex: regime_gaps(ex, gpu)["gemm"] for ex in ("eager", "cudagraphs")}
 
-    def eager():
+    def per_kernel(launch, before=None):
+        """GPU seconds per GEMM of ``launch`` (n GEMMs), events around it; ``before`` runs
+        first, outside the events."""
+        def once():
+            if before is not None:
+                before()
+            start = torch.cuda.Event(enable_timing=True)
+            stop = torch.cuda.Event(enable_timing=True)
+            start.record()
+            launch()
+            stop.record()
+            torch.cuda.synchronize()
+            return start.elapsed_time(stop) * 1e-3 / n
+        for _ in range(3):
+            once()
+        return statistics.median(once() for _ in range(5))
+
+    def queue_behind_sleep():
         torch.cuda._sleep(50_000_000)  # ~25 ms: the host queues all n launches meanwhile
-        start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         torch.nn.functional.linear(x, w)  # the first one starts right after the sleep
-        start.record()
+
+    def linears():
         for _ in range(n):
             torch.nn.functional.linear(x, w)
-        stop.record()
-        torch.cuda.synchronize()
-        return start.elapsed_time(stop) * 1e-3 / n
 
-    for _ in range(3):
-        eager()
-    t_eager = statistics.median(eager() for _ in range(5))
+    t_eager = per_kernel(linears, queue_behind_sleep)
     s = torch.cuda.Stream()
     s.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(s):
@@ -487,20 +499,8 @@ def launch_gap(gpu, n=200):  # pragma: no cover - needs CUDA
     torch.cuda.current_stream().wait_stream(s)
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
-        for _ in range(n):
-            torch.nn.functional.linear(x, w)
-
-    def replay():
-        start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        graph.replay()
-        stop.record()
-        torch.cuda.synchronize()
-        return start.elapsed_time(stop) * 1e-3 / n
-
-    for _ in range(3):
-        replay()
-    t_graph = statistics.median(replay() for _ in range(5))
+        linears()
+    t_graph = per_kernel(graph.replay)
     return [("launch", f"{n} queued eager linears 64x4096x4096", "bf16",
              pred + gaps["eager"], t_eager),
             ("launch", f"{n} linears in a CUDA graph 64x4096x4096", "bf16",
