@@ -44,6 +44,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import functools
 import json
 import math
 import os
@@ -129,7 +130,10 @@ class Row:
                               self.head_dim, self.head_dim, causal=True, window=self.window)
 
 
-def read_table(gpu: str, prefix: str, phase: str, directory=None) -> list[Row]:
+@functools.lru_cache(maxsize=None)
+def read_table(gpu: str, prefix: str, phase: str, directory=None) -> tuple[Row, ...]:
+    """The bf16 rows of one prefill (``context``) or decode (``generation``) table, read
+    once per process (the fit, the held-out check and the other-kernels table share it)."""
     name = "context" if phase == "prefill" else "generation"
     path = table_path(f"{prefix}_{name}_attention_perf", directory)
     out = []
@@ -140,9 +144,9 @@ def read_table(gpu: str, prefix: str, phase: str, directory=None) -> list[Row]:
             seq = int(r["isl"]) if phase == "prefill" else int(r["step"]) + 1
             out.append(Row(gpu, phase, r["kernel_source"], int(r["batch_size"]),
                            int(r["num_heads"]), int(r["num_key_value_heads"]),
-                           int(r["head_dim"]), seq, int(r["window_size"]), _KV[r["kv_cache_dtype"]],
-                           float(r["time_s"])))
-    return out
+                           int(r["head_dim"]), seq, int(r["window_size"]),
+                           _KV[r["kv_cache_dtype"]], float(r["time_s"])))
+    return tuple(out)
 
 
 def _sample(rows, n=FIT_ROWS):

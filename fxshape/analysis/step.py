@@ -312,13 +312,12 @@ _GEMM_TIMED = ("gemm", "attention")
 def regime_gaps(execution: str, spec) -> dict:
     """``{record class: seconds per kernel}`` that :func:`launch_regime` adds under
     ``execution`` on ``spec`` (what a re-pricing of the same kernels adds too:
-    ``fxshape.serving.batch``)."""
+    ``fxshape.serving.batch``); classes not in it add nothing (their constants were timed
+    as single eager launches)."""
     from ..cost.gemm import CURRENT_LIBRARY, constants_library
 
-    hp = host_params()
-    graph_gemm = constants_library(spec) == CURRENT_LIBRARY
-    return {cls: launch_gap_s(execution, graph_gemm if cls in _GEMM_TIMED else False, hp)
-            for cls in ("gemm", "attention", "memory")}
+    gap = launch_gap_s(execution, constants_library(spec) == CURRENT_LIBRARY, host_params())
+    return {cls: gap for cls in _GEMM_TIMED}
 
 
 def launch_regime(records, execution: str, spec) -> list:

@@ -128,7 +128,7 @@ class BatchStep:
         # each kernel's time in the step's launch regime (fxshape.analysis.step.launch_regime)
         gaps = regime_gaps(report.step.execution, self.spec)
         self._gemm_gap, self._attention_gap = gaps["gemm"], gaps["attention"]
-        launch = float(memops_params(self.spec)[1]["launch_s"]) + gaps["memory"]
+        launch = float(memops_params(self.spec)[1]["launch_s"])
         body, tail, after = [], [], False
         for o in report.ops:
             part = tail if after else body
