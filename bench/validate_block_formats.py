@@ -15,7 +15,8 @@ engine runs it:
   (``predict_block_gemm``);
 - ``fp8``: vLLM's per-token dynamic quantization, then CUTLASS's ``cutlass_scaled_mm`` with a
   scale per weight column (``predict_quantized(quantize="fp8")``);
-- ``fp8-noquant``: the FP8 GEMM alone (``predict_matmul(dtype="fp8")``).
+- ``fp8-noquant``: the FP8 GEMM alone, operands already in FP8: the same kernel without the
+  activation's quantization (``predict_quantized`` with ``activations="static"``).
 
 The benchmarks time with CUDA graphs (``triton.testing.do_bench_cudagraph``): no host in the
 figures, as in the kernel predictions. Seconds on two cores.
@@ -40,12 +41,14 @@ DATA = os.path.join(ROOT, "bench", "block_formats_published.csv")
 def predict(kernel: str, m: int, n: int, k: int, gpu: str) -> float:
     """Seconds for one row's kernel(s)."""
     from fxshape.cost.gemm import predict_matmul
-    from fxshape.cost.quant import predict_block_gemm, predict_quantized, quantization_of
+    from fxshape.cost.quant import (Quantization, predict_block_gemm, predict_quantized,
+                                    quantization_of)
 
     if kernel == "bf16":
         return predict_matmul(m, n, k, gpu=gpu, layout="nt").time_s
     if kernel == "fp8-noquant":
-        return predict_matmul(m, n, k, gpu=gpu, dtype="fp8", layout="nt").time_s
+        return predict_quantized(m, n, k, Quantization("fp8", activations="static"),
+                                 gpu=gpu).prediction.time_s
     if kernel == "nvfp4-noquant":
         return predict_block_gemm(m, n, k, "nvfp4", gpu=gpu).time_s
     if kernel in ("fp8", "nvfp4"):

@@ -16,7 +16,9 @@ Regimes and where their errors come from (every row held out: see each script's 
   generation, not what it predicts now: its rows are instead the packaged constants' errors
   on the aiconfigurator rows that fit held out (a quarter of the weight shapes);
 - ``gemm-fp8``, ``gemm-nvfp4``: the FP8 and NVFP4 rows of ``bench/validate_block_formats.py``
-  (the GEMM with its activation quantization, as vLLM runs it);
+  (the GEMM with its activation quantization, as vLLM runs it), and the rows of
+  aiconfigurator's FP8 (H100, B200) and NVFP4 (B200) tables that
+  ``bench/fit_quant_aiconfigurator.py`` holds out (a quarter of the weight shapes);
 - ``step-fp32``, ``step-fp32-compiled``: ``bench/validate_e2e.py`` (whole Hugging Face
   models in fp32, eager (inference and training; NeuSight's eleven GPUs) and under
   ``torch.compile`` (inference; H100, A100 PCIe 40 GB, L4));
@@ -64,8 +66,10 @@ from fxshape.serving.scheduler import percentile  # noqa: E402
 SOURCES = {
     "gemm": "bench/validate_heldout.py (leave one group out), bench/fit_aiconfigurator.py "
             "(held-out weight shapes) and bench/validate_block_formats.py",
-    "gemm-fp8": "bench/validate_block_formats.py",
-    "gemm-nvfp4": "bench/validate_block_formats.py",
+    "gemm-fp8": "bench/validate_block_formats.py and bench/fit_quant_aiconfigurator.py "
+                "(held-out weight shapes)",
+    "gemm-nvfp4": "bench/validate_block_formats.py and bench/fit_quant_aiconfigurator.py "
+                  "(held-out weight shapes)",
     "step-fp32": "bench/validate_e2e.py",
     "step-fp32-compiled": "bench/validate_e2e.py (compiled runs)",
     "step-train": "bench/validate_training.py and bench/validate_float8.py (bf16 runs)",
@@ -112,6 +116,19 @@ def _block(out):
         e = v.predict(r["kernel"], int(r["m"]), int(r["n"]), int(r["k"]), r["gpu"]) \
             / v.measured_s(r) - 1
         out.setdefault((get_gpu(r["gpu"]).name, regime[r["kernel"]]), []).append((abs(e), e))
+
+
+def _quant(out):
+    import fit_quant_aiconfigurator as f
+
+    from fxshape.cost.quant import predict_quantized_times
+
+    for name, prefix, method, dtype, kernel in f.PLAN:
+        m, n, k, t = f.read_rows(prefix, dtype, kernel)
+        _, held = f.split(m, n, k)
+        err = predict_quantized_times(name, method, m[held], n[held], k[held]) / t[held] - 1
+        out.setdefault((name, f"gemm-{method}"), []).extend((abs(float(e)), float(e))
+                                                            for e in err)
 
 
 def _e2e(out):
@@ -199,7 +216,7 @@ def _attention(out):
         out.setdefault((get_gpu(r.gpu).name, f"attention-{r.phase}"), []).append((abs(e), e))
 
 
-COLLECTORS = (_gemm, _aiconfigurator, _block, _e2e, _training, _float8, _serving, _inference,
+COLLECTORS = (_gemm, _aiconfigurator, _block, _quant, _e2e, _training, _float8, _serving, _inference,
               _collectives, _custom_allreduce, _attention)
 
 

@@ -251,3 +251,23 @@ def test_an_h800_node_all_reduces_slower_than_an_h100_node():
     h100 = predict_collective("all_reduce", big, 8, topology="dgx-h100").time_s
     h800 = predict_collective("all_reduce", big, 8, topology="hgx-h800").time_s
     assert h800 > 1.5 * h100
+
+
+def test_a_gb200_nvl72_domain_takes_the_dgx_b200s_nccl_constants():
+    # the same NVLink 5 switch and NCCL: within one domain of 8 GPUs the NVL72 prices a
+    # collective as the measured DGX B200 does; across 72 GPUs it stays on NVLink, where
+    # 9 DGX B200 nodes go over InfiniBand (slower)
+    from fxshape.cost.comm import predict_collective
+    from fxshape.hardware.topology import get_topology
+
+    assert get_topology("gb200-nvl72").constants_from == "dgx-b200"
+    big = 2 ** 28
+    nvl = predict_collective("all_reduce", big, 8, topology="gb200-nvl72").time_s
+    dgx = predict_collective("all_reduce", big, 8, topology="dgx-b200").time_s
+    assert nvl == dgx
+    assert predict_collective("all_reduce", big, 72, topology="gb200-nvl72").time_s < \
+        predict_collective("all_reduce", big, 72, topology="dgx-b200").time_s
+    # the 2024 generation keeps the shared class constants
+    old = predict_collective("all_reduce", big, 8, topology="gb200-nvl72",
+                             params_path="2024").time_s
+    assert old != nvl

@@ -700,7 +700,8 @@ def _alignment(spec: GPUSpec, dkey: str, m: int, n: int, k: int, layout: str):
 def predict_matmul(m, n, k, *, batch=1, dtype="bf16", gpu="h100", layout="nn",
                    params_path: str | None = None, params=None,
                    kernel: str | None = None, split_k: int | None = None,
-                   sms: int | None = None) -> MatmulPrediction:
+                   sms: int | None = None,
+                   constants: ModelParams | None = None) -> MatmulPrediction:
     """Predict time and efficiency of ``C[batch, M, N] = A[batch, M, K] @ B[batch, K, N]``.
 
     Args:
@@ -727,6 +728,9 @@ def predict_matmul(m, n, k, *, batch=1, dtype="bf16", gpu="h100", layout="nn",
             choice.
         sms: SMs the kernel may use, when another kernel holds some (a collective's CTAs
             beside it, as a trace shows); default all of the GPU's.
+        constants: tensor-core constants to price with in place of the GPU's fitted ones:
+            a library kernel with a fit of its own (vLLM's CUTLASS FP8 GEMM,
+            ``fxshape.cost.quant``). Default: the parameter file's.
 
     Returns:
         A frozen :class:`MatmulPrediction`.
@@ -761,8 +765,10 @@ def predict_matmul(m, n, k, *, batch=1, dtype="bf16", gpu="h100", layout="nn",
         sms = _check_size("sms", sms)
         if sms > spec.sm_count:
             raise ValueError(f"sms={sms} is more than {spec.name}'s {spec.sm_count} SMs")
+    if constants is not None and not isinstance(constants, ModelParams):
+        raise ValueError(f"constants must be a ModelParams, got {type(constants).__name__}")
     return _predict_cached(m, n, k, batch, dkey, spec, layout.lower(), path, ran, split_k,
-                           sms)
+                           sms, constants)
 
 
 def _simt_kernels(spec: GPUSpec, batched: bool, p: ModelParams):
@@ -781,10 +787,13 @@ def _is_simt(spec: GPUSpec, dkey: str) -> bool:
 
 @functools.lru_cache(maxsize=1 << 18)
 def _predict_cached(m, n, k, batch, dkey, spec, layout, params_path,
-                    ran=None, split_k=None, sms=None) -> MatmulPrediction:
+                    ran=None, split_k=None, sms=None, constants=None) -> MatmulPrediction:
     simt = _is_simt(spec, dkey)
-    p = model_params(spec, params_path, simt=simt)
-    p = dtype_params(p, spec, dkey)  # TF32: its own narrow-load and mainloop constants
+    if constants is not None:  # a kernel with constants of its own
+        p = constants
+    else:
+        p = model_params(spec, params_path, simt=simt)
+        p = dtype_params(p, spec, dkey)  # TF32: its own narrow-load and mainloop constants
     peak = spec.peak_tflops(dkey) * 1e12  # the datasheet peak, which efficiency is of
     core_peak = peak
     if simt:  # the sgemm peak at the power-limited clock (fxshape.cost.simt)
@@ -899,33 +908,42 @@ def predict_times_as_run(spec: GPUSpec, dkey: str, b, m, n, k, layouts, p: Model
     Rows with the same layout, tile and split are priced together."""
     import numpy as np
 
+    out = np.empty(len(m), dtype=np.float64)
+    keys = [(str(lay), tiles[i] and tuple(tiles[i]), int(splits[i] or 0))
+            for i, lay in enumerate(np.asarray(layouts))]
+    for key in sorted(set(keys), key=repr):
+        sel = np.array([kk == key for kk in keys])
+        lay, tile, split = key
+        if tile is None and not split:  # nothing forced: the model's own choice
+            out[sel] = predict_times_array(spec, dkey, np.asarray(b)[sel], np.asarray(m)[sel],
+                                           np.asarray(n)[sel], np.asarray(k)[sel],
+                                           np.asarray(layouts)[sel], p)
+        else:
+            out[sel] = predict_terms_as_run(spec, dkey, np.asarray(b)[sel],
+                                            np.asarray(m)[sel], np.asarray(n)[sel],
+                                            np.asarray(k)[sel], lay, p, tile, split)[0]
+    return out
+
+
+def predict_terms_as_run(spec: GPUSpec, dkey: str, b, m, n, k, layout: str, p: ModelParams,
+                         tile, split: int):
+    """``(time, compute time, memory time)`` arrays of GEMMs that all ran one kernel:
+    ``tile`` its ``(tm, tn)`` (None: the model's choice per row), ``split`` its split-K
+    factor (0: the model's choice). The terms :func:`predict_matmul` reports as
+    ``compute_time_s`` and ``memory_time_s``; ``fxshape.cost.quant`` rescales them for the
+    block-scaled formats."""
+    import numpy as np
+
     xp = _numpy_xp()
     peak = spec.peak_tflops(dkey) * 1e12
     e, eo = itemsize(dkey), output_itemsize(dkey)
     b, m, n, k = (np.asarray(x, dtype=np.int64) for x in (b, m, n, k))
-    layouts = np.asarray(layouts)
-    out = np.empty(len(m), dtype=np.float64)
-    keys = [(str(layouts[i]), tiles[i] and tuple(tiles[i]), int(splits[i] or 0))
-            for i in range(len(m))]
-    for key in sorted(set(keys), key=repr):
-        lay, tile, split = key
-        sel = np.array([kk == key for kk in keys])
-        if tile is None and not split:  # nothing forced: the model's own choice
-            out[sel] = predict_times_array(spec, dkey, b[sel], m[sel], n[sel], k[sel],
-                                           layouts[sel], p)
-        else:
-            out[sel] = _as_run(xp, spec, dkey, b[sel], m[sel], n[sel], k[sel], lay, p, tile,
-                               split, peak, e, eo)
-    return out
-
-
-def _as_run(xp, spec, dkey, b, m, n, k, lay, p, tile, split, peak, e, eo):
-    import numpy as np
-
-    steps = np.zeros_like(m) if dkey == "fp32" else _misalign_steps(xp, m, n, k, e, lay, eo)
+    steps = np.zeros_like(m) if dkey == "fp32" else _misalign_steps(xp, m, n, k, e, layout,
+                                                                       eo)
     kernels = (((tile[0], tile[1], 1.0),) if tile is not None
                else tuple((a, c, 1.0) for a, c in spec.tiles))
-    return _core(xp, b, m, n, k, steps, spec=spec, p=p, peak_flops=peak, e=e, eo=eo,
-                 kernels=kernels, splits=(split,) if split else _SPLIT_K, layout=lay,
-                 forced_tile=tile is not None, forced_split=bool(split),
-                 tensor_core=True)[0]
+    res = _core(xp, b, m, n, k, steps, spec=spec, p=p, peak_flops=peak, e=e, eo=eo,
+                kernels=kernels, splits=(split,) if split else _SPLIT_K, layout=layout,
+                forced_tile=tile is not None, forced_split=bool(split), tensor_core=True)
+    return (np.asarray(res[0], dtype=np.float64), np.asarray(res[5], dtype=np.float64),
+            np.asarray(res[6], dtype=np.float64))

@@ -31,7 +31,11 @@ token by a kernel of its own before the GEMM (vLLM's ``scaled_fp8_quant``: it re
 activation and writes FP8 and a scale per row); ``"static"``: a calibrated per-tensor scale,
 the cast fused into the kernel that produces the activation (TensorRT-LLM's fused plugins), no
 kernel of its own. FP8 GEMMs need K and N multiples of 16 (16-byte rows, cuBLASLt's rule for
-``_scaled_mm``); a layer that misses it stays in bf16, and the analysis says so.
+``_scaled_mm``); a layer that misses it stays in bf16, and the analysis says so. On Hopper
+and datacenter Blackwell, where vLLM 0.24's kernels have been measured, FP8 (and NVFP4 on
+Blackwell) is priced as those kernels run with constants fitted to them
+(``fxshape.cost.quant_kernels``): CUTLASS's ``cutlass_scaled_mm`` at vLLM's dispatched tile
+without split-K, after the dynamic per-tensor quantization (three kernels).
 
 ``"nvfp4"`` and ``"mxfp8"``, Blackwell's block-scaled formats, weights and activations, as
 vLLM's NVFP4 and MX linear methods and TensorRT-LLM run them on B200: ``"nvfp4"`` stores
@@ -71,15 +75,16 @@ import dataclasses
 from dataclasses import dataclass
 
 from ..hardware.gpus import get_gpu, gpus_of_arch
-from .gemm import MatmulPrediction, model_params, predict_matmul
+from .gemm import MatmulPrediction, model_params, predict_matmul, predict_terms_as_run
 from .gemv import decomposes
 from .memops import kernel_time, memops_params
+from .quant_kernels import activation_quant_s, quant_kernel_params, vllm_fp8_tile
 
 __all__ = ["QUANT_METHODS", "ACTIVATION_SCHEMES", "Quantization", "QuantizedGemm",
            "quantization_of", "check_quantization", "packed_weight_bytes", "fp8_eligible",
            "predict_quantized", "DEFAULT_GROUP_SIZE", "GROUP_SIZES", "BLOCK_FORMATS",
            "block_eligible", "block_scale_bytes", "block_peak", "BLOCK_ALIGN_RULE",
-           "predict_block_gemm"]
+           "predict_block_gemm", "predict_quantized_times"]
 
 #: ``"fp8"`` (weights and activations), ``"int8"`` and ``"int4"`` (weight-only),
 #: ``"nvfp4"`` and ``"mxfp8"`` (Blackwell's block-scaled formats, weights and activations).
@@ -321,6 +326,9 @@ def predict_quantized(m: int, n: int, k: int, q: Quantization, *, gpu="h100",
         if not fp8_eligible(n, k):
             raise ValueError(f"_scaled_mm needs K and N multiples of {FP8_ALIGN}; got "
                              f"K={k}, N={n}")
+        qp = quant_kernel_params(spec, "fp8")
+        if qp is not None:  # vLLM's CUTLASS kernel, with constants fitted to it
+            return _predict_fp8_fitted(m, n, k, q, spec, batch, layout, qp)
         gemm = predict_matmul(m, n, k, batch=batch, dtype="fp8", gpu=spec, layout=layout)
         t, kernels, what = gemm.time_s, 1, "torch._scaled_mm (FP8, bf16 out)"
         if q.activations == "dynamic":
@@ -361,6 +369,87 @@ def predict_quantized(m: int, n: int, k: int, q: Quantization, *, gpu="h100",
     return QuantizedGemm(_replace(base, t, transfer, conv, launch, weights + io, what), 1, what)
 
 
+def _tile_kernel(spec, tile) -> str:
+    """A CUTLASS 3 kernel name carrying ``tile`` (rows of M, columns of N) as
+    ``fxshape.cost.gemm_kernels.parse_gemm_tile`` reads it (N first, as CUTLASS names
+    its tile in the column-major view)."""
+    sm = "sm90" if spec.arch == "hopper" else "sm100"
+    return f"cutlass3x_{sm}_tensorop_gemm_e4m3_e4m3_f32_bf16_bf16_{tile[1]}x{tile[0]}x128_1x1x1"
+
+
+def _predict_fp8_fitted(m, n, k, q, spec, batch, layout, qp) -> QuantizedGemm:
+    """FP8 on vLLM's CUTLASS kernel (``fxshape.cost.quant_kernels``): the GEMM at its
+    dispatched tile without split-K, priced with its fitted constants, after the dynamic
+    per-tensor quantization of the activation (``activations="dynamic"``)."""
+    tile = vllm_fp8_tile(spec, m, n, k)
+    gemm = predict_matmul(m, n, k, batch=batch, dtype="fp8", gpu=spec, layout=layout,
+                          kernel=_tile_kernel(spec, tile), split_k=1,
+                          constants=qp.constants(spec))
+    src = "" if qp.gpu == spec.name else f", constants of the {qp.gpu}"
+    what = (f"vLLM cutlass_scaled_mm (FP8, bf16 out, {tile[0]}x{tile[1]} tile, no split-K; "
+            f"fitted{src})")
+    t, kernels = gemm.time_s, 1
+    if q.activations == "dynamic":
+        t += activation_quant_s(batch * m, k, "fp8", qp, spec)
+        kernels += qp.quant_kernels
+        what = (f"dynamic per-tensor FP8 quantization ({qp.quant_kernels} kernels) + "
+                + what)
+    pred = dataclasses.replace(gemm, time_s=t, dtype="fp8", tflops=gemm.flops / t / 1e12,
+                               efficiency=gemm.flops / t / 1e12 / gemm.peak_tflops,
+                               kernel=what)
+    return QuantizedGemm(pred, kernels, what)
+
+
+def predict_quantized_times(spec, method: str, m, n, k, qp=None):
+    """Vectorized :func:`predict_quantized` (numpy arrays of M, N, K in, times out) of one
+    linear layer under ``method`` (``"fp8"`` with dynamic activations, or ``"nvfp4"``) on
+    the kernels fitted to it, with the constants ``qp`` (default: the GPU's,
+    ``fxshape.cost.quant_kernels.quant_kernel_params``): what
+    ``bench/fit_quant_aiconfigurator.py`` fits and the tests check against the scalar path.
+    Layout ``nt`` (``F.linear``), batch 1.
+
+    Raises:
+        ValueError: a method or GPU without fitted kernels.
+    """
+    import numpy as np
+
+    spec = get_gpu(spec)
+    qp = qp or quant_kernel_params(spec, method)
+    if qp is None:
+        raise ValueError(f"no fitted {method} kernels for {spec.name}; fitted: "
+                         "fp8 on Hopper and datacenter Blackwell, nvfp4 on datacenter "
+                         "Blackwell (fxshape.cost.quant_kernels)")
+    m, n, k = (np.asarray(x, dtype=np.int64) for x in (m, n, k))
+    p = qp.constants(spec)
+    quant = activation_quant_s(m, k, method, qp, spec)
+    if method == "fp8":
+        tiles = [vllm_fp8_tile(spec, int(a), int(b), int(c)) for a, b, c in zip(m, n, k)]
+        out = np.empty(len(m))
+        for tile in sorted(set(tiles)):
+            sel = np.array([t == tile for t in tiles])
+            out[sel] = predict_terms_as_run(spec, "fp8", np.ones(int(sel.sum()), np.int64),
+                                            m[sel], n[sel], k[sel], "nt", p, tile, 1)[0]
+        return out + quant
+    ones = np.ones(len(m), dtype=np.int64)
+    _, comp, mem = predict_terms_as_run(spec, "fp8", ones, m, n, k, "nt", p, None, 1)
+    comp, mem = _block_terms(spec, method, m, n, k, comp, mem)
+    q = float(p.smooth_q)
+    return (comp ** q + mem ** q) ** (1.0 / q) + p.launch_s + quant
+
+
+def _block_terms(spec, method, m, n, k, comp, mem, batch=1):
+    """The FP8 GEMM's compute and memory terms rescaled to ``method``'s block-scaled GEMM:
+    compute at the format's peak, operand bytes (values and swizzled scales) in place of
+    FP8's (ints or arrays)."""
+    _, value, _, _ = BLOCK_FORMATS[method]
+    out = batch * m * n * 2  # bf16 out
+    fp8_ops = batch * (m * k + k * n)
+    ops = batch * ((m * k * value) // 1 + (k * n * value) // 1
+                   + block_scale_bytes(m, k, method) + block_scale_bytes(n, k, method))
+    return (comp * spec.peaks.fp8 / block_peak(spec, method),
+            mem * (ops + out) / (fp8_ops + out))
+
+
 def block_peak(spec, method: str) -> float | None:
     """The datasheet peak (TFLOP/s) of ``method``'s block-scaled GEMMs on ``spec``; None
     where the GPU has no block-scaled tensor cores (before Blackwell)."""
@@ -390,18 +479,26 @@ def predict_block_gemm(m: int, n: int, k: int, method: str, *, gpu="b200", batch
                          f"{BLOCK_FORMATS[method][3]} ({BLOCK_ALIGN_RULE[method]}); got "
                          f"K={k}, N={n}")
     _, value, _, _ = BLOCK_FORMATS[method]
-    g8 = predict_matmul(m, n, k, batch=batch, dtype="fp8", gpu=spec, layout=layout)
-    p = model_params(spec)
+    qp = quant_kernel_params(spec, method)
+    if qp is not None:  # the library's kernel, fitted: its constants, no split-K
+        p = qp.constants(spec)
+        g8 = predict_matmul(m, n, k, batch=batch, dtype="fp8", gpu=spec, layout=layout,
+                            split_k=1, constants=p)
+    else:
+        p = model_params(spec)
+        g8 = predict_matmul(m, n, k, batch=batch, dtype="fp8", gpu=spec, layout=layout)
     # compute at the format's peak; operands (values and swizzled scales) in place of FP8's
-    comp = g8.compute_time_s * spec.peaks.fp8 / peak
-    out = batch * m * n * 2  # bf16 out
-    fp8_ops = batch * (m * k + k * n)
+    comp, mem = _block_terms(spec, method, m, n, k, g8.compute_time_s, g8.memory_time_s,
+                             batch)
     ops = batch * (int(m * k * value) + int(k * n * value)
                    + block_scale_bytes(m, k, method) + block_scale_bytes(n, k, method))
-    mem = g8.memory_time_s * (ops + out) / (fp8_ops + out)
+    out = batch * m * n * 2
     split = p.split_k_s if g8.split_k > 1 else 0.0
     t = _smooth(comp, mem, float(p.smooth_q)) + g8.launch_s + split
     what = f"block-scaled GEMM ({'e2m1' if method == 'nvfp4' else 'e4m3'}, bf16 out)"
+    if qp is not None:
+        src = "" if qp.gpu == spec.name else f", constants of the {qp.gpu}"
+        what = f"FlashInfer CuTe-DSL {what[0].lower()}{what[1:]}, no split-K; fitted{src}"
     return dataclasses.replace(
         g8, dtype=method, time_s=t, tflops=g8.flops / t / 1e12,
         efficiency=g8.flops / t / 1e12 / peak, peak_tflops=peak, bytes=ops + out,
@@ -414,9 +511,14 @@ def _predict_block(m, n, k, method, spec, batch, layout, act_item) -> QuantizedG
     block-scaled GEMM (module docstring)."""
     gemm = predict_block_gemm(m, n, k, method, gpu=spec, batch=batch, layout=layout)
     _, value, _, _ = BLOCK_FORMATS[method]
-    # the activation's quantization: read bf16, write the values and the block scales
-    qbytes = batch * (m * k * act_item + int(m * k * value) + block_scale_bytes(m, k, method))
-    t = gemm.time_s + kernel_time("reduction", qbytes, gpu=spec).time_s
+    qp = quant_kernel_params(spec, method)
+    if qp is not None:  # scaled_fp4_quant, fitted
+        t = gemm.time_s + activation_quant_s(batch * m, k, method, qp, spec)
+    else:
+        # the activation's quantization: read bf16, write the values and the block scales
+        qbytes = batch * (m * k * act_item + int(m * k * value)
+                          + block_scale_bytes(m, k, method))
+        t = gemm.time_s + kernel_time("reduction", qbytes, gpu=spec).time_s
     what = f"{method} activation quantization + {gemm.kernel}"
     pred = dataclasses.replace(gemm, time_s=t, tflops=gemm.flops / t / 1e12,
                                efficiency=gemm.flops / t / 1e12 / gemm.peak_tflops,

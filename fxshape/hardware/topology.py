@@ -120,7 +120,10 @@ TOPOLOGIES = {
                          source="NVIDIA DGX B200: 8 B200 on NVSwitch (NVLink 5)"),
     "gb200-nvl72": Topology("gb200-nvl72", "nvlink5", "ib_ndr", 72, switch=True,
                             source="NVIDIA GB200 NVL72: 72 Blackwell GPUs in one NVLink "
-                                   "domain (NVLink Switch trays)"),
+                                   "domain (NVLink Switch trays); NCCL constants of the DGX "
+                                   "B200 (the same NVLink 5 switch and NCCL; the 72-GPU "
+                                   "domain's own are not measured)",
+                            constants_from="dgx-b200"),
     "pairwise-a100": Topology("pairwise-a100", "pcie4", "eth100", 4, pair="nvlink3",
                               source="A100 pairs on NVLink bridges, pairs over PCIe Gen4"),
     "pairwise-h100": Topology("pairwise-h100", "pcie5", "eth100", 4, pair="nvlink4",
