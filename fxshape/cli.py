@@ -42,6 +42,23 @@ def _positive_int(text: str) -> int:
     return v
 
 
+def _stage_layers(text: str):
+    """``--stage-layers``: ``torchtitan`` or comma-separated layer counts per chunk."""
+    from .parallelism.plan import STAGE_SPLITS
+
+    if text in STAGE_SPLITS:
+        return text
+    try:
+        counts = tuple(int(x) for x in text.split(","))
+    except ValueError:
+        counts = ()
+    if not counts or min(counts) < 1:
+        raise argparse.ArgumentTypeError(
+            f"expected {' or '.join(STAGE_SPLITS)} or layer counts of at least 1 per chunk, "
+            f"comma-separated (15,16,15), got {text!r}")
+    return counts
+
+
 _INPUT_DTYPES = {"long": "int64", "int64": "int64", "int": "int32", "int32": "int32",
                  "float": "float32", "float32": "float32", "fp32": "float32",
                  "half": "float16", "float16": "float16", "fp16": "float16",
@@ -216,7 +233,8 @@ def _cmd_analyze(args) -> int:
     plan_args = dict(pp=args.pp, cp=args.cp, ep=args.ep, capacity_factor=args.capacity_factor,
                      zero=args.zero, microbatches=args.microbatches,
                      virtual_stages=args.virtual_stages, schedule=args.schedule,
-                     dp_shard=args.dp_shard, grad_dtype=args.grad_dtype)
+                     dp_shard=args.dp_shard, grad_dtype=args.grad_dtype,
+                     stage_layers=args.stage_layers)
     parallel = None
     tp, dp, sp = args.tp, args.dp, args.sequence_parallel
     if any(v != getattr(Parallel(), k) for k, v in plan_args.items()):
@@ -283,6 +301,7 @@ def _print_chrome_trace(report) -> None:
 _TITAN_SETS = {"batch_size": None, "seq_len": None, "tp": 1, "dp": 1, "pp": 1, "cp": 1,
                "ep": 1, "capacity_factor": None, "zero": 0, "microbatches": 1,
                "virtual_stages": 1, "schedule": "1f1b", "dp_shard": None, "grad_dtype": "fp32",
+               "stage_layers": None,
                "sequence_parallel": False, "mode": None, "train": False, "recompute": None,
                "execution": None, "dtype": "bf16", "input": None, "context_len": None}
 
@@ -1076,6 +1095,11 @@ def build_parser() -> argparse.ArgumentParser:
                     help="model chunks per pipeline rank (interleaved 1F1B)")
     pa.add_argument("--schedule", choices=SCHEDULES, default="1f1b",
                     help="the pipeline schedule (default 1f1b)")
+    pa.add_argument("--stage-layers", type=_stage_layers, default=None,
+                    help="how the layers split into pipeline chunks: 'torchtitan' (the "
+                         "embedding and the head weighed as a layer each) or layer counts "
+                         "per chunk, comma-separated (15,16,16,16,16,16,16,15); default "
+                         "equal chunks")
     pa.add_argument("--grad-dtype", choices=tuple(GRAD_DTYPES), default="fp32",
                     help="the dtype gradients are held and reduced in (with --train; "
                          "default fp32, as fp32 master weights have them)")

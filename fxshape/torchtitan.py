@@ -270,7 +270,9 @@ def read_torchtitan(path, *, gpus: int | None = None) -> TitanJob:
                        sequence_parallel=tp > 1 and bool(par.get("enable_sequence_parallel",
                                                                  True)),
                        dp_shard=shard if zero and rep > 1 else None,
-                       reshard_after_forward=reshard_after, grad_dtype=reduce, ep=ep)
+                       reshard_after_forward=reshard_after, grad_dtype=reduce, ep=ep,
+                       # torchtitan weighs the embedding and the head as a layer each
+                       stage_layers="torchtitan" if pp > 1 else None)
     return TitanJob(source=path, name=name, flavor=flavor, parallel=par_obj, gpus=world,
                     micro_batch=micro, global_batch=glob, seq_len=seq, dtype=dtype,
                     recompute=recompute, execution="compiled" if compiled else "eager",

@@ -113,8 +113,9 @@ def test_bad_plans(kw, match):
 
 def test_plan_against_model_and_machine():
     topo = get_topology("dgx-h100:1")
-    with pytest.raises(ValueError, match="does not divide the 12 layers; accepted products: "
-                                         "1, 2, 3, 4, 6, 12"):
+    with pytest.raises(ValueError, match="does not divide the 12 layers into equal chunks; "
+                                         "accepted products: 1, 2, 3, 4, 6, 12; or an uneven "
+                                         "split"):
         check_plan(Parallel(pp=5), layers=12, topology=topo)
     with pytest.raises(ValueError, match="the plan needs 16 GPUs"):
         check_plan(Parallel(pp=2, dp=8), layers=12, topology=topo)

@@ -50,6 +50,9 @@ def test_a_toml_job_as_torchtitan_runs_it(tmp_path):
     assert (job.micro_batch, p.microbatches, job.global_batch) == (1, 8, 16)
     # "default" resharding is off under a pipeline; sequence parallelism on with tp
     assert p.reshard_after_forward is False and p.sequence_parallel is True
+    # torchtitan splits the stages weighing the embedding and the head as a layer each:
+    # the debugmodel's 6 layers + 2 over 2 stages are 4 each, so (3, 3)
+    assert p.stage_layers == "torchtitan"
     assert (job.dtype, job.recompute, job.execution, job.seq_len) == \
         ("bf16", "selective", "eager", 256)
     # the op-level policy is not Megatron's: said

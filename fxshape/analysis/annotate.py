@@ -22,6 +22,7 @@ from ..cost.notes import join_notes
 from ..hardware.dtypes import canonical_dtype, kv_format
 from ..hardware.gpus import get_gpu
 from ..parallelism.experts import apportion, sharded_share
+from ..parallelism.plan import layer_chunks, stage_layer_counts
 from ..tracing.configs import HEAD_FIELDS, check_config
 from ..tracing.dedup import check_reduction, expand_rows, find_stacks, reduced_model, structure_key
 from ..tracing.export import (DEFAULT_BATCH_SIZE, CaptureError, _is_hf, _seq_len, capture,
@@ -1034,9 +1035,10 @@ def _analyze(model, example_inputs, example_kwargs, *, gpu, dtype, batch_size, s
     # played out (or selective recomputation's memory): computed once
     groups = None
     if mode == "train" and (not plan.is_plain or selective):
-        if ("groups", plan.stages) not in memo:
-            memo[("groups", plan.stages)] = _param_groups(model, shards, all_stacks, plan)
-        groups = memo[("groups", plan.stages)]
+        split = ("groups", plan.stages, plan.stage_layers)
+        if split not in memo:
+            memo[split] = _param_groups(model, shards, all_stacks, plan)
+        groups = memo[split]
     step, records = _step(records, model, spec, dkey, mode, tp, execution, optimizer,
                           workload, step_notes, dp=dp, topology=topo,
                           sequence_parallel=sequence_parallel, shards=shards, plan=plan,
@@ -1436,7 +1438,7 @@ def _plan_memory(model, walk, spec, dkey, optimizer, layers, workload, *, shards
     peak_walk, at_backward, saved = walk
     n_layers = max((s.length for s in stacks), default=0)
     stages = plan.stages
-    per = max(1, n_layers // stages) if n_layers else 1
+    chunk_of = layer_chunks(stage_layer_counts(plan, n_layers)) if n_layers else (0,)
     stage_params, unit_params, stage_experts, _ = groups
     total_params = sum(stage_params) or 1
     matrices = sum(n for n, matrix, trainable in shards if matrix and trainable)
@@ -1448,7 +1450,7 @@ def _plan_memory(model, walk, spec, dkey, optimizer, layers, workload, *, shards
         per_layer: dict = {}
         ends = [0, 0]
         for b, (i, end) in zip(kept_saved, placed(((b.module, "forward") for b in kept_saved),
-                                                  _stack_info(stacks), n_layers, 2)):
+                                                  _stack_info(stacks), None, 2)):
             if i is not None:
                 per_layer[i] = per_layer.get(i, 0) + b.bytes
             else:
@@ -1460,7 +1462,7 @@ def _plan_memory(model, walk, spec, dkey, optimizer, layers, workload, *, shards
     act[0] += ends[0]
     act[-1] += ends[1]
     for i, b in per_layer.items():
-        act[min(i // per, stages - 1)] += b
+        act[chunk_of[min(i, len(chunk_of) - 1)]] += b
     if dropped_bytes:
         notes.append(f"selective recomputation: {dropped_bytes / 2**20:.1f} MiB of attention "
                      "intermediates per micro-batch not kept")
@@ -1468,7 +1470,7 @@ def _plan_memory(model, walk, spec, dkey, optimizer, layers, workload, *, shards
         kept = _layer_input_bytes(model, workload, item) // (
             plan.tp if plan.sequence_parallel else 1) // plan.cp
         for i, b in per_layer.items():
-            act[min(i // per, stages - 1)] -= max(0, b - kept)
+            act[chunk_of[min(i, len(chunk_of) - 1)]] -= max(0, b - kept)
         notes.append("activation checkpointing: each layer keeps its input; one layer at a "
                      "time holds its activations again")
     rerun = max(per_layer.values(), default=0) if layers else 0
@@ -1631,6 +1633,12 @@ def _step(records, model, spec, dkey, mode, tp, execution, optimizer, workload, 
     return step, records
 
 
+def _chunk_layers(plan, layers) -> str:
+    """``"8"`` (equal chunks) or ``"15/16/16/16/16/16/16/15"`` (an uneven split)."""
+    counts = stage_layer_counts(plan, layers)
+    return str(counts[0]) if len(set(counts)) == 1 else "/".join(map(str, counts))
+
+
 def _param_groups(model, shards, stacks, plan):
     """``(elements per virtual stage, per stage {layer: elements, None: the rest}, expert
     elements per virtual stage, per stage {layer or None: expert elements})``: the trained
@@ -1651,8 +1659,9 @@ def _param_groups(model, shards, stacks, plan):
     layer_units = [dict() for _ in range(stages)]
     layer_experts = [dict() for _ in range(stages)]
     root = [0] * stages
+    chunk_of = layer_chunks(stage_layer_counts(plan, layers)) if layers else None
     where = placed(((owner.get(id(p), ""), "forward") for p, _ in trained),
-                   _stack_info(stacks), layers, stages)
+                   _stack_info(stacks), chunk_of, stages)
     for (p, n), (i, s) in zip(trained, where):
         if i is None:
             root[s] += n
@@ -1727,7 +1736,8 @@ def _plan_step(records, opt_records, model, spec, dkey, execution, optimizer, to
     if plan.pp > 1:
         bubble = crit.by_class["pipeline_bubble"]
         notes.append(f"pipeline: {plan.schedule_name} over {m} micro-batches, "
-                     f"{plan.stages} chunks of {layers // plan.stages} layers; the slowest "
+                     f"{plan.stages} chunks of {_chunk_layers(plan, layers)} layers; the "
+                     "slowest "
                      f"stage is {slowest} of {plan.pp} ({stages[slowest].holds}: "
                      f"{stages[slowest].busy_s * 1e3:.3f} ms of compute); the step ends with "
                      f"stage {critical}'s last pass and tail; its bubble {bubble * 1e3:.3f} ms "

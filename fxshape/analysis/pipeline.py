@@ -4,9 +4,11 @@ timed (with FSDP's gathers and reduce-scatters beside its blocks), the schedule 
 the micro-batches, then each rank's tail (the gradient reduction the backward did not hide,
 the optimizer on its shard, ZeRO-1/2's parameter all-gather) — the slowest rank is the step.
 
-Stages follow Megatron: the layer stack split into ``pp × virtual_stages`` equal chunks;
-what comes before the stack in the forward (the embedding) on the first stage, what comes
-after it (the final norm, the head, the loss) on the last. The FSDP units are torchtitan's:
+Stages follow Megatron: the layer stack split into ``pp × virtual_stages`` chunks (equal
+by default; ``Parallel.stage_layers``: torchtitan's split or counts per chunk,
+``fxshape.parallelism.plan.stage_layer_counts``); what comes before the stack in the forward
+(the embedding) on the first stage, what comes after it (the final norm, the head, the
+loss) on the last. The FSDP units are torchtitan's:
 one per layer, the rest of the stage's parameters one more (the root, gathered before the
 forward, not resharded).
 """
@@ -21,6 +23,7 @@ from ..cost.host import eager_timeline
 from ..parallelism.experts import sharded_share
 from ..parallelism.overlap import bucketed, buckets, prefetched
 from ..parallelism.placement import per_node, stage_crosses_nodes
+from ..parallelism.plan import layer_chunks, stage_layer_counts
 from ..parallelism.schedule import frozen_orders, play
 from .step import RECOMPUTED_OPS
 
@@ -88,19 +91,19 @@ def layer_of(module: str, stacks) -> int | None:
     return None
 
 
-def placed(items, stacks, layers: int, stages: int):
+def placed(items, stacks, chunk_of, stages: int):
     """``(layer index or None, virtual stage)`` of each ``(module, phase)`` of ``items``, in
     program order (op records; parameters and saved activations, in the forward): a layer's
-    chunk; outside the layers, before the stack in the forward (after it in the backward)
-    the first stage, the rest the last."""
-    per = max(1, layers // stages)
+    chunk (``chunk_of[i]``: ``fxshape.parallelism.plan.layer_chunks``; None: no chunks,
+    only the first and the last stage told apart); outside the layers, before the stack in
+    the forward (after it in the backward) the first stage, the rest the last."""
     seen = {"forward": False, "backward": False}
     for module, phase in items:
         i = layer_of(module, stacks)
         phase = "backward" if phase == "backward" else "forward"
         if i is not None:
             seen[phase] = True
-            yield i, min(i // per, stages - 1)
+            yield i, (0 if chunk_of is None else chunk_of[min(i, len(chunk_of) - 1)])
         elif phase == "forward":
             yield None, 0 if not seen["forward"] else stages - 1
         else:
@@ -174,9 +177,8 @@ def units_of(records, stacks) -> Units:
     # outside the layers, by pass and by where placed() puts it among two stages (0: the
     # first stage's, 1: the last's): the program order within each is kept
     outside = {(back, end): [] for back in (False, True) for end in (0, 1)}
-    layers = max((n for _, n in stacks), default=0)
     for r, (i, end) in zip(records, placed(((r.module, r.phase) for r in records), stacks,
-                                           layers, 2)):
+                                           None, 2)):
         back = r.phase == "backward"
         if i is not None:
             (bwd if back else fwd).setdefault(i, []).append(r)
@@ -243,10 +245,11 @@ def plan_step(records, optimizer_records, *, plan, topo, stacks, layers, stage_p
     p, v, m = plan.pp, plan.virtual_stages, plan.microbatches
     stages = plan.stages
     grouped = units if units is not None else units_of(records, stacks)
-    per = max(1, layers // stages)
+    counts = stage_layer_counts(plan, layers)
+    chunk_of = layer_chunks(counts)
     in_stage = [[] for _ in range(stages)]  # the layers each virtual stage runs
     for i in sorted(set(grouped.forward) | set(grouped.backward)):
-        in_stage[min(i // per, stages - 1)].append(i)
+        in_stage[chunk_of[min(i, len(chunk_of) - 1)]].append(i)
     roots = [grouped.roots[(s == 0, s == stages - 1)] for s in range(stages)]
     memo: dict = {}
 
@@ -400,7 +403,7 @@ def plan_step(records, optimizer_records, *, plan, topo, stacks, layers, stage_p
         # without a pipeline what is left is the host's (the timelines' rounding): no bubble
         cls["pipeline_bubble" if p > 1 else "host_idle"] += rest
         stage_times.append(StageTime(
-            rank=d, layers=tuple(_layers_in(mine, layers, stages)),
+            rank=d, layers=tuple(_layers_in(mine, counts)),
             forward_s=sum(fwd_t[s] for s in mine), backward_s=sum(bwd_t[s] for s in mine),
             busy_s=b, end_s=end, tail_s=tail + opt_wall, bubble_s=max(0.0, end - b),
             by_class=cls, holds=_holds(d, p), optimizer_s=opt_wall,
@@ -416,12 +419,11 @@ def plan_step(records, optimizer_records, *, plan, topo, stacks, layers, stage_p
     return time_s, critical, stage_times, collectives
 
 
-def _layers_in(mine, layers, stages):
-    per = max(1, layers // stages)
-    out = []
-    for s in mine:
-        out.append((s * per, min(layers, (s + 1) * per) - 1))
-    return out
+def _layers_in(mine, counts):
+    """``(first, last)`` layer of each of the chunks ``mine`` (layers per chunk:
+    ``counts``)."""
+    starts = [sum(counts[:c]) for c in range(len(counts))]
+    return [(starts[s], starts[s] + counts[s] - 1) for s in mine]
 
 
 def _holds(d, p):

@@ -14,7 +14,8 @@ import numbers
 from dataclasses import asdict, dataclass, fields
 
 __all__ = ["Parallel", "SCHEDULES", "ZERO_STAGES", "GRAD_DTYPES", "check_mode", "check_plan",
-           "parallel_of", "RECOMPUTE", "check_recompute", "check_cp_seq"]
+           "parallel_of", "RECOMPUTE", "check_recompute", "check_cp_seq", "STAGE_SPLITS",
+           "stage_layer_counts", "layer_chunks", "torchtitan_split"]
 
 #: ``"1f1b"`` (PipeDream-flush / Megatron's default; with ``virtual_stages`` > 1 the
 #: interleaved 1F1B), ``"interleaved"`` (the same, ``virtual_stages`` > 1 required),
@@ -25,6 +26,11 @@ SCHEDULES = ("1f1b", "interleaved", "gpipe")
 ZERO_STAGES = (0, 1, 2, 3)
 #: the dtypes gradients can be held and reduced in, with their bytes per element
 GRAD_DTYPES = {"fp32": 4, "bf16": 2, "fp16": 2}
+#: named rules for splitting the layers into pipeline chunks (``Parallel.stage_layers``):
+#: ``"torchtitan"``, torchtitan's ``generate_llm_fqn_per_model_part`` (the embedding and the
+#: head each weighed as one layer, the weighted total spread evenly, the first chunks taking
+#: the remainder)
+STAGE_SPLITS = ("torchtitan",)
 
 
 def _count(name, v, minimum=1) -> int:
@@ -68,6 +74,16 @@ class Parallel:
             ``ceil(capacity_factor × routed rows / experts)`` (GShard, Megatron's
             ``--moe-expert-capacity-factor`` with padding); None (the default): dropless,
             each expert gets the rows its routing gives it.
+        stage_layers: how the layer stack splits into the ``pp × virtual_stages`` chunks
+            (in chunk order: chunk ``c`` on pipeline rank ``c mod pp``). None (the
+            default): equal chunks (Megatron's default; the chunks must divide the
+            layers); ``"torchtitan"``: torchtitan's split (:func:`torchtitan_split`: the
+            embedding and the head each count as a layer, so the first and last chunks take
+            one layer fewer: Llama-3.1-405B's 126 layers over 8 stages are 15, 16 × 6, 15);
+            a tuple of layer counts, one per chunk, each at least 1, summing to the layers
+            (Megatron's ``--decoder-first-pipeline-num-layers`` /
+            ``--decoder-last-pipeline-num-layers``, torchtitan's
+            ``pipeline_parallel_layers_per_stage`` or module lists).
     """
 
     tp: int = 1
@@ -84,6 +100,7 @@ class Parallel:
     grad_dtype: str = "fp32"
     ep: int = 1
     capacity_factor: float | None = None
+    stage_layers: tuple | str | None = None
 
     def __post_init__(self):
         for name in ("tp", "cp", "pp", "dp", "virtual_stages", "microbatches", "ep"):
@@ -152,6 +169,28 @@ class Parallel:
             raise ValueError(f"interleaved 1F1B needs the micro-batches ({self.microbatches}) "
                              f"to be a multiple of pp={self.pp} (Megatron's rule); accepted: "
                              f"{self.pp}, {2 * self.pp}, {3 * self.pp} ...")
+        sl = self.stage_layers
+        if sl is not None:
+            if self.pp == 1:
+                raise ValueError("stage_layers splits the layers into pipeline chunks: it "
+                                 "needs pp > 1")
+            if isinstance(sl, list):
+                sl = tuple(sl)
+                object.__setattr__(self, "stage_layers", sl)
+            if isinstance(sl, str):
+                if sl not in STAGE_SPLITS:
+                    raise ValueError(f"unknown stage_layers {sl!r}; accepted: None (equal "
+                                     "chunks), " + ", ".join(repr(x) for x in STAGE_SPLITS)
+                                     + ", or a tuple of layer counts per chunk")
+            elif not isinstance(sl, tuple) or len(sl) != self.stages or any(
+                    isinstance(c, bool) or not isinstance(c, numbers.Integral) or c < 1
+                    for c in sl):
+                raise ValueError(f"Parallel.stage_layers must be None, "
+                                 + ", ".join(repr(x) for x in STAGE_SPLITS)
+                                 + f" or {self.stages} layer counts of at least 1 (one per "
+                                 f"chunk: pp × virtual_stages = {self.stages}), got {sl!r}")
+            else:
+                object.__setattr__(self, "stage_layers", tuple(int(c) for c in sl))
 
     @property
     def gpus(self) -> int:
@@ -235,6 +274,10 @@ class Parallel:
         mb = f"{self.microbatches} micro-batch{'es' if self.microbatches > 1 else ''}"
         if self.pp > 1:
             mb += f", {self.schedule_name}"
+        if isinstance(self.stage_layers, str):
+            mb += f", {self.stage_layers}'s stage split"
+        elif self.stage_layers is not None:
+            mb += f", layers per chunk {'/'.join(map(str, self.stage_layers))}"
         parts.append(mb)
         return "; ".join(parts)
 
@@ -288,6 +331,56 @@ def check_mode(plan: Parallel, mode: str) -> None:
                              f"mode='train' only, not {mode!r}")
 
 
+def torchtitan_split(layers: int, chunks: int, input_weight: int = 1,
+                     output_weight: int = 1) -> tuple[int, ...]:
+    """Layers per chunk as torchtitan splits them (``generate_llm_fqn_per_model_part`` in
+    ``torchtitan/distributed/pipeline_parallel.py``): ``layers + input_weight +
+    output_weight`` effective layers spread evenly over the chunks, the first ``remainder``
+    chunks one more; the first chunk holds the embedding (``input_weight`` of its share),
+    the last the norm and head (``output_weight``).
+
+    >>> torchtitan_split(126, 8)  # Llama-3.1-405B on 8 stages
+    (15, 16, 16, 16, 16, 16, 16, 15)
+
+    Raises:
+        ValueError: a chunk that would hold no layer (torchtitan's own checks, and fxshape
+            prices no chunk without layers).
+    """
+    total = layers + input_weight + output_weight
+    per, extra = divmod(total, chunks)
+    counts = [per + (1 if c < extra else 0) for c in range(chunks)]
+    if chunks > 1:
+        counts[0] -= input_weight
+        counts[-1] -= output_weight
+    else:
+        counts = [layers]
+    if min(counts) < 1:
+        raise ValueError(f"torchtitan's split of {layers} layers over {chunks} chunks leaves "
+                         f"a chunk without a layer ({'/'.join(map(str, counts))}, the "
+                         "embedding and the head counted as a layer each); accepted: fewer "
+                         "chunks, or stage_layers as a tuple of counts of at least 1")
+    return tuple(counts)
+
+
+def stage_layer_counts(plan: Parallel, layers: int) -> tuple[int, ...]:
+    """Layers in each of the plan's ``pp × virtual_stages`` chunks, in chunk order
+    (``Parallel.stage_layers``); :func:`check_plan` has checked that they cover
+    ``layers``."""
+    sl = plan.stage_layers
+    if sl is None:
+        return (max(1, layers // plan.stages),) * (plan.stages - 1) + (
+            layers - max(1, layers // plan.stages) * (plan.stages - 1),)
+    if sl == "torchtitan":
+        return torchtitan_split(layers, plan.stages)
+    return tuple(sl)
+
+
+def layer_chunks(counts) -> tuple[int, ...]:
+    """The chunk of each layer, in order, for ``counts`` layers per chunk:
+    ``layer_chunks((2, 3)) == (0, 0, 1, 1, 1)``."""
+    return tuple(c for c, n in enumerate(counts) for _ in range(n))
+
+
 def check_plan(plan: Parallel, *, layers: int | None, topology) -> None:
     """What the plan needs of the model and the machine: the layers split into whole
     stages, the GPUs the topology holds."""
@@ -295,11 +388,20 @@ def check_plan(plan: Parallel, *, layers: int | None, topology) -> None:
         if not layers:
             raise ValueError("pp > 1 splits the model's layer stack into stages, but no "
                              "stack of repeated layers was found in the model")
-        if layers % plan.stages:
+        if plan.stage_layers is None and layers % plan.stages:
             ok = [d for d in range(1, layers + 1) if layers % d == 0]
             raise ValueError(f"pp × virtual_stages = {plan.stages} does not divide the "
-                             f"{layers} layers; accepted products: "
-                             + ", ".join(map(str, ok)))
+                             f"{layers} layers into equal chunks; accepted products: "
+                             + ", ".join(map(str, ok))
+                             + "; or an uneven split: Parallel(stage_layers='torchtitan') or "
+                             "a tuple of layers per chunk")
+        if plan.stage_layers == "torchtitan":
+            torchtitan_split(layers, plan.stages)  # raises for a chunk without layers
+        elif plan.stage_layers is not None and sum(plan.stage_layers) != layers:
+            raise ValueError(f"Parallel.stage_layers={plan.stage_layers!r} sums to "
+                             f"{sum(plan.stage_layers)}, but the model has {layers} layers; "
+                             f"accepted: {plan.stages} counts of at least 1 summing to "
+                             f"{layers}")
     if plan.tp > topology.gpus_per_node:
         raise ValueError(f"tp={plan.tp} exceeds the {topology.gpus_per_node} GPUs of a "
                          f"{topology.name} node (tensor parallelism stays inside a node); "

@@ -3,7 +3,10 @@ expert and data parallelism, virtual stages, ZeRO stage, micro-batch size and re
 that divides the model and the GPUs (pure; nothing here imports torch).
 
 A combination that does not divide is not a plan; :func:`candidates` counts each by the
-first rule it breaks, so that the search can say how many it left out and why.
+first rule it breaks, so that the search can say how many it left out and why. Pipeline
+chunks (``pp × virtual stages``) that do not divide the layers are split as torchtitan
+splits them (``Parallel(stage_layers="torchtitan")``: the first and last chunks one layer
+short for the embedding and the head), where that leaves every chunk a layer.
 """
 
 from __future__ import annotations
@@ -11,7 +14,7 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass
 
-from ..parallelism.plan import Parallel
+from ..parallelism.plan import Parallel, torchtitan_split
 
 __all__ = ["Candidate", "ModelShape", "candidates", "divisors"]
 
@@ -43,7 +46,8 @@ class Candidate:
             parts[0] += "+sp"
         if p.cp > 1:
             parts.append(f"cp{p.cp}")
-        parts.append(f"pp{p.pp}" + (f"x{p.virtual_stages}" if p.virtual_stages > 1 else ""))
+        parts.append(f"pp{p.pp}" + (f"x{p.virtual_stages}" if p.virtual_stages > 1 else "")
+                     + ("(tt)" if p.stage_layers == "torchtitan" else ""))
         parts.append(f"dp{p.dp}")
         if p.ep > 1:
             parts.append(f"ep{p.ep}")
@@ -84,7 +88,9 @@ def candidates(shape: ModelShape, *, gpus: int, global_batch: int, seq_len: int,
     plans = []
     tps = [t for t in divisors(gpus_per_node) if gpus % t == 0]
     cps = _powers_of_two(max_cp) if context_parallel else [1]
-    pps = divisors(shape.layers) if shape.layers else [1]
+    # pipelines of any depth that divides the GPUs, up to one layer a stage
+    pps = sorted({d for d in divisors(gpus) if d <= shape.layers} | {1}) \
+        if shape.layers else [1]
     eps = divisors(shape.experts) if shape.experts else [1]
     for tp in tps:
         if shape.heads % tp or (shape.kv_heads % tp and tp % shape.kv_heads):
@@ -102,9 +108,14 @@ def candidates(shape: ModelShape, *, gpus: int, global_batch: int, seq_len: int,
                 for vp in virtual_stages:
                     if vp > 1 and pp == 1:
                         continue  # not a distinct plan
+                    split = None
                     if shape.layers % (pp * vp):
-                        dropped["pp x virtual stages does not divide the layers"] += 1
-                        continue
+                        try:
+                            torchtitan_split(shape.layers, pp * vp)
+                        except ValueError:
+                            dropped["pp x virtual stages leave a stage without a layer"] += 1
+                            continue
+                        split = "torchtitan"
                     for ep in eps:
                         if (dp * cp) % ep:
                             dropped["ep does not divide dp x cp"] += 1
@@ -122,7 +133,7 @@ def candidates(shape: ModelShape, *, gpus: int, global_batch: int, seq_len: int,
                                     continue  # nothing to shard over: the same as zero 0
                                 par = Parallel(tp=tp, cp=cp, pp=pp, dp=dp, ep=ep, zero=z,
                                                virtual_stages=vp, microbatches=m,
-                                               sequence_parallel=tp > 1)
+                                               sequence_parallel=tp > 1, stage_layers=split)
                                 for rc in recompute:
                                     plans.append(Candidate(par, mb, rc))
     return plans, dropped
