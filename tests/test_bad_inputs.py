@@ -609,7 +609,7 @@ CLI_VALUES = {
                 "pp": ["2"], "zero": ["1"], "dp_shard": ["2"], "microbatches": ["2"],
                 "virtual_stages": ["2"], "schedule": ["gpipe"], "recompute": ["selective"],
                 "grad_dtype": ["bf16"], "cp": ["2"], "ep": ["2"], "capacity_factor": ["1.25"],
-                "torchtitan": ["@job.toml"], "gpus": ["8"], "allreduce": ["nccl"],
+                "stage_layers": ["torchtitan", "1,2"], "torchtitan": ["@job.toml"], "gpus": ["8"], "allreduce": ["nccl"],
                 "gemv": ["inductor"], "quantize": ["int8"], "group_size": ["32"],
                 "activation_scales": ["static"], "float8": ["tensorwise"]},
     "serve": {"gpu": ["a100"], "dtype": ["fp16"], "batch_size": ["2"], "tp": ["2"],
@@ -660,7 +660,7 @@ _WORKLOAD = {"gpu", "dtype", "batch_size", "seq_len", "tp", "attention", "execut
              "sequence_parallel", "provenance", "params", "recompute", "allreduce", "gemv"}
 #: the options the command line builds a fxshape.Parallel plan from (stated as parallel=)
 _PLAN = {"pp", "zero", "dp_shard", "microbatches", "virtual_stages", "schedule",
-         "grad_dtype", "cp", "ep", "capacity_factor"}
+         "grad_dtype", "cp", "ep", "capacity_factor", "stage_layers"}
 
 
 def _plan_refused(case, mode) -> bool:
@@ -678,8 +678,8 @@ def _plan_refused(case, mode) -> bool:
         return True  # hybrid sharding needs ZeRO and a divisor of dp x cp
     if cp > 1 and ("input" in case or case.get("attention") == "math"):
         return True  # ring attention: synthesized sequences, a fused attention kernel
-    if pp == 1 and (v > 1 or schedule != "1f1b"):
-        return True  # a schedule or virtual stages without a pipeline
+    if pp == 1 and (v > 1 or schedule != "1f1b" or "stage_layers" in case):
+        return True  # a schedule, virtual stages or a stage split without a pipeline
     if schedule == "gpipe" and v > 1:
         return True  # interleaving is a 1F1B schedule
     if v > 1 and m % pp:
