@@ -95,6 +95,14 @@ def shown_path(path: str) -> str:
     return os.path.relpath(path, ROOT) if os.path.abspath(path).startswith(ROOT) else path
 
 
+def write_json(path: str, data) -> None:
+    """Write a parameter file as the fit scripts do: indented by one, keys sorted, a final
+    newline (the packaged files diff line by line)."""
+    with open(path, "w") as f:
+        json.dump(data, f, indent=1, sort_keys=True)
+        f.write("\n")
+
+
 def read_gemm_table(prefix: str, dtype: str = "bfloat16", directory: str | None = None):
     """The rows of ``aiconfigurator/<prefix>_gemm_perf.csv`` with ``gemm_dtype == dtype``,
     as calibration rows (``nt``: vLLM's ``F.linear``, M = tokens)."""
@@ -194,9 +202,7 @@ def write(results, path: str) -> None:
         data.setdefault("measurement", {})[name] = {}
     for arch, src in FAMILIES.items():
         data["families"][arch] = {"from": src}
-    with open(path, "w") as f:
-        json.dump(data, f, indent=1, sort_keys=True)
-        f.write("\n")
+    write_json(path, data)
 
 
 def main(argv=None):

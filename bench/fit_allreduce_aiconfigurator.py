@@ -49,7 +49,7 @@ from fxshape.cost.allreduce import (VLLM_MAX_BYTES, VLLM_ONE_STAGE_BELOW,  # noq
                                     two_shot_s)
 from fxshape.hardware.topology import LINKS  # noqa: E402
 
-from fit_aiconfigurator import shown_path, table_path  # noqa: E402
+from fit_aiconfigurator import shown_path, table_path, write_json  # noqa: E402
 
 SOURCE = "ai-dynamo/aiconfigurator@095f58a51"
 #: (machine, table prefix, its NVLink, fitted here)
@@ -153,9 +153,7 @@ def main(argv=None) -> int:
                for link, p in links.items()}
     if not args.check:
         data["links"] = {**have, **entries}
-        with open(args.out, "w") as f:
-            json.dump(data, f, indent=1, sort_keys=True)
-            f.write("\n")
+        write_json(args.out, data)
         print(f"wrote {args.out}", file=sys.stderr)
     for link, p in links.items():
         print(f"{link}: stage_s {p.stage_s * 1e6:.2f} us, peer_efficiency {p.peer_efficiency:.3g}")

@@ -61,7 +61,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 sys.path.insert(0, os.path.join(ROOT, "bench"))
 
-from fit_aiconfigurator import table_path  # noqa: E402
+from fit_aiconfigurator import table_path, write_json  # noqa: E402
 
 from fxshape.cost.attention import (AttentionShape, KernelParams, attention_params,  # noqa: E402
                                     forget_params_files, kernel_params, predict_with)
@@ -419,17 +419,13 @@ def write(fitted) -> None:
         att = json.load(f)
     att["kernels"] = {k: {**{n: getattr(p, n) for n in KernelParams.FIELDS}, "source": p.source}
                       for (phase, k), p in sorted(fitted.items()) if phase == "prefill"}
-    with open(ATTENTION_OUT, "w") as f:
-        json.dump(att, f, indent=1, sort_keys=True)
-        f.write("\n")
+    write_json(ATTENTION_OUT, att)
     with open(DECODE_OUT) as f:
         dec = json.load(f)
     dec["kernels"] = {k: {**{n: getattr(p, n) for n in _DECODE_NAMES + _DECODE_GRID},
                           "source": p.source}
                       for (phase, k), p in sorted(fitted.items()) if phase == "decode"}
-    with open(DECODE_OUT, "w") as f:
-        json.dump(dec, f, indent=1, sort_keys=True)
-        f.write("\n")
+    write_json(DECODE_OUT, dec)
     forget_params_files()
 
 

@@ -53,7 +53,7 @@ from scipy.optimize import least_squares  # noqa: E402
 from fxshape.cost.comm import collective_time, param_key  # noqa: E402
 from fxshape.hardware.topology import get_topology  # noqa: E402
 
-from fit_aiconfigurator import shown_path, table_path  # noqa: E402
+from fit_aiconfigurator import shown_path, table_path, write_json  # noqa: E402
 from fit_comm import OUT  # noqa: E402
 
 #: the constants fitted per link class and collective, all positive (fitted as logs)
@@ -208,9 +208,7 @@ def main(argv=None) -> int:
     data["nccl_2_29"] = (f"The CLASS/KIND:COLLECTIVE entries of dgx-h100 and dgx-b200: written "
                          f"by bench/fit_comm_aiconfigurator.py from {SOURCE}'s nccl-tests "
                          f"tables (NCCL 2.29.2); do not edit.")
-    with open(args.out, "w") as f:
-        json.dump(data, f, indent=1, sort_keys=True)
-        f.write("\n")
+    write_json(args.out, data)
     print(f"wrote {args.out}", file=sys.stderr)
     return 0
 

@@ -60,7 +60,7 @@ from fxshape.fit.fitting import _round  # noqa: E402
 from fxshape.hardware.gpus import get_gpu  # noqa: E402
 
 from fit_aiconfigurator import (REGIMES, SOURCE, held_out, shown_path,  # noqa: E402
-                                summary, table_path)
+                                summary, table_path, write_json)
 
 #: (fxshape GPU, table prefix, method, the table's gemm_dtype, its kernel_source)
 PLAN = (("h100-sxm", "h100_sxm", "fp8", "fp8", "CutlassFP8ScaledMMLinearKernel"),
@@ -241,9 +241,7 @@ def main(argv=None):
         print("matches " + shown_path(args.out) if ok else "differs from "
               + shown_path(args.out))
         return 0 if ok else 1
-    with open(args.out, "w") as f:
-        json.dump(data, f, indent=1, sort_keys=True)
-        f.write("\n")
+    write_json(args.out, data)
     print(f"wrote {args.out}", file=sys.stderr)
     return 0
 

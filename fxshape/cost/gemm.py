@@ -908,20 +908,20 @@ def predict_times_as_run(spec: GPUSpec, dkey: str, b, m, n, k, layouts, p: Model
     Rows with the same layout, tile and split are priced together."""
     import numpy as np
 
+    b, m, n, k = (np.asarray(x, dtype=np.int64) for x in (b, m, n, k))
+    layouts = np.asarray(layouts)
     out = np.empty(len(m), dtype=np.float64)
-    keys = [(str(lay), tiles[i] and tuple(tiles[i]), int(splits[i] or 0))
-            for i, lay in enumerate(np.asarray(layouts))]
+    keys = [(str(layouts[i]), tiles[i] and tuple(tiles[i]), int(splits[i] or 0))
+            for i in range(len(m))]
     for key in sorted(set(keys), key=repr):
-        sel = np.array([kk == key for kk in keys])
         lay, tile, split = key
+        sel = np.array([kk == key for kk in keys])
         if tile is None and not split:  # nothing forced: the model's own choice
-            out[sel] = predict_times_array(spec, dkey, np.asarray(b)[sel], np.asarray(m)[sel],
-                                           np.asarray(n)[sel], np.asarray(k)[sel],
-                                           np.asarray(layouts)[sel], p)
+            out[sel] = predict_times_array(spec, dkey, b[sel], m[sel], n[sel], k[sel],
+                                           layouts[sel], p)
         else:
-            out[sel] = predict_terms_as_run(spec, dkey, np.asarray(b)[sel],
-                                            np.asarray(m)[sel], np.asarray(n)[sel],
-                                            np.asarray(k)[sel], lay, p, tile, split)[0]
+            out[sel] = predict_terms_as_run(spec, dkey, b[sel], m[sel], n[sel], k[sel], lay,
+                                            p, tile, split)[0]
     return out
 
 

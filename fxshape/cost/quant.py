@@ -437,15 +437,21 @@ def predict_quantized_times(spec, method: str, m, n, k, qp=None):
     return (comp ** q + mem ** q) ** (1.0 / q) + p.launch_s + quant
 
 
+def _block_bytes(method, m, n, k, batch=1):
+    """``(operand bytes, output bytes)`` of ``method``'s block-scaled GEMM (ints or int
+    arrays): the values of both operands and their swizzled scales, and the bf16 output."""
+    bits = int(BLOCK_FORMATS[method][1] * 8)  # e2m1: 4, e4m3: 8
+    ops = batch * (m * k * bits // 8 + k * n * bits // 8
+                   + block_scale_bytes(m, k, method) + block_scale_bytes(n, k, method))
+    return ops, batch * m * n * 2
+
+
 def _block_terms(spec, method, m, n, k, comp, mem, batch=1):
     """The FP8 GEMM's compute and memory terms rescaled to ``method``'s block-scaled GEMM:
     compute at the format's peak, operand bytes (values and swizzled scales) in place of
     FP8's (ints or arrays)."""
-    _, value, _, _ = BLOCK_FORMATS[method]
-    out = batch * m * n * 2  # bf16 out
+    ops, out = _block_bytes(method, m, n, k, batch)
     fp8_ops = batch * (m * k + k * n)
-    ops = batch * ((m * k * value) // 1 + (k * n * value) // 1
-                   + block_scale_bytes(m, k, method) + block_scale_bytes(n, k, method))
     return (comp * spec.peaks.fp8 / block_peak(spec, method),
             mem * (ops + out) / (fp8_ops + out))
 
@@ -478,7 +484,6 @@ def predict_block_gemm(m: int, n: int, k: int, method: str, *, gpu="b200", batch
         raise ValueError(f"the {method} GEMM needs K and N multiples of "
                          f"{BLOCK_FORMATS[method][3]} ({BLOCK_ALIGN_RULE[method]}); got "
                          f"K={k}, N={n}")
-    _, value, _, _ = BLOCK_FORMATS[method]
     qp = quant_kernel_params(spec, method)
     if qp is not None:  # the library's kernel, fitted: its constants, no split-K
         p = qp.constants(spec)
@@ -490,9 +495,7 @@ def predict_block_gemm(m: int, n: int, k: int, method: str, *, gpu="b200", batch
     # compute at the format's peak; operands (values and swizzled scales) in place of FP8's
     comp, mem = _block_terms(spec, method, m, n, k, g8.compute_time_s, g8.memory_time_s,
                              batch)
-    ops = batch * (int(m * k * value) + int(k * n * value)
-                   + block_scale_bytes(m, k, method) + block_scale_bytes(n, k, method))
-    out = batch * m * n * 2
+    ops, out = _block_bytes(method, m, n, k, batch)
     split = p.split_k_s if g8.split_k > 1 else 0.0
     t = _smooth(comp, mem, float(p.smooth_q)) + g8.launch_s + split
     what = f"block-scaled GEMM ({'e2m1' if method == 'nvfp4' else 'e4m3'}, bf16 out)"

@@ -174,15 +174,12 @@ class Parallel:
             if self.pp == 1:
                 raise ValueError("stage_layers splits the layers into pipeline chunks: it "
                                  "needs pp > 1")
-            if isinstance(sl, list):
-                sl = tuple(sl)
-                object.__setattr__(self, "stage_layers", sl)
             if isinstance(sl, str):
                 if sl not in STAGE_SPLITS:
                     raise ValueError(f"unknown stage_layers {sl!r}; accepted: None (equal "
                                      "chunks), " + ", ".join(repr(x) for x in STAGE_SPLITS)
                                      + ", or a tuple of layer counts per chunk")
-            elif not isinstance(sl, tuple) or len(sl) != self.stages or any(
+            elif not isinstance(sl, (tuple, list)) or len(sl) != self.stages or any(
                     isinstance(c, bool) or not isinstance(c, numbers.Integral) or c < 1
                     for c in sl):
                 raise ValueError(f"Parallel.stage_layers must be None, "
@@ -367,9 +364,9 @@ def stage_layer_counts(plan: Parallel, layers: int) -> tuple[int, ...]:
     (``Parallel.stage_layers``); :func:`check_plan` has checked that they cover
     ``layers``."""
     sl = plan.stage_layers
-    if sl is None:
-        return (max(1, layers // plan.stages),) * (plan.stages - 1) + (
-            layers - max(1, layers // plan.stages) * (plan.stages - 1),)
+    if sl is None:  # equal chunks (any remainder, which check_plan refuses, on the last)
+        per = max(1, layers // plan.stages)
+        return (per,) * (plan.stages - 1) + (layers - per * (plan.stages - 1),)
     if sl == "torchtitan":
         return torchtitan_split(layers, plan.stages)
     return tuple(sl)
