@@ -14,9 +14,11 @@ table (what float8 itself changes, apart from how well the bf16 step is predicte
 
 The runs used torchtitan's per-op selective activation checkpointing (every second matmul
 and the pointwise ops recomputed); fxshape does not model that policy and predicts them
-without recomputation, which makes both runs' absolute figures faster than measured; the
-H100s of both sources are 500 W HBM2e parts and the B200s power-limited, none of which the
-GPU table holds. Nothing is fitted. Under a minute on two cores.
+without recomputation, which makes both runs' absolute figures faster than measured; torchtitan's
+H100s are 96 GB HBM2e parts at 500 W, given as ``h100-sxm@500w`` (the power limit sets the
+clock its GEMMs sustain, ``fxshape.hardware.power``; the HBM2e's bandwidth is not in the
+GPU table), and torchao's B200s are power-limited to a figure the README does not give
+(priced at the default 1000 W). Nothing is fitted. Under a minute on two cores.
 """
 
 from __future__ import annotations
@@ -42,7 +44,7 @@ def predict(model, r):
     gpus = int(r["gpus"])
     topo = None
     if gpus > 8:
-        topo = {"h100": "dgx-h100"}.get(r["gpu"])
+        topo = {"h100": "dgx-h100"}.get(r["gpu"].partition("@")[0].removesuffix("-sxm"))
     rep = fxshape.analyze(model, mode="train", gpu=r["gpu"], seq_len=int(r["seq_len"]),
                           batch_size=int(r["batch_size"]), execution="compiled",
                           provenance=None, parallel=Parallel(dp=gpus, zero=3),

@@ -925,7 +925,7 @@ def _analyze(model, example_inputs, example_kwargs, *, gpu, dtype, batch_size, s
     ckey = None
     if cache is not None and example_inputs is None and example_kwargs is None:
         ckey = (id(model), mode, tp, plan.cp, plan.ep, plan.capacity_factor, batch_size,
-                seq_len, dkey, spec.name, attention, _shapes(moe_routing), execution,
+                seq_len, dkey, spec.label, attention, _shapes(moe_routing), execution,
                 sequence_parallel, plan.grad_bytes, topo, dedup, kv,
                 getattr(lowprec.QUANT.get(), "q", None),
                 getattr(lowprec.QUANT.get(), "recipe", None))
@@ -975,6 +975,11 @@ def _analyze(model, example_inputs, example_kwargs, *, gpu, dtype, batch_size, s
                              "q_proj, c_attn, up_proj, down_proj ...; fxshape.analysis.parallel), "
                              "so every GPU would run the whole model: use tp=1")
         records, op_unsupported, step_notes = _op_records(gm, rows, model, spec, dkey, execution)
+        if mode == "train":  # a long job: its dense kernels at the power-limited clock
+            from .step import sustained_records
+
+            records, clock_note = sustained_records(records, rows, spec, dkey)
+            step_notes = tuple(step_notes) + (clock_note,)
         if plan.cp > 1:
             from .ring import ring_records
             from .step import run_dtype
@@ -1051,7 +1056,7 @@ def _analyze(model, example_inputs, example_kwargs, *, gpu, dtype, batch_size, s
                      stacks=all_stacks, groups=groups,
                      dropped=selective["dropped"] if selective else (),
                      memo=memo.setdefault(("memory", recompute, provenance), {}))
-    return Report(rows=tuple(rows), unsupported=tuple(unsupported), gpu=spec.name,
+    return Report(rows=tuple(rows), unsupported=tuple(unsupported), gpu=spec.label,
                   dtype=dkey, model_name=type(model).__name__, graph_module=gm,
                   notes=tuple(notes), workload=workload, ops=tuple(records), step=step,
                   unsupported_ops=tuple(op_unsupported), memory=memory)
@@ -1599,7 +1604,7 @@ def _step(records, model, spec, dkey, mode, tp, execution, optimizer, workload, 
                                                      topology=topology, item=item,
                                                      grad_bytes=grads,
                                                      sequence_parallel=sequence_parallel,
-                                                     allreduce=allreduce)
+                                                     allreduce=allreduce, spec=spec)
         notes.extend(comm_notes)
     if kept is None:
         kept = memo[(scaled, dp_records)] = [records, notes[before:], dp_total, None]
@@ -1625,8 +1630,9 @@ def _step(records, model, spec, dkey, mode, tp, execution, optimizer, workload, 
     if dp_rec is not None:
         from .pipeline import Collective
 
+        exposed = max(0.0, dp_total - dp_rec.overlapped_s)
         colls.append(Collective("dp", "all_reduce", dp, dp_rec.bytes, dp_rec.kernels,
-                                dp_total, dp_rec.time_s))
+                                dp_total, exposed, max(0.0, dp_rec.time_s - exposed)))
     step = dataclasses.replace(step, communication=tuple(colls))
     if mode == "train" and dp > 1:
         step = dataclasses.replace(step, replicas=dp)
@@ -1727,7 +1733,8 @@ def _plan_step(records, opt_records, model, spec, dkey, execution, optimizer, to
         stage_params=stage_params, unit_params=unit_params, item=item,
         hidden_tokens_bytes=hidden_bytes, stage_experts=stage_experts,
         unit_experts=unit_experts, units=units,
-        gather_item=lowprec.float8_gather(model, stacks, item, lowprec.QUANT.get()))
+        gather_item=lowprec.float8_gather(model, stacks, item, lowprec.QUANT.get()),
+        spec=spec)
     m = plan.microbatches
     crit = stages[critical]
     flops = units.flops * m // plan.pp

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from ..cost.comm import predict_collective
 from ..cost.host import eager_timeline
 from ..parallelism.experts import sharded_share
-from ..parallelism.overlap import bucketed, buckets, prefetched
+from ..parallelism.overlap import bucketed, buckets, prefetched, sm_share
 from ..parallelism.placement import per_node, stage_crosses_nodes
 from ..parallelism.plan import layer_chunks, stage_layer_counts
 from ..parallelism.schedule import frozen_orders, play
@@ -36,7 +36,7 @@ class Collective:
     """One kind of collective in the step (``report.step.communication``): ``kind`` is the
     parallelism it serves (``tp``, ``sp``, ``dp``, ``zero``, ``pp``), ``op`` the NCCL call,
     ``bytes`` and ``count`` per step on one GPU, ``total_s`` its time, ``exposed_s`` what of
-    it the step waits for."""
+    it the step waits for, ``stretch_s`` what it adds to the compute it overlaps."""
 
     kind: str
     op: str
@@ -45,6 +45,9 @@ class Collective:
     count: int
     total_s: float
     exposed_s: float
+    #: the compute it stretches while it runs beside it (its NCCL CTAs hold SMs the compute
+    #: cannot use: ``fxshape.parallelism.overlap.sm_share``); on the critical path too
+    stretch_s: float = 0.0
 
     def as_dict(self) -> dict:
         return dataclasses.asdict(self)
@@ -225,7 +228,7 @@ def communication_of(records, group: int = 0, cp: int = 1, ep: int = 1) -> list:
 
 def plan_step(records, optimizer_records, *, plan, topo, stacks, layers, stage_params,
               unit_params, item, hidden_tokens_bytes, stage_experts=None, unit_experts=None,
-              units=None, gather_item=None):
+              units=None, gather_item=None, spec=None):
     """The step of ``records`` (one micro-batch's forward and backward, per GPU: tensor
     parallelism applied) under ``plan``; ``optimizer_records``: the optimizer (and autocast's
     weight casts) over all the parameters one GPU of a pipeline-less replica holds, scaled
@@ -239,7 +242,8 @@ def plan_step(records, optimizer_records, *, plan, topo, stacks, layers, stage_p
     ranks, ``ep`` apart; None: no expert parallelism); ``units``: ``units_of(records,
     stacks)`` when the caller keeps it for other plans of the same records;
     ``gather_item``: ``{layer index or None: bytes per element}`` FSDP gathers a unit's
-    parameters in where it is not ``item`` (torchao's float8 all-gather).
+    parameters in where it is not ``item`` (torchao's float8 all-gather); ``spec``: the GPU,
+    whose SMs the overlapped collectives take from the compute (None: they take none).
 
     Returns ``(time_s, critical rank, ranks [StageTime], collectives [Collective])``."""
     p, v, m = plan.pp, plan.virtual_stages, plan.microbatches
@@ -255,6 +259,13 @@ def plan_step(records, optimizer_records, *, plan, topo, stacks, layers, stage_p
 
     def _coll(op, nbytes, group, stride, topo):
         return _priced(op, nbytes, group, stride, topo, memo)
+
+    def slow(group, stride):
+        """The compute rate a collective over ``group`` ranks ``stride`` apart takes."""
+        if spec is None or group <= 1:
+            return 0.0
+        return sm_share(spec, topo.link_class(group, per_node(group, stride,
+                                                                topo.gpus_per_node)))
 
     shard, rep, tp = plan.shard, plan.replicate, plan.tp
     ep = plan.ep
@@ -275,7 +286,7 @@ def plan_step(records, optimizer_records, *, plan, topo, stacks, layers, stage_p
     if plan.zero == 3:
         casts = []  # FSDP2 gathers the parameters in the compute dtype: no autocast casts
 
-    fwd_t, bwd_t, exposed, per_stage, cast_s = [], [], [], [], []
+    fwd_t, bwd_t, exposed, stretched, per_stage, cast_s = [], [], [], [], [], []
     for s in range(stages):
         share = stage_params[s] / all_params
         cast_f = sum(r.time_s for r in casts if r.phase == "forward") * share
@@ -305,11 +316,13 @@ def plan_step(records, optimizer_records, *, plan, topo, stacks, layers, stage_p
             # the root (last unit) stays gathered; the layers regather for their backward
             again = [x if plan.reshard_after_forward and i < len(units) - 1 else 0.0
                      for i, x in enumerate(gat)]
-            fo = prefetched(f_walls, gat)
-            bo = prefetched(b_walls[::-1], again[::-1], rs[::-1])
+            fsdp_slow = slow(shard, tp)  # the widest group the stream serves
+            fo = prefetched(f_walls, gat, slow=fsdp_slow)
+            bo = prefetched(b_walls[::-1], again[::-1], rs[::-1], slow=fsdp_slow)
             fwd_t.append(fo.end + cast_f)
             bwd_t.append(bo.end + cast_b)
             exposed.append(fo.exposed + bo.exposed)
+            stretched.append(fo.stretch + bo.stretch)
             n = sum(units)
             gathered = sum(u * gi.get(k, item) * (2 if a else 1)
                            for k, u, a in zip(ids, units, again))
@@ -321,6 +334,7 @@ def plan_step(records, optimizer_records, *, plan, topo, stacks, layers, stage_p
             fwd_t.append(sum(f_walls) + cast_f)
             bwd_t.append(sum(b_walls) + cast_b)
             exposed.append(0.0)
+            stretched.append(0.0)
         per_stage.append(comm)
 
     if p > 1:
@@ -347,15 +361,17 @@ def plan_step(records, optimizer_records, *, plan, topo, stacks, layers, stage_p
         coll: dict = {}
         for s in mine:
             for key, (group, nbytes, count, total) in per_stage[s].items():
-                c = coll.setdefault(key, [group, 0, 0, 0.0, 0.0])
+                c = coll.setdefault(key, [group, 0, 0, 0.0, 0.0, 0.0])
                 c[1] += m * nbytes
                 c[2] += m * count
                 c[3] += m * total
         fs_exposed = m * sum(exposed[s] for s in mine)
+        fs_stretch = m * sum(stretched[s] for s in mine)
         zkeys = [k for k in coll if k[0] == "zero"]
         ztotal = sum(coll[k][3] for k in zkeys) or 1.0
         for k in zkeys:  # gathers and reduce-scatters share the stream: split by their time
             coll[k][4] = fs_exposed * coll[k][3] / ztotal
+            coll[k][5] = fs_stretch * coll[k][3] / ztotal
         tail = 0.0
         if plan.data_ranks > 1 and plan.zero < 3:
             grad = params * plan.grad_bytes
@@ -367,23 +383,24 @@ def plan_step(records, optimizer_records, *, plan, topo, stacks, layers, stage_p
             if plan.zero and rep > 1:
                 times = [t + _coll("all_reduce", b / shard, rep, tp * shard, topo)
                          for t, b in zip(times, sizes)]
-            ov = bucketed(bwd_t[mine[0]], sizes, times)
+            ov = bucketed(bwd_t[mine[0]], sizes, times, slow=slow(group, tp))
             times_run = m if plan.zero == 2 else 1  # ZeRO-2 reduces every micro-batch
-            tail += ov.exposed * times_run
+            tail += (ov.exposed + ov.stretch) * times_run
+
             coll[("dp" if plan.zero == 0 else "zero", op)] = [
                 group, grad * times_run, len(sizes) * times_run, ov.comm * times_run,
-                ov.exposed * times_run]
+                ov.exposed * times_run, ov.stretch * times_run]
         opt_wall = eager_timeline((r.host_s, r.time_s * fraction) for r in opt).wall_s
         if plan.zero in (1, 2):
             ag = split("all_gather", params, experts, item, shard, tp)
             tail += ag
-            coll[("zero", "all_gather")] = [shard, params * item, 1, ag, ag]
+            coll[("zero", "all_gather")] = [shard, params * item, 1, ag, ag, 0.0]
         if p > 1:
             n_send = 2 * m * sum(1 for s in mine if s < stages - 1)
             coll[("pp", "send_recv")] = [2, n_send * int(hidden_tokens_bytes), n_send,
                                          m * 2 * sum(sends[s] for s in mine if s < stages - 1),
-                                         0.0]
-        ranks.append((d, mine, ends[d], busy[d], tail, opt_wall, fs_exposed))
+                                         0.0, 0.0]
+        ranks.append((d, mine, ends[d], busy[d], tail, opt_wall, fs_exposed + fs_stretch))
         rank_comm.append(coll)
 
     time_s = max(e + t + o for _, _, e, _, t, o, _ in ranks)
@@ -414,7 +431,7 @@ def plan_step(records, optimizer_records, *, plan, topo, stacks, layers, stage_p
     collectives = [dataclasses.replace(c, bytes=c.bytes * m, count=c.count * m,
                                        total_s=c.total_s * m, exposed_s=c.exposed_s * m)
                    for c in tp_like]
-    collectives += [Collective(k, op, c[0], int(c[1]), int(c[2]), c[3], c[4])
+    collectives += [Collective(k, op, c[0], int(c[1]), int(c[2]), c[3], c[4], c[5])
                     for (k, op), c in rank_comm[critical].items()]
     return time_s, critical, stage_times, collectives
 

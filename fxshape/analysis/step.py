@@ -682,7 +682,7 @@ def optimizer_records(optimizer, numels, *, spec, mixed: bool):
 
 
 def comm_records(records, *, tp, dp, topology, item, grad_bytes, sequence_parallel=False,
-                 allreduce=None):
+                 allreduce=None, spec=None):
     """``(records, notes, dp_total_s)``: ``records`` with the collectives of tensor and data
     parallelism added (``fxshape.cost.comm``), notes, and the data-parallel all-reduce's
     whole time (its record holds the exposed part; 0 without one).
@@ -701,7 +701,9 @@ def comm_records(records, *, tp, dp, topology, item, grad_bytes, sequence_parall
     buckets (DDP's ``bucket_cap_mb``) as the backward produces them, on a stream of their
     own. A bucket is ready when the backward has done its share of the work (the gradients
     are taken to appear in proportion to the backward's GPU time); only what runs past the
-    backward's end is exposed, and that is the record's time."""
+    backward's end is exposed. While a bucket is reduced its NCCL CTAs hold SMs of ``spec``
+    (``fxshape.parallelism.overlap.sm_share``) and the backward beside it runs slower: the
+    record's time is the exposed part plus that stretch (``overlapped_s``: the hidden part)."""
     from ..cost.allreduce import predict_allreduce
     from ..cost.comm import predict_collective
     from .parallel import layer_kind
@@ -754,7 +756,7 @@ def comm_records(records, *, tp, dp, topology, item, grad_bytes, sequence_parall
     dp_total = 0.0
     if dp > 1 and grad_bytes > 0:
         out, note, dp_total = _dp_allreduce(out, dp=dp, tp=tp, topology=topology,
-                                            grad_bytes=grad_bytes)
+                                            grad_bytes=grad_bytes, spec=spec)
         notes.append(note)
     return out, notes, dp_total
 
@@ -847,6 +849,43 @@ def selective_nodes(records, gm) -> dict:
     return {"all": frozenset(core), "dropped": frozenset(dropped)}
 
 
+def sustained_records(records, rows, spec, dkey):
+    """The records of a long job (training): each GEMM and attention kernel at the clock
+    the GPU sustains under its power limit (``fxshape.hardware.power``), from its FLOP rate
+    at boost over the dense peak of the format it runs in (``rows``' dtype, else ``dkey``).
+    Returns (records, note); the note says what was slowed, or that the GPU has no
+    sustained-clock curve and its kernels keep their burst-clock times."""
+    from ..hardware.power import clock_curve, sustained_ratio
+
+    curve = clock_curve(spec)
+    if curve is None:
+        why = ("no board power is recorded for it" if spec.power_w is None else
+               f"no sustained-clock measurement for {spec.arch} GPUs")
+        return records, (f"clocks: kernels at their burst clock ({why}); a long job's dense "
+                         "GEMMs may run slower under the power limit")
+    dtypes = {r.node: r.dtype for r in rows}
+    out, before, after = [], 0.0, 0.0
+    for r in records:
+        if r.cls in ("gemm", "attention") and r.flops and r.time_s > 0:
+            try:
+                peak = spec.peak_tflops(dtypes.get(r.node, dkey))
+            except ValueError:  # a format with no peak of its own (int4 weights): the run's
+                peak = spec.peak_tflops(dkey)
+            ratio = sustained_ratio(spec, r.flops / (r.time_s * peak * 1e12), curve)
+            before += r.time_s
+            if ratio < 1.0:
+                r = dataclasses.replace(r, time_s=r.time_s / ratio)
+            after += r.time_s
+        out.append(r)
+    share = 100 * (after / before - 1) if before else 0.0
+    return out, (f"clocks: {spec.label} at {spec.power_w:g} W in a long job: the GEMM and "
+                 f"attention kernels that draw more than the limit at boost run at the clock "
+                 f"it sustains (+{share:.1f}% on their time; a dense bf16 GEMM at "
+                 f"{curve.burst_fraction:.0%} of peak keeps "
+                 f"{sustained_ratio(spec, curve.burst_fraction, curve):.1%} of its rate; "
+                 f"fxshape.hardware.power, from {curve.reference}'s measured sustained rate)")
+
+
 def shard_memory_records(records, tp, spec, sequence_parallel=False):
     """Memory-bound records of a model at ``tp`` > 1, each GPU's share: an op inside a
     block whose projections are tensor-parallel (the block is the parent module of a
@@ -870,29 +909,30 @@ def shard_memory_records(records, tp, spec, sequence_parallel=False):
     return out
 
 
-def _dp_allreduce(records, *, dp, tp, topology, grad_bytes):
+def _dp_allreduce(records, *, dp, tp, topology, grad_bytes, spec=None):
     from ..cost.comm import predict_collective
-    from ..parallelism.overlap import bucketed, buckets
+    from ..parallelism.overlap import bucketed, buckets, sm_share
     from ..parallelism.placement import per_node as per_node_of
 
     per_node = per_node_of(dp, tp, topology.gpus_per_node)
+    link = topology.link_class(dp, per_node)
     sizes = buckets(grad_bytes)
     times = [predict_collective("all_reduce", b, dp, topology=topology,
                                 per_node=per_node).time_s for b in sizes]
     duration = sum(r.time_s for r in records if r.phase == "backward")
-    ov = bucketed(duration, sizes, times)
-    exposed, total = ov.exposed, ov.comm
+    ov = bucketed(duration, sizes, times, slow=0.0 if spec is None else sm_share(spec, link))
+    exposed, total, stretch = ov.exposed, ov.comm, ov.stretch
     rec = OpRecord("dp.all_reduce", "dp gradient all-reduce", "", "backward", "communication",
-                   len(sizes), grad_bytes, 0, exposed, 0.0,
-                   family=topology.link_class(dp, per_node),
+                   len(sizes), grad_bytes, 0, exposed + stretch, 0.0, family=link,
                    overlapped_s=max(0.0, total - exposed),
                    note=f"{len(sizes)} buckets, {grad_bytes / 2**20:.1f} MiB over {dp} GPUs: "
                         f"{total * 1e3:.3f} ms, {exposed * 1e3:.3f} ms not hidden by the "
-                        "backward")
+                        f"backward, {stretch * 1e3:.3f} ms added to it (its SMs)")
     idx = max((i for i, r in enumerate(records) if r.phase == "backward"), default=len(records))
     out = list(records[:idx + 1]) + [rec] + list(records[idx + 1:])
     return out, (f"dp {dp}: gradient all-reduce in 25 MiB buckets overlapped with the "
-                 f"backward ({total * 1e3:.3f} ms, {exposed * 1e3:.3f} ms exposed), on "
+                 f"backward ({total * 1e3:.3f} ms, {exposed * 1e3:.3f} ms exposed, "
+                 f"{stretch * 1e3:.3f} ms of backward slowed by its SMs), on "
                  f"{topology.name}"), total
 
 

@@ -80,6 +80,12 @@ class GPUSpec:
             tensor memory), which the kernels written for them need (FlashInfer's
             TensorRT-LLM attention, FlashAttention-4); False on the RTX PRO parts (sm120:
             ``mma.sync`` tensor cores) and every older GPU.
+        power_limit_w: the board power limit the GPU runs under, in watts, as
+            ``nvidia-smi -pl`` sets it; ``None``: the board's default (``tdp_w``). It sets
+            the clock dense tensor-core kernels sustain in a long job
+            (:mod:`fxshape.hardware.power`). Give it with :meth:`with_power_limit` or as
+            ``"h100-sxm@500w"`` wherever a GPU name is accepted; accepted range:
+            :func:`fxshape.hardware.power.power_limit_range`.
     """
 
     name: str
@@ -99,6 +105,7 @@ class GPUSpec:
     tdp_w: float | None = None
     base_clock_mhz: int | None = None
     tcgen05: bool = False
+    power_limit_w: float | None = None
 
     def __post_init__(self):
         if self.sm_count <= 0 or self.boost_clock_mhz <= 0:
@@ -111,6 +118,32 @@ class GPUSpec:
             raise ValueError(f"{self.name}: align_best_bytes < align_min_bytes")
         if self.sfu_per_clk_per_sm <= 0:
             raise ValueError(f"{self.name}: sfu_per_clk_per_sm must be positive")
+        if self.power_limit_w is not None:
+            from .power import check_power_limit
+
+            check_power_limit(self, self.power_limit_w)
+
+    @property
+    def power_w(self) -> float | None:
+        """The power limit in force: ``power_limit_w``, else the board's default
+        (``tdp_w``); None where neither is known."""
+        return self.power_limit_w if self.power_limit_w is not None else self.tdp_w
+
+    @property
+    def label(self) -> str:
+        """``name``, with the power limit where one was set (``"h100-sxm@500w"``)."""
+        if self.power_limit_w is None:
+            return self.name
+        return f"{self.name}@{self.power_limit_w:g}w"
+
+    def with_power_limit(self, watts) -> "GPUSpec":
+        """This GPU under a board power limit (``nvidia-smi -pl watts``); ``None``: the
+        board's default. ValueError outside :func:`fxshape.hardware.power.power_limit_range`."""
+        if watts is not None:
+            if isinstance(watts, bool) or not isinstance(watts, (int, float)):
+                raise ValueError(f"power limit must be a number of watts, got {watts!r}")
+            watts = float(watts)
+        return dataclasses.replace(self, power_limit_w=watts)
 
     @property
     def fp32_lanes_per_sm(self) -> float:
@@ -507,7 +540,9 @@ def get_gpu(name) -> GPUSpec:
     """Look up a GPU by canonical name or alias (case-insensitive).
 
     Args:
-        name: e.g. ``"h100"``, ``"A100-SXM4-40GB"``, ``"mi250x"``, or a ``GPUSpec`` (returned as is).
+        name: e.g. ``"h100"``, ``"A100-SXM4-40GB"``, ``"mi250x"``, or a ``GPUSpec`` (returned as is);
+            ``"h100-sxm@500w"``: the GPU under a 500 W power limit
+            (:meth:`GPUSpec.with_power_limit`).
 
     Raises:
         ValueError: unknown name; the message lists the known names and aliases.
@@ -516,6 +551,15 @@ def get_gpu(name) -> GPUSpec:
         return name
     if not isinstance(name, str):
         raise ValueError(f"GPU name must be a string, got {name!r}")
+    if "@" in name:  # "h100-sxm@500w": the GPU under a power limit
+        base, _, limit = name.rpartition("@")
+        watts = limit.strip().lower().removesuffix("w").strip()
+        try:
+            value = float(watts)
+        except ValueError:
+            raise ValueError(f"GPU {name!r}: the power limit after '@' must be watts, e.g. "
+                             f"'{base.strip()}@500w'") from None
+        return get_gpu(base).with_power_limit(value)
     dev = _device_key(name)
     if dev in DEVICE_NAMES:
         return _GPUS[DEVICE_NAMES[dev]]

@@ -210,7 +210,7 @@ def plan(model, *, gpus: int, global_batch: int, seq_len: int, gpu="h100", dtype
     notes = (f"{len(plans)} plans enumerated, {len(todo)} costed from {len(groups)} captures "
              "(one per distinct tp, cp, ep and micro-batch size); sequence parallelism on "
              "wherever tp > 1",)
-    return PlanSearch(gpus=gpus, gpu=spec.name, global_batch=global_batch, seq_len=seq_len,
+    return PlanSearch(gpus=gpus, gpu=spec.label, global_batch=global_batch, seq_len=seq_len,
                       results=tuple(results[:top] if top else results), nearest=nearest,
                       dropped=tuple(sorted(dropped.items(), key=lambda x: (-x[1], x[0]))),
                       enumerated=len(plans), costed=len(todo), captures=len(groups),
