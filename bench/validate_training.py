@@ -39,10 +39,13 @@ DATA = os.path.join(os.path.dirname(os.path.abspath(__file__)), "training_publis
 _DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16}
 #: Megatron-LM's GPT-3 runs train with dropout 0.1 and (in 2022) no FlashAttention: its fused
 #: scale-mask-softmax around two batched GEMMs, which fxshape's "math" attention prices.
-#: MPT (llm-foundry) and torchtitan run flash attention and no dropout.
+#: MPT (llm-foundry) and torchtitan run flash attention and no dropout: llm-foundry's H100
+#: runs Triton's FlashAttention on PyTorch 2.0.1, priced as FlashAttention-2 (the nearest
+#: kernel modelled), torchtitan's A100 runs SDPA's FlashAttention-2 (what "flash" is on an
+#: A100); neither ran the cuDNN kernel PyTorch 2.11+ prefers on Hopper.
 _STYLE = {"megatron-sp": dict(dropout=0.1, attention="math"),
-          "llm-foundry": dict(dropout=0.0, attention="flash"),
-          "torchtitan": dict(dropout=0.0, attention="flash")}
+          "llm-foundry": dict(dropout=0.0, attention="fa2"),
+          "torchtitan": dict(dropout=0.0, attention="fa2")}
 #: Korthikanti et al. 2022, Figure 1 (GiB per GPU), as quoted by Calculon's validation
 #: (calculon-ai/calculon, calculon/llm/validation.py, ``seqsel_fig1``): parameters +
 #: gradients + optimizer state, and activations, for the Table 5 plans without

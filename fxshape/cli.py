@@ -816,12 +816,12 @@ def _int_list(text: str) -> tuple:
 
 
 def _recompute_list(text: str) -> tuple:
-    names = {"none": None, "selective": "selective", "full": "full"}
+    names = {"none": None, "selective": "selective", "full": "full", "op": "op"}
     parts = [x.strip() for x in text.split(",")]
     bad = [x for x in parts if x not in names]
     if bad:
         raise argparse.ArgumentTypeError(f"unknown recompute {bad[0]!r}; accepted: none, "
-                                         "selective, full")
+                                         "selective, full, op")
     return tuple(names[x] for x in parts)
 
 
@@ -1106,9 +1106,11 @@ def build_parser() -> argparse.ArgumentParser:
     pa.add_argument("--gpus", type=_positive_int, default=None,
                     help="with --torchtitan: the job's world size (needed when its "
                          "data_parallel_shard_degree is -1)")
-    pa.add_argument("--recompute", choices=("full", "selective"), default=None,
+    pa.add_argument("--recompute", choices=("full", "selective", "op"), default=None,
                     help="activation recomputation in --train: every layer's forward "
-                         "(full) or the attention core (selective)")
+                         "(full), the attention core (selective, Megatron's) or every "
+                         "second matmul and the memory-bound ops (op, torchtitan's op-level "
+                         "selective checkpointing)")
     pa.add_argument("--provenance", choices=("traced", "matched", "none"), default="traced",
                     help="how the 'set by' column is decided: traced (default: by cause, "
                          "re-tracing with one hyperparameter or input size changed at a "
@@ -1177,7 +1179,8 @@ def build_parser() -> argparse.ArgumentParser:
     pn.add_argument("--zero", type=_int_list, default=(0, 1, 3),
                     help="ZeRO stages to try (default 0,1,3)")
     pn.add_argument("--recompute", type=_recompute_list, default=(None, "selective", "full"),
-                    help="recomputation to try: none, selective, full (default all three)")
+                    help="recomputation to try: none, selective, full, op (default: none, "
+                         "selective, full)")
     pn.add_argument("--top", type=_positive_int, default=10,
                     help="plans to show (default 10)")
     pn.add_argument("--format", choices=("table", "json"), default="table")

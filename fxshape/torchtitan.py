@@ -312,11 +312,12 @@ def _recompute(ac: dict, path: str, notes: list):
             raise ValueError(f"torchtitan config {path}: selective_ac_option {option!r} (a "
                              "layer interval) is not modelled; accepted: 'op', or mode "
                              "'full' / 'none'")
-        notes.append("torchtitan's op-level selective checkpointing is predicted as "
-                     "Megatron's selective recomputation (the attention core again in the "
-                     "backward): torchtitan also recomputes every second matmul and the "
-                     "pointwise ops")
-        return "selective"
+        forced = ac.get("force_recompute_mm_shapes_by_fqns") or []
+        if forced:
+            notes.append("activation checkpointing: the matmuls of "
+                         + ", ".join(map(str, forced)) + " (force_recompute_mm_shapes_by_fqns) "
+                         "are priced as the op-level policy has them, not always recomputed")
+        return "op"
     raise ValueError(f"torchtitan config {path}: activation_checkpoint mode {mode!r}; "
                      "accepted: none, selective, full")
 

@@ -124,3 +124,56 @@ def test_the_plan_search_tries_the_deep_pipelines_a_big_model_needs():
     assert all(p.stage_layers is None for p in (c.parallel for c in plans)
                if 126 % p.stages == 0)
     assert any("(tt)" in c.label() for c in plans)
+
+
+# --- torchtitan's op-level selective checkpointing (recompute="op") -----------------------
+
+def _llama_tiny():
+    import torch
+    import transformers as tf
+
+    cfg = tf.LlamaConfig(hidden_size=512, num_hidden_layers=2, num_attention_heads=8,
+                         num_key_value_heads=2, intermediate_size=2048, vocab_size=4096,
+                         max_position_embeddings=4096)
+    with torch.device("meta"):
+        return tf.LlamaForCausalLM(cfg)
+
+
+def test_op_checkpointing_reruns_every_second_matmul_and_the_memory_ops():
+    import fxshape
+
+    model = _llama_tiny()
+    kw = dict(gpu="h100", mode="train", batch_size=2, seq_len=1024, provenance=None)
+    reps = {rc: fxshape.analyze(model, recompute=rc, **kw) for rc in (None, "op", "full")}
+    again = [r for r in reps["op"].ops if r.node.endswith("@recompute")]
+    # a Llama layer's forward matmuls in order: q, k, v, o, gate, up, down; torchtitan's
+    # policy saves the 1st, 3rd, 5th and 7th and recomputes k_proj, o_proj and up_proj
+    gemms = sorted({(r.module.split(".")[2], r.module.rsplit(".", 1)[1])
+                    for r in again if r.cls == "gemm"})
+    assert gemms == [(lay, p) for lay in ("0", "1")
+                     for p in ("k_proj", "o_proj", "up_proj")]
+    assert not any(r.cls == "attention" for r in again)  # the attention kernel is saved
+    memory_fwd = {r.node for r in reps["op"].ops
+                  if r.phase == "forward" and r.cls == "memory" and ".layers." in r.module}
+    assert {r.node.removesuffix("@recompute") for r in again if r.cls == "memory"} \
+        == memory_fwd
+    assert all(r.flops == 0 for r in again)  # not useful work
+    t = {rc: rep.step.time_s for rc, rep in reps.items()}
+    assert t[None] < t["op"] < t["full"]
+    act = {rc: rep.memory.activations for rc, rep in reps.items()}
+    assert act["op"] < act[None]  # (with two layers, full keeps less than op: one layer
+    # whole again besides the inputs)
+    assert any("op-level selective checkpointing" in n for n in reps["op"].step.notes)
+    assert any(n.startswith("op-level selective checkpointing:") for n in
+               reps["op"].memory.notes)
+
+
+def test_op_checkpointing_is_accepted_where_recompute_is():
+    import fxshape
+    from fxshape.parallelism.plan import check_recompute
+
+    check_recompute("op", "train")
+    with pytest.raises(ValueError, match="accepted: None, 'full', 'selective', 'op'"):
+        check_recompute("ops", "train")
+    with pytest.raises(ValueError, match="needs mode='train'"):
+        fxshape.analyze(_llama_tiny(), gpu="h100", recompute="op", batch_size=1, seq_len=128)

@@ -53,10 +53,9 @@ def test_a_toml_job_as_torchtitan_runs_it(tmp_path):
     # torchtitan splits the stages weighing the embedding and the head as a layer each:
     # the debugmodel's 6 layers + 2 over 2 stages are 4 each, so (3, 3)
     assert p.stage_layers == "torchtitan"
+    # the op-level policy (every second matmul and the memory-bound ops recomputed)
     assert (job.dtype, job.recompute, job.execution, job.seq_len) == \
-        ("bf16", "selective", "eager", 256)
-    # the op-level policy is not Megatron's: said
-    assert any("op-level selective" in n for n in job.notes)
+        ("bf16", "op", "eager", 256)
     model = job.model()
     assert model.config.num_hidden_layers == 6 and model.config.hidden_size == 256
     # torchtitan 0.3's debugmodel SwiGLU width: int(2 x 4 x 256 / 3) = 682, up to 256: 768
@@ -109,7 +108,7 @@ def test_a_torchtitan_0_3_json_dump(tmp_path):
             "parallelism": {"data_parallel_shard_degree": 2, "tensor_parallel_degree": 1},
             "compile": {"enable": False}}
     for ac, want in (({"force_recompute_mm_shapes_by_fqns": ["moe.router.gate"]},
-                      "selective"), ({}, "full"), (None, None)):
+                      "op"), ({}, "full"), (None, None)):
         path = _write(tmp_path, json.dumps({**base, "activation_checkpoint": ac}), "j.json")
         job = read_torchtitan(path)
         assert job.recompute == want

@@ -582,8 +582,11 @@ def analyze(model, example_inputs=None, example_kwargs=None, *, gpu="h100",
             the micro-batch of one data-parallel rank.
         recompute: in ``mode="train"``, activation recomputation: ``None`` (what the model
             says: Hugging Face's ``gradient_checkpointing_enable()`` is ``"full"``),
-            ``"full"`` (every layer's forward again in its backward) or ``"selective"`` (the
-            attention core only, Megatron's selective recomputation).
+            ``"full"`` (every layer's forward again in its backward), ``"selective"`` (the
+            attention core only, Megatron's selective recomputation) or ``"op"``
+            (torchtitan's op-level selective checkpointing, ``selective_ac_option = 'op'``:
+            each layer's every second matmul and its memory-bound ops again, the attention
+            kernel's and the other matmuls' outputs saved).
         allreduce: how tensor parallelism's all-reduces run (``fxshape.cost.allreduce``):
             ``"auto"`` (what vLLM does: its one-shot / two-shot kernel for small buffers on
             NVLink, symmetric memory's multimem for larger ones on Hopper and Blackwell
@@ -1055,6 +1058,7 @@ def _analyze(model, example_inputs, example_kwargs, *, gpu, dtype, batch_size, s
                      workload, shards=shards, sequence_parallel=sequence_parallel, plan=plan,
                      stacks=all_stacks, groups=groups,
                      dropped=selective["dropped"] if selective else (),
+                     rerun=bool(selective and selective.get("rerun")),
                      memo=memo.setdefault(("memory", recompute, provenance), {}))
     return Report(rows=tuple(rows), unsupported=tuple(unsupported), gpu=spec.label,
                   dtype=dkey, model_name=type(model).__name__, graph_module=gm,
@@ -1098,6 +1102,17 @@ def _prepared(model, gm, rows, records, walk, stacks, all_stacks, step_notes,
         step_notes = tuple(step_notes) + (
             f"activation checkpointing: each of {len(layers)} layers recomputes its forward "
             "in the backward (not counted in the model FLOPs)",)
+    elif recompute == "op":
+        from .step import op_checkpoint_nodes, recompute_records
+
+        selective = op_checkpoint_nodes(records, stacked)
+        records = recompute_records(records, stacked,
+                                    select=lambda r: r.node in selective["all"])
+        step_notes = tuple(step_notes) + (
+            "op-level selective checkpointing (torchtitan's selective_ac_option='op'): each "
+            "layer's every second matmul (torch.ops.aten.mm, counted in its forward) and its "
+            "memory-bound ops run again in its backward; the attention kernel's and the "
+            "other matmuls' outputs are saved",)
     elif recompute == "selective":
         from .step import recompute_records, selective_nodes
 
@@ -1378,12 +1393,14 @@ def _checkpointed_layers(model) -> tuple:
 
 def _memory(model, walk, saved_traced, spec, dkey, mode, tp, optimizer, layers=(),
             workload=None, *, shards, sequence_parallel=False, plan=None, stacks=(),
-            groups=None, dropped=(), memo=None):
+            groups=None, dropped=(), rerun=False, memo=None):
     """``report.memory``: the parameters per GPU (``shards``: :func:`_shards`, what tensor
     parallelism splits) and the liveness walk, its saved activations scaled from the traced
     layers to all of them. With activation checkpointing, a layer keeps only its input
     (tokens x hidden) until its backward, and one layer at a time holds its full
-    activations again (its recomputation)."""
+    activations again (its recomputation). ``dropped``: the graph nodes whose saved outputs
+    selective recomputation frees; ``rerun``: one layer holds its dropped outputs again
+    while its backward recomputes them (torchtitan's op-level policy)."""
     from .memory import memory_of
     from .step import run_dtype
 
@@ -1404,7 +1421,7 @@ def _memory(model, walk, saved_traced, spec, dkey, mode, tp, optimizer, layers=(
     if train and (not plan.is_plain or dropped):
         return _plan_memory(model, walk, spec, dkey, optimizer, layers, workload,
                             shards=shards, plan=plan, stacks=stacks, groups=groups,
-                            dropped=dropped, notes=notes, memo=memo)
+                            dropped=dropped, rerun=rerun, notes=notes, memo=memo)
     if train and layers:
         per_layer: dict = {}
         for b in saved:
@@ -1428,7 +1445,7 @@ def _memory(model, walk, saved_traced, spec, dkey, mode, tp, optimizer, layers=(
 
 
 def _plan_memory(model, walk, spec, dkey, optimizer, layers, workload, *, shards, plan,
-                 stacks, groups, dropped, notes, memo=None):
+                 stacks, groups, dropped, notes, rerun=False, memo=None):
     """``report.memory`` of the most loaded GPU under ``plan``: each pipeline rank's
     parameters (its stages'), ZeRO's shards of the fp32 master weights, gradients and
     optimizer state, FSDP's gathered blocks, and the activations of the micro-batches its
@@ -1451,24 +1468,30 @@ def _plan_memory(model, walk, spec, dkey, optimizer, layers, workload, *, shards
     # and outside the layers before them (the first stage) and after (the last)
     memo = {} if memo is None else memo
     if "saved" not in memo:
-        kept_saved = [b for b in saved if b.node.split("@", 1)[0] not in dropped]
         per_layer: dict = {}
+        gone: dict = {}  # by layer: the saved bytes recomputation frees
         ends = [0, 0]
-        for b, (i, end) in zip(kept_saved, placed(((b.module, "forward") for b in kept_saved),
-                                                  _stack_info(stacks), None, 2)):
-            if i is not None:
+        for b, (i, end) in zip(saved, placed(((b.module, "forward") for b in saved),
+                                             _stack_info(stacks), None, 2)):
+            if b.node.split("@", 1)[0] in dropped:
+                gone[i] = gone.get(i, 0) + b.bytes
+            elif i is not None:
                 per_layer[i] = per_layer.get(i, 0) + b.bytes
             else:
                 ends[end] += b.bytes
-        memo["saved"] = (per_layer, ends, sum(b.bytes for b in saved)
-                         - sum(b.bytes for b in kept_saved))
-    per_layer, ends, dropped_bytes = memo["saved"]
+        memo["saved"] = (per_layer, ends, sum(gone.values()),
+                         max((v for k, v in gone.items() if k is not None), default=0))
+    per_layer, ends, dropped_bytes, layer_gone = memo["saved"]
     act = [0] * stages
     act[0] += ends[0]
     act[-1] += ends[1]
     for i, b in per_layer.items():
         act[chunk_of[min(i, len(chunk_of) - 1)]] += b
-    if dropped_bytes:
+    if dropped_bytes and rerun:
+        notes.append(f"op-level selective checkpointing: {dropped_bytes / 2**20:.1f} MiB of "
+                     "saved outputs per micro-batch not kept; one layer at a time holds its "
+                     f"{layer_gone / 2**20:.1f} MiB again in its backward")
+    elif dropped_bytes:
         notes.append(f"selective recomputation: {dropped_bytes / 2**20:.1f} MiB of attention "
                      "intermediates per micro-batch not kept")
     if layers and per_layer:  # full recomputation: a layer keeps its input only
@@ -1478,7 +1501,7 @@ def _plan_memory(model, walk, spec, dkey, optimizer, layers, workload, *, shards
             act[chunk_of[min(i, len(chunk_of) - 1)]] -= max(0, b - kept)
         notes.append("activation checkpointing: each layer keeps its input; one layer at a "
                      "time holds its activations again")
-    rerun = max(per_layer.values(), default=0) if layers else 0
+    rerun = max(per_layer.values(), default=0) if layers else layer_gone if rerun else 0
     transient = max(0, peak_walk - (at_backward or 0))  # the backward's own temporaries
     p, v = plan.pp, plan.virtual_stages
     flight = in_flight(frozen_orders(plan.schedule, p, plan.microbatches, v)) \

@@ -799,6 +799,40 @@ def recompute_records(records, layers, select=None):
     return out
 
 
+def op_checkpoint_nodes(records, layers) -> dict:
+    """torchtitan's op-level selective checkpointing (``selective_ac_option = 'op'``,
+    ``torchtitan/distributed/activation_checkpoint.py``): in each checkpointed layer its
+    policy saves the output of every ``aten.mm`` but the second, fourth ... of the layer's
+    forward, of the fused attention kernel and of the reduce-scatter, and prefers to
+    recompute everything else. ``{"all": the forward records run again, "dropped": their
+    graph nodes, whose saved outputs are freed, "rerun": True (a layer holds them again while
+    its backward recomputes them)}`` (a deduplicated layer's copies, ``x@7``, share their
+    representative's node)."""
+    wanted = set(layers)
+
+    def layer_of(module):
+        parts = module.split(".")
+        return next((p for p in (".".join(parts[:k]) for k in range(len(parts), 0, -1))
+                     if p in wanted), None)
+
+    count: dict = {}
+    again = set()
+    for r in records:
+        if r.phase != "forward":
+            continue
+        lay = layer_of(r.module)
+        if lay is None:
+            continue
+        if r.cls == "gemm" and r.op == "mm":
+            count[lay] = count.get(lay, 0) + 1
+            if count[lay] % 2 == 0:
+                again.add(r.node)
+        elif r.cls in ("memory", "gemm"):  # addmm, bmm: not in the save list
+            again.add(r.node)
+    return {"all": frozenset(again),
+            "dropped": frozenset(n.split("@", 1)[0] for n in again), "rerun": True}
+
+
 #: the suffix of the name under which an unfused attention call's probabilities are saved
 PROBS = "#probs"
 

@@ -57,12 +57,20 @@ __all__ = ["AttentionShape", "AttentionParams", "AttentionPrediction", "KernelPa
 
 #: what ``analyze(..., attention=)`` accepts: ``"flash"`` is what PyTorch's
 #: ``scaled_dot_product_attention`` runs on the GPU; the others name a kernel.
-#: ``"trtllm"``: FlashInfer's TensorRT-LLM kernels (datacenter Blackwell); ``"vllm"``: the
-#: kernel vLLM picks on the GPU (:func:`resolve_kernel` says which).
-ATTENTION_CHOICES = ("flash", "fa2", "fa3", "trtllm", "vllm", "math")
+#: ``"cudnn"``: cuDNN's fused attention (SDPA's cuDNN backend); ``"trtllm"``: FlashInfer's
+#: TensorRT-LLM kernels (datacenter Blackwell); ``"vllm"``: the kernel vLLM picks on the GPU
+#: (:func:`resolve_kernel` says which).
+ATTENTION_CHOICES = ("flash", "fa2", "fa3", "cudnn", "trtllm", "vllm", "math")
 #: kernels the model predicts (``mem_efficient``: PyTorch's flash backend is sm80+, so Volta
 #: and Turing run the CUTLASS memory-efficient kernel, the same algorithm)
-KERNELS = ("fa2", "fa3", "trtllm", "mem_efficient", "math")
+KERNELS = ("fa2", "fa3", "cudnn", "trtllm", "mem_efficient", "math")
+#: kernels priced with another's constants, and why: cuDNN's Hopper attention runs the
+#: same warp-specialized wgmma pipeline as FlashAttention-3 and measures the same forward
+#: throughput (631.3 and 631.8 TFLOP/s at batch 1, 24 heads, 4608 tokens, head_dim 128 on an
+#: H100: Tritonbench, pytorch/pytorch#142132); its backward is taken as FA3's too (not
+#: measured here). A decode-shaped call of such a kernel takes the shared split-KV decode
+#: constants (``fxshape.cost.decode_attention``), not the other kernel's own.
+PRICED_AS = {"cudnn": "fa3"}
 DIRECTIONS = ("forward", "backward")
 #: head dimensions FlashAttention-2 is compiled for; others run padded up to the next
 FLASH_HEAD_DIMS = (32, 64, 96, 128, 160, 192, 224, 256)
@@ -73,7 +81,8 @@ FA3_HEAD_DIMS = (64, 96, 128, 192, 256)
 #: its Triton kernel)
 TRTLLM_HEAD_DIMS = (64, 128, 256, 512)
 _FUSED_DTYPES = {"fa2": ("fp16", "bf16"), "mem_efficient": ("fp16", "bf16", "fp32"),
-                 "fa3": ("fp16", "bf16", "fp8"), "trtllm": ("fp16", "bf16", "fp8")}
+                 "fa3": ("fp16", "bf16", "fp8"), "trtllm": ("fp16", "bf16", "fp8"),
+                 "cudnn": ("fp16", "bf16")}
 # kernels whose forward has constants of its own, fitted on today's library
 # (bench/fit_attention_aiconfigurator.py; the ``kernels`` section of attention_params.json)
 _KERNEL_TABLE_KERNELS = ("fa3", "trtllm")
@@ -380,11 +389,19 @@ def resolve_kernel(attention: str, gpu, dtype, head_dim: int) -> tuple[str, str]
     """``(kernel, note)``: the kernel an ``attention=`` choice runs on ``gpu`` for this dtype
     and head dimension.
 
-    ``"flash"`` is what PyTorch's ``scaled_dot_product_attention`` picks: FlashAttention-2 on
-    sm80+ NVIDIA GPUs (Hopper and Blackwell included: PyTorch 2.13 ships FA2 and prefers it
-    over cuDNN) and AMD (the ROCm flash backend), the memory-efficient kernel on Volta and
-    Turing, the math path where no fused kernel takes the dtype or head dimension (fp32 on
-    sm80+, head_dim > 256), said in the note.
+    ``"flash"`` is what PyTorch 2.13's ``scaled_dot_product_attention`` picks: on sm90 and
+    sm100 (Hopper, datacenter Blackwell) cuDNN's fused attention for fp16/bf16 at head_dim
+    <= 256 (a multiple of 8): ``check_prefer_cudnn_attention`` in ``sdp_utils.cpp`` puts the
+    cuDNN backend first there when the cuDNN is newer than 9.15, as the wheels bundle from
+    PyTorch 2.11 on (2.5.0 preferred it too; 2.5.1 to 2.10 and older ran FlashAttention-2:
+    give ``"fa2"`` for a run on those). FlashAttention-2 on the other sm80+ NVIDIA GPUs and
+    AMD (the ROCm flash backend), the memory-efficient kernel on Volta and Turing, the math
+    path where no fused kernel takes the dtype or head dimension (fp32 on sm80+, head_dim >
+    256), said in the note. cuDNN's kernel is priced with FlashAttention-3's constants on
+    Hopper (:data:`PRICED_AS`); on Blackwell it is not modelled: ``"flash"`` prices FA2 there
+    and says so.
+
+    ``"cudnn"`` names cuDNN's kernel (Hopper only, as above).
 
     ``"vllm"`` is what vLLM 0.24 runs (its attention backend's default): FlashAttention-3 on
     Hopper, FlashInfer's TensorRT-LLM kernels (``"trtllm"``) on datacenter Blackwell,
@@ -416,6 +433,15 @@ def resolve_kernel(attention: str, gpu, dtype, head_dim: int) -> tuple[str, str]
             raise ValueError(f"FlashAttention-3 takes fp16/bf16/fp8 and head_dim <= 256; got "
                              f"{dkey}, head_dim {head_dim}")
         return "fa3", ""
+    if attention == "cudnn":
+        if spec.arch != "hopper":
+            raise ValueError(f"attention='cudnn' (cuDNN's fused attention) is modelled on "
+                             f"Hopper GPUs only ({gpus_of_arch('hopper')}); {spec.name} is "
+                             f"{spec.arch}. Use 'flash', 'fa2' or 'math'.")
+        if not _cudnn_takes(dkey, head_dim):
+            raise ValueError(f"cuDNN's fused attention takes fp16/bf16 and head_dim <= 256, a "
+                             f"multiple of 8; got {dkey}, head_dim {head_dim}")
+        return "cudnn", ""
     if attention == "trtllm":
         if not spec.tcgen05:
             from ..hardware.gpus import list_gpus
@@ -439,11 +465,29 @@ def resolve_kernel(attention: str, gpu, dtype, head_dim: int) -> tuple[str, str]
             raise ValueError(f"FlashAttention-2 takes fp16/bf16 and head_dim <= 256; got "
                              f"{dkey}, head_dim {head_dim}")
         return "fa2", ""
+    if spec.vendor == "nvidia" and spec.arch in ("hopper", "blackwell") and \
+            (spec.arch == "hopper" or spec.tcgen05) and _cudnn_takes(dkey, head_dim):
+        if spec.arch == "hopper":
+            return "cudnn", _CUDNN_DEFAULT
+        return fused, ("PyTorch 2.13's SDPA runs cuDNN's fused attention on sm100; not "
+                       "modelled: priced as FlashAttention-2, slower than it")
     if not ok:
         why = (f"head_dim {head_dim} > 256" if head_dim > FLASH_HEAD_DIMS[-1]
                else f"{dkey} inputs")
         return "math", f"no flash kernel for {why}: PyTorch falls back to the math path"
     return fused, ""
+
+
+#: the note of ``attention="flash"`` on Hopper
+_CUDNN_DEFAULT = ("PyTorch 2.13's SDPA runs cuDNN's fused attention on sm90 (its cuDNN > "
+                  "9.15: check_prefer_cudnn_attention); priced with FlashAttention-3's "
+                  "constants (equal forward throughput measured); a run on PyTorch 2.5.1-2.10 "
+                  "ran FlashAttention-2: attention='fa2'")
+
+
+def _cudnn_takes(dkey: str, head_dim: int) -> bool:
+    """Does cuDNN's fused attention take this (``sdp_utils.cpp``'s cuDNN checks)?"""
+    return dkey in _FUSED_DTYPES["cudnn"] and head_dim <= 256 and head_dim % 8 == 0
 
 
 def _vllm_kernel(spec: GPUSpec, dkey: str, head_dim: int) -> tuple[str, str]:
@@ -774,7 +818,8 @@ def _decode(pred: AttentionPrediction, shape: AttentionShape, dkey: str, kv_key,
                         kv_itemsize=kv_format(kv_key)[1] if kv_key else item,
                         page_size=page_size,
                         head_dim_v=shape.head_dim_v, peak_tflops=spec.peak_tflops(dkey),
-                        kernel=pred.kernel if today else None)
+                        kernel=pred.kernel if today and pred.kernel not in PRICED_AS
+                        else None)
     split = (f"split-KV over {dp.splits} splits and a combine kernel" if dp.splits > 1
              else "one CTA per KV head and query block, no split")
     kv = f"; {kv_key} KV cache" if kv_key and kv_key != dkey else ""
@@ -826,8 +871,9 @@ def predict_with(ap: AttentionParams, shape: AttentionShape, direction: str, att
                                     "skipped)")
             flops = replace(shape, causal=False, window=0).flops(direction)
     else:
+        priced = PRICED_AS.get(kernel, kernel)
         t, tile, run_d, ctas, waves, wave_eff, t_comp, t_mem = _fused(
-            shape, direction, kernel, spec, dkey, gp, ap, kernels.get(kernel), kv_key)
+            shape, direction, priced, spec, dkey, gp, ap, kernels.get(priced), kv_key)
         if run_d != max(shape.head_dim, shape.head_dim_v):
             note = join_notes(note, f"{kernel} runs head_dim "
                                     f"{max(shape.head_dim, shape.head_dim_v)} as {run_d}")

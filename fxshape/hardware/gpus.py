@@ -296,6 +296,15 @@ _add(dataclasses.replace(_GPUS["h100-sxm"], name="h800-sxm",
 _add(dataclasses.replace(_GPUS["h100-pcie"], name="h800-pcie",
                          source="NVIDIA H800 product brief (PCIe: H100 PCIe compute and "
                                 "memory, NVLink bridge 400 GB/s)"))
+# Source: torchtitan, benchmarks/llama3_h100_202412_torchtitan.md ("Hardware"): Meta's Grand
+# Teton H100s, "96GB HBM2e with 2.4 TB/sec peak memory bandwidth", run at "the default 500W
+# power limit, although tuning it up to 700W TDP can potentially provide further speedups";
+# the H100 SXM's SMs and tensor peaks (the same GH100 SXM5 part, footnote 2 there).
+_add(dataclasses.replace(_GPUS["h100-sxm"], name="h100-sxm-hbm2e", memory_bandwidth_gbs=2400.0,
+                         memory_gb=96.0, tdp_w=700.0, power_limit_w=500.0,
+                         source="torchtitan benchmarks/llama3_h100_202412_torchtitan.md: H100 "
+                                "SXM with 96 GB HBM2e at 2.4 TB/s, 500 W default limit "
+                                "(700 W TDP)"))
 # Source: NVIDIA H200 datasheet (SXM: H100 compute with 141 GB HBM3e at 4.8 TB/s).
 _add(GPUSpec("h200-sxm", "nvidia", "hopper", 132, 1980,
              Peaks(989.4, 989.4, 494.7, 66.9, 1978.9), 4800.0, 50.0, 141.0, 16, 128,

@@ -136,7 +136,8 @@ def sustained_ratio(spec, utilization: float, curve: ClockCurve | None = None) -
 #: al., "Architectural Trade-offs in the Energy-Efficient Era: A Comparative Study of
 #: power-capping NVIDIA H100 and H200" (arXiv 2604.11391, 2026) cap both from 200 W to
 #: 700 W. Elsewhere the range is 30% to 100% of the board power.
-_MIN_POWER_W = {"h100-sxm": 200.0, "h200-sxm": 200.0, "h800-sxm": 200.0}
+_MIN_POWER_W = {"h100-sxm": 200.0, "h200-sxm": 200.0, "h800-sxm": 200.0,
+                "h100-sxm-hbm2e": 200.0}
 _MIN_FRACTION = 0.3
 
 

@@ -141,7 +141,7 @@ TOPOLOGIES = {
 
 #: the machine a GPU usually comes in (a default; say ``topology=`` otherwise)
 _DEFAULT = {"a100-sxm4-40gb": "dgx-a100", "a100-sxm4-80gb": "dgx-a100",
-            "h100-sxm": "dgx-h100", "h200-sxm": "dgx-h100", "b200": "dgx-b200",
+            "h100-sxm": "dgx-h100", "h100-sxm-hbm2e": "dgx-h100", "h200-sxm": "dgx-h100", "b200": "dgx-b200",
             "h100-pcie": "pairwise-h100", "a100-pcie-40gb": "pairwise-a100",
             "a100-pcie-80gb": "pairwise-a100", "gb200": "gb200-nvl72", "gb300": "gb200-nvl72",
             "b300": "dgx-b200", "h100-nvl": "pairwise-h100", "h200-nvl": "pairwise-h100",

@@ -423,14 +423,16 @@ def check_cp_seq(seq_len: int, cp: int) -> None:
 
 #: ``None`` (keep every activation), ``"full"`` (every layer's forward re-run in its
 #: backward: ``gradient_checkpointing_enable()``), ``"selective"`` (Megatron's selective
-#: recomputation: the attention core only)
-RECOMPUTE = (None, "full", "selective")
+#: recomputation: the attention core only), ``"op"`` (torchtitan's op-level selective
+#: checkpointing: every second matmul and every memory-bound op of each layer re-run, the
+#: attention kernel and the other matmuls saved)
+RECOMPUTE = (None, "full", "selective", "op")
 
 
 def check_recompute(recompute, mode: str) -> None:
     if recompute not in RECOMPUTE:
         raise ValueError(f"unknown recompute {recompute!r}; accepted: None, 'full', "
-                         "'selective'")
+                         "'selective', 'op'")
     if recompute is not None and mode != "train":
         raise ValueError(f"recompute={recompute!r} re-runs forwards in the backward: it needs "
                          f"mode='train', not {mode!r}")

@@ -234,8 +234,9 @@ _ATTENTION_GROUPS = {("fa2", "forward"): ("block_cycles", "cta_cycles", "sync_mm
 
 
 def attention_rows(comparison) -> list:
-    """``(AttentionShape, direction, dtype key, measured seconds)`` of the SDPA calls of a
-    ``TraceComparison`` the fused-kernel model prices (a decode-shaped forward runs the
+    """``(AttentionShape, direction, dtype key, attention choice, measured seconds)`` of the
+    SDPA calls of a ``TraceComparison`` the fused-kernel model prices (the choice: the kernel
+    the trace's operator ran, ``fxshape.traces.price.sdpa_backend``) (a decode-shaped forward runs the
     split-KV decode model, whose constants are not these)."""
     from ..cost.decode_attention import is_decode_shape
 
@@ -246,7 +247,7 @@ def attention_rows(comparison) -> list:
 
 
 def _held_attention(row) -> bool:
-    shape, direction, dkey, _ = row
+    shape, direction, dkey = row[:3]
     return _held_out(f"{shape}:{direction}:{dkey}")
 
 
@@ -276,14 +277,15 @@ def fit_attention(rows, gpu) -> KernelCalibration:
         fit, held = list(rows), []
 
     def kernel_of(r):
-        shape, direction, dkey, _ = r
-        return resolve_kernel("flash", spec, dkey, max(shape.head_dim, shape.head_dim_v))[0]
+        shape, direction, dkey, choice, _ = r
+        return resolve_kernel(choice, spec, dkey, max(shape.head_dim, shape.head_dim_v))[0]
 
     groups = defaultdict(list)
     for r in fit:
         groups[(kernel_of(r), r[1])].append(r)
-    # the fused kernel SDPA runs on this GPU (FA2 on sm80+, the memory-efficient one before)
-    sdpa = resolve_kernel("flash", spec, "bf16", 64)[0]
+    # the fused kernel SDPA's flash backend runs on this GPU (FA2 on sm80+, the
+    # memory-efficient one before): the one whose shared constants a trace calibrates
+    sdpa = "mem_efficient" if spec.arch in ("volta", "turing") else "fa2"
     kept, fitted, told_rows = [], [], []
     for (kernel, direction), names in _ATTENTION_GROUPS.items():
         if kernel != sdpa:
@@ -297,12 +299,12 @@ def fit_attention(rows, gpu) -> KernelCalibration:
         told_rows += rs
     params = base
     if fitted:  # one fit of every told constant to every told row (they interact)
-        t = np.array([r[3] for r in told_rows])
+        t = np.array([r[4] for r in told_rows])
 
         def residual(x):
             ap = replace(base, **{n: float(math.exp(v)) for n, v in zip(fitted, x)})
-            pred = np.array([predict_with(ap, s_, d, "flash", k, spec).time_s
-                             for s_, d, k, _ in told_rows])
+            pred = np.array([predict_with(ap, s_, d, c, k, spec).time_s
+                             for s_, d, k, c, _ in told_rows])
             return np.log(pred / t)
 
         x0 = [math.log(getattr(base, n)) for n in fitted]
@@ -314,8 +316,8 @@ def fit_attention(rows, gpu) -> KernelCalibration:
     before = after = None
     if held:
         def err(ap):
-            return statistics.median(abs(predict_with(ap, s, d, "flash", k, spec).time_s / t - 1)
-                                     for s, d, k, t in held)
+            return statistics.median(abs(predict_with(ap, s, d, c, k, spec).time_s / t - 1)
+                                     for s, d, k, c, t in held)
         before, after = err(base), err(params)
     return KernelCalibration("attention (SDPA)", entry, len(fit), len(held), before, after,
                              tuple(fitted), tuple(kept))

@@ -375,13 +375,28 @@ def _attention(op, ctx, direction, first):
     if key not in ("fp16", "bf16"):
         raise NoModel(f"fused attention in {key or op.types[first]!r}")
     shape = AttentionShape(b, h, hk, sq, sk, d, dv, causal)
+    choice = sdpa_backend(op.name, ctx.gpu)
     try:
-        p = predict_attention(shape, direction=direction, dtype=key, gpu=ctx.gpu)
+        p = predict_attention(shape, direction=direction, dtype=key, gpu=ctx.gpu,
+                              attention=choice)
     except ValueError as exc:
         raise NoModel(str(exc)) from None
     return Priced("attention", p.time_s, f"B={b} H={h} S={sq}x{sk} D={d} {key} "
-                  f"{'causal ' if causal else ''}{direction}",
-                  attention=(shape, direction, key))
+                  f"{'causal ' if causal else ''}{direction} ({p.kernel})",
+                  attention=(shape, direction, key, choice))
+
+
+def sdpa_backend(op_name: str, gpu) -> str:
+    """The ``attention=`` choice of the kernel an SDPA operator of a trace ran: its name
+    says the backend (``_scaled_dot_product_cudnn_attention``: cuDNN's kernel, modelled on
+    Hopper; ``..._flash_attention`` and ``..._efficient_attention``: FlashAttention-2 on sm80+,
+    as the model prices both, the memory-efficient kernel before)."""
+    from ..hardware.gpus import get_gpu
+
+    spec = get_gpu(gpu)
+    if "cudnn" in op_name and spec.arch == "hopper":
+        return "cudnn"
+    return "flash" if spec.arch in ("volta", "turing") or "cudnn" in op_name else "fa2"
 
 
 @register_trace_handler("aten::_scaled_dot_product_flash_attention",
