@@ -1102,29 +1102,27 @@ def _prepared(model, gm, rows, records, walk, stacks, all_stacks, step_notes,
         step_notes = tuple(step_notes) + (
             f"activation checkpointing: each of {len(layers)} layers recomputes its forward "
             "in the backward (not counted in the model FLOPs)",)
-    elif recompute == "op":
-        from .step import op_checkpoint_nodes, recompute_records
+    elif recompute in ("op", "selective"):
+        from .step import op_checkpoint_nodes, recompute_records, selective_nodes
 
-        selective = op_checkpoint_nodes(records, stacked)
+        selective = op_checkpoint_nodes(records, stacked) if recompute == "op" else \
+            selective_nodes(records, gm)
         records = recompute_records(records, stacked,
                                     select=lambda r: r.node in selective["all"])
-        step_notes = tuple(step_notes) + (
-            "op-level selective checkpointing (torchtitan's selective_ac_option='op'): each "
-            "layer's every second matmul (torch.ops.aten.mm, counted in its forward) and its "
-            "memory-bound ops run again in its backward; the attention kernel's and the "
-            "other matmuls' outputs are saved",)
-    elif recompute == "selective":
-        from .step import recompute_records, selective_nodes
-
-        selective = selective_nodes(records, gm)
-        records = recompute_records(records, stacked,
-                                    select=lambda r: r.node in selective["all"])
-        step_notes = tuple(step_notes) + (
-            "selective recomputation (Megatron): each layer's attention core (QKᵀ, softmax, "
-            "dropout, the product with V) runs again in its backward; its saved "
-            "intermediates are not kept",)
+        step_notes = tuple(step_notes) + (_RECOMPUTE_NOTES[recompute],)
     return (rows, records, walk, saved_traced, workload, layers, selective,
             tuple(step_notes))
+
+
+#: the step's note of each selective recomputation
+_RECOMPUTE_NOTES = {
+    "op": "op-level selective checkpointing (torchtitan's selective_ac_option='op'): each "
+          "layer's every second matmul (torch.ops.aten.mm, counted in its forward) and its "
+          "memory-bound ops run again in its backward; the attention kernel's and the other "
+          "matmuls' outputs are saved",
+    "selective": "selective recomputation (Megatron): each layer's attention core (QKᵀ, "
+                 "softmax, dropout, the product with V) runs again in its backward; its saved "
+                 "intermediates are not kept"}
 
 
 def _analyze_decode(model, example_inputs, example_kwargs, *, gpu, dtype, batch_size,
