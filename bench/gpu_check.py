@@ -24,8 +24,9 @@ Sections, in order (a section that would start past the budget is listed as skip
    fxshape's predicted step (eager, compiled) and its GEMM time alone; ``memory``: the
    measured peak (``torch.cuda.max_memory_allocated``) beside ``report.memory.peak``;
    ``sustained``: an 8192^3 bf16 GEMM cold and after 10 s back-to-back (the clock a
-   training step's GEMMs run at, beside the short-benchmark constants the model is fitted
-   to); ``llama_layer``: one Llama-3-8B-shaped layer's forward (bf16, 4 x 2048), eager;
+   training step's GEMMs run at: cold beside the short-benchmark constants the model is
+   fitted to, hot beside ``fxshape.hardware.power``'s sustained clock at the power limit
+   ``nvidia-smi`` reports); ``llama_layer``: one Llama-3-8B-shaped layer's forward (bf16, 4 x 2048), eager;
    ``host``: the CPU time per eager op (a tiny add, a view) beside the host model;
    ``decode_attention``: SDPA's flash backend on decode shapes (one query over a GQA cache,
    batch 1-64, 1k-16k tokens) beside ``fxshape.cost.decode_attention``; ``low_precision``:
@@ -369,16 +370,45 @@ def decode_attention(gpu):  # pragma: no cover - needs CUDA
     return rows
 
 
+def power_limit_w():  # pragma: no cover - needs nvidia-smi
+    """The power limit in force on GPU 0 (``nvidia-smi``), or None where it cannot be read."""
+    import subprocess
+
+    try:
+        out = subprocess.run(["nvidia-smi", "--query-gpu=power.limit",
+                              "--format=csv,noheader,nounits", "-i", "0"],
+                             capture_output=True, text=True, timeout=10).stdout
+        return float(out.strip().splitlines()[0])
+    except (OSError, ValueError, IndexError, subprocess.SubprocessError):
+        return None
+
+
 def sustained_gemm(gpu, seconds=10.0):  # pragma: no cover - needs CUDA
     """One 8192^3 bf16 GEMM (randn operands) timed cold (the first 20 calls after 3
     warm-up calls) and again after ``seconds`` of back-to-back calls: how far a power- or
-    thermally-limited clock takes a training step's GEMMs below short benchmarks."""
+    thermally-limited clock takes a training step's GEMMs below short benchmarks. The cold
+    row is compared with the GEMM model (burst clock), the hot one with it at the clock the
+    GPU sustains under the power limit in force (``fxshape.hardware.power``, the limit read
+    from ``nvidia-smi`` where it can be)."""
     import torch
+
+    from fxshape.hardware.gpus import get_gpu
+    from fxshape.hardware.power import power_limit_range, sustained_ratio
 
     n = 8192
     a = torch.randn(n, n, device="cuda", dtype=torch.bfloat16)
     b = torch.randn(n, n, device="cuda", dtype=torch.bfloat16)
-    pred = predict_matmul(n, n, n, dtype="bf16", gpu=gpu, layout="nn").time_s
+    spec = get_gpu(gpu)
+    limit = power_limit_w()
+    try:
+        low, high = power_limit_range(spec)
+        if limit is not None and low <= limit <= high:
+            spec = spec.with_power_limit(limit)
+    except ValueError:  # no board power recorded for this GPU: its default
+        pass
+    pred = predict_matmul(n, n, n, dtype="bf16", gpu=spec, layout="nn").time_s
+    activity = 2 * n ** 3 / (pred * spec.peak_tflops("bf16") * 1e12)
+    pred_hot = pred / sustained_ratio(spec, activity)
 
     def timed(count):
         ev = [torch.cuda.Event(enable_timing=True) for _ in range(2 * count)]
@@ -399,9 +429,10 @@ def sustained_gemm(gpu, seconds=10.0):  # pragma: no cover - needs CUDA
             a @ b
         torch.cuda.synchronize()
     hot = timed(20)
+    at = f" at {spec.power_w:g} W" if spec.power_w else ""
     return [("sustained", "8192^3 bf16, cold (first 20 calls)", "bf16", pred, cold),
-            ("sustained", f"8192^3 bf16, after {seconds:.0f} s back-to-back", "bf16", pred,
-             hot)]
+            ("sustained", f"8192^3 bf16, after {seconds:.0f} s back-to-back{at} (predicted "
+                          "at the sustained clock)", "bf16", pred_hot, hot)]
 
 
 def llama_layer(gpu):  # pragma: no cover - needs CUDA and transformers
