@@ -33,33 +33,22 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-import torch  # noqa: E402
 from tabulate import tabulate  # noqa: E402
 
 import fxshape  # noqa: E402
 from fxshape import Parallel  # noqa: E402
+from validate_float8 import build  # noqa: E402  (Llama 3.1 8B as the benchmark ran it)
 
 #: (FSDP ranks, CP ranks, sequence length, measured tokens per second per GPU, GiB)
 TORCHTITAN_TABLE2 = ((8, 1, 32768, 3890, 83.9), (4, 2, 65536, 2540, 84.2),
                      (2, 4, 131072, 1071, 84.0), (1, 8, 262144, 548, 84.5))
 
 
-def llama31_8b():
-    import transformers as tf
-
-    cfg = tf.LlamaConfig(hidden_size=4096, intermediate_size=14336, num_hidden_layers=32,
-                         num_attention_heads=32, num_key_value_heads=8, vocab_size=128256,
-                         max_position_embeddings=262144, tie_word_embeddings=False,
-                         rope_theta=500000.0)
-    with torch.device("meta"):
-        return tf.LlamaForCausalLM(cfg)
-
-
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--format", default="github")
     args = ap.parse_args(argv)
-    model = llama31_8b()
+    model = build("llama-3.1-8b")
     table, errs = [], []
     for dp, cp, seq, measured, gib in TORCHTITAN_TABLE2:
         plan = Parallel(dp=dp, cp=cp, zero=3)

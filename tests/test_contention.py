@@ -3,12 +3,12 @@
 import random
 
 import pytest
-import torch
 
 import fxshape
 from fxshape import Parallel
 from fxshape.hardware.gpus import get_gpu
 from fxshape.parallelism.overlap import NCCL_CTAS, bucketed, prefetched, sm_share
+from models import tiny_llama
 
 
 def test_sm_share_by_hand():
@@ -75,13 +75,8 @@ def test_an_overlapped_collective_never_makes_the_step_faster():
 
 
 def _model():
-    import transformers as tf
-
-    cfg = tf.LlamaConfig(hidden_size=1024, num_hidden_layers=2, num_attention_heads=8,
-                         num_key_value_heads=8, intermediate_size=4096, vocab_size=8192,
-                         max_position_embeddings=2048)
-    with torch.device("meta"):
-        return tf.LlamaForCausalLM(cfg)
+    return tiny_llama(positions=2048, hidden_size=1024, intermediate_size=4096,
+                      vocab_size=8192, num_key_value_heads=8)
 
 
 def test_step_shows_the_stretch_and_is_never_faster_than_without_the_collective():

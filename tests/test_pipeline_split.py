@@ -12,6 +12,7 @@ from fxshape.hardware.topology import get_topology
 from fxshape.parallelism.plan import (check_plan, layer_chunks, stage_layer_counts,
                                       torchtitan_split)
 from fxshape.planning.space import ModelShape, candidates
+from models import tiny_llama
 
 
 def test_torchtitans_split_by_hand():
@@ -129,14 +130,8 @@ def test_the_plan_search_tries_the_deep_pipelines_a_big_model_needs():
 # --- torchtitan's op-level selective checkpointing (recompute="op") -----------------------
 
 def _llama_tiny():
-    import torch
-    import transformers as tf
-
-    cfg = tf.LlamaConfig(hidden_size=512, num_hidden_layers=2, num_attention_heads=8,
-                         num_key_value_heads=2, intermediate_size=2048, vocab_size=4096,
-                         max_position_embeddings=4096)
-    with torch.device("meta"):
-        return tf.LlamaForCausalLM(cfg)
+    return tiny_llama(positions=4096, hidden_size=512, intermediate_size=2048,
+                      vocab_size=4096)
 
 
 def test_op_checkpointing_reruns_every_second_matmul_and_the_memory_ops():

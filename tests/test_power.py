@@ -5,12 +5,12 @@ import importlib.util
 import os
 
 import pytest
-import torch
 
 import fxshape
 from fxshape.analysis.step import OpRecord, sustained_records
 from fxshape.hardware.gpus import get_gpu
 from fxshape.hardware.power import (clock_curve, power_limit_range, sustained_ratio)
+from models import tiny_llama
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -129,13 +129,8 @@ def test_sustained_records_without_curve_say_so():
 
 
 def _tiny():
-    import transformers as tf
-
-    cfg = tf.LlamaConfig(hidden_size=512, num_hidden_layers=2, num_attention_heads=8,
-                         num_key_value_heads=8, intermediate_size=2048, vocab_size=4096,
-                         max_position_embeddings=4096)
-    with torch.device("meta"):
-        return tf.LlamaForCausalLM(cfg)
+    return tiny_llama(positions=4096, hidden_size=512, intermediate_size=2048,
+                      vocab_size=4096, num_key_value_heads=8)
 
 
 def test_training_step_under_a_lower_limit_is_slower():

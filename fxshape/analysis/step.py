@@ -769,17 +769,7 @@ def recompute_records(records, layers, select=None):
     but not their FLOPs: the recomputation is not useful work (MFU leaves it out)."""
     from ..tracing.dedup import renamed
 
-    wanted = set(layers)
-    found: dict = {}
-
-    def layer_of(module):  # the longest-known prefix lookup, one dict probe per path part
-        if module not in found:
-            parts = module.split(".")
-            found[module] = next((p for p in (".".join(parts[:k])
-                                              for k in range(1, len(parts) + 1))
-                                  if p in wanted), None)
-        return found[module]
-
+    layer_of = _layer_of(layers)
     forward: dict = {}
     for r in records:
         lay = layer_of(r.module)
@@ -799,6 +789,23 @@ def recompute_records(records, layers, select=None):
     return out
 
 
+def _layer_of(layers):
+    """``module -> the prefix of it among layers`` (module prefixes, ``model.layers.3``), or
+    None: one dict probe per path part, memoised."""
+    wanted = set(layers)
+    found: dict = {}
+
+    def layer_of(module):
+        if module not in found:
+            parts = module.split(".")
+            found[module] = next((p for p in (".".join(parts[:k])
+                                              for k in range(1, len(parts) + 1))
+                                  if p in wanted), None)
+        return found[module]
+
+    return layer_of
+
+
 def op_checkpoint_nodes(records, layers) -> dict:
     """torchtitan's op-level selective checkpointing (``selective_ac_option = 'op'``,
     ``torchtitan/distributed/activation_checkpoint.py``): in each checkpointed layer its
@@ -808,13 +815,7 @@ def op_checkpoint_nodes(records, layers) -> dict:
     graph nodes, whose saved outputs are freed, "rerun": True (a layer holds them again while
     its backward recomputes them)}`` (a deduplicated layer's copies, ``x@7``, share their
     representative's node)."""
-    wanted = set(layers)
-
-    def layer_of(module):
-        parts = module.split(".")
-        return next((p for p in (".".join(parts[:k]) for k in range(len(parts), 0, -1))
-                     if p in wanted), None)
-
+    layer_of = _layer_of(layers)
     count: dict = {}
     again = set()
     for r in records:

@@ -465,8 +465,7 @@ def resolve_kernel(attention: str, gpu, dtype, head_dim: int) -> tuple[str, str]
             raise ValueError(f"FlashAttention-2 takes fp16/bf16 and head_dim <= 256; got "
                              f"{dkey}, head_dim {head_dim}")
         return "fa2", ""
-    if spec.vendor == "nvidia" and spec.arch in ("hopper", "blackwell") and \
-            (spec.arch == "hopper" or spec.tcgen05) and _cudnn_takes(dkey, head_dim):
+    if (spec.arch == "hopper" or spec.tcgen05) and _cudnn_takes(dkey, head_dim):  # sm90, sm100
         if spec.arch == "hopper":
             return "cudnn", _CUDNN_DEFAULT
         return fused, ("PyTorch 2.13's SDPA runs cuDNN's fused attention on sm100; not "
