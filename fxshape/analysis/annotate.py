@@ -22,7 +22,7 @@ from ..cost.notes import join_notes
 from ..hardware.dtypes import canonical_dtype, kv_format
 from ..hardware.gpus import get_gpu
 from ..parallelism.experts import apportion, sharded_share
-from ..parallelism.plan import layer_chunks, stage_layer_counts
+from ..parallelism.plan import chunk_of_layer, layer_chunks, stage_layer_counts
 from ..tracing.configs import HEAD_FIELDS, check_config
 from ..tracing.dedup import check_reduction, expand_rows, find_stacks, reduced_model, structure_key
 from ..tracing.export import (DEFAULT_BATCH_SIZE, CaptureError, _is_hf, _seq_len, capture,
@@ -1484,7 +1484,7 @@ def _plan_memory(model, walk, spec, dkey, optimizer, layers, workload, *, shards
     act[0] += ends[0]
     act[-1] += ends[1]
     for i, b in per_layer.items():
-        act[chunk_of[min(i, len(chunk_of) - 1)]] += b
+        act[chunk_of_layer(chunk_of, i)] += b
     if dropped_bytes and rerun:
         notes.append(f"op-level selective checkpointing: {dropped_bytes / 2**20:.1f} MiB of "
                      "saved outputs per micro-batch not kept; one layer at a time holds its "
@@ -1496,7 +1496,7 @@ def _plan_memory(model, walk, spec, dkey, optimizer, layers, workload, *, shards
         kept = _layer_input_bytes(model, workload, item) // (
             plan.tp if plan.sequence_parallel else 1) // plan.cp
         for i, b in per_layer.items():
-            act[chunk_of[min(i, len(chunk_of) - 1)]] -= max(0, b - kept)
+            act[chunk_of_layer(chunk_of, i)] -= max(0, b - kept)
         notes.append("activation checkpointing: each layer keeps its input; one layer at a "
                      "time holds its activations again")
     rerun = max(per_layer.values(), default=0) if layers else layer_gone if rerun else 0

@@ -23,7 +23,7 @@ from ..cost.host import eager_timeline
 from ..parallelism.experts import sharded_share
 from ..parallelism.overlap import bucketed, buckets, prefetched, sm_share
 from ..parallelism.placement import per_node, stage_crosses_nodes
-from ..parallelism.plan import layer_chunks, stage_layer_counts
+from ..parallelism.plan import chunk_of_layer, layer_chunks, stage_layer_counts
 from ..parallelism.schedule import frozen_orders, play
 from .step import RECOMPUTED_OPS
 
@@ -106,7 +106,7 @@ def placed(items, stacks, chunk_of, stages: int):
         phase = "backward" if phase == "backward" else "forward"
         if i is not None:
             seen[phase] = True
-            yield i, (0 if chunk_of is None else chunk_of[min(i, len(chunk_of) - 1)])
+            yield i, (0 if chunk_of is None else chunk_of_layer(chunk_of, i))
         elif phase == "forward":
             yield None, 0 if not seen["forward"] else stages - 1
         else:
@@ -253,7 +253,7 @@ def plan_step(records, optimizer_records, *, plan, topo, stacks, layers, stage_p
     chunk_of = layer_chunks(counts)
     in_stage = [[] for _ in range(stages)]  # the layers each virtual stage runs
     for i in sorted(set(grouped.forward) | set(grouped.backward)):
-        in_stage[chunk_of[min(i, len(chunk_of) - 1)]].append(i)
+        in_stage[chunk_of_layer(chunk_of, i)].append(i)
     roots = [grouped.roots[(s == 0, s == stages - 1)] for s in range(stages)]
     memo: dict = {}
 
@@ -386,7 +386,6 @@ def plan_step(records, optimizer_records, *, plan, topo, stacks, layers, stage_p
             ov = bucketed(bwd_t[mine[0]], sizes, times, slow=slow(group, tp))
             times_run = m if plan.zero == 2 else 1  # ZeRO-2 reduces every micro-batch
             tail += (ov.exposed + ov.stretch) * times_run
-
             coll[("dp" if plan.zero == 0 else "zero", op)] = [
                 group, grad * times_run, len(sizes) * times_run, ov.comm * times_run,
                 ov.exposed * times_run, ov.stretch * times_run]

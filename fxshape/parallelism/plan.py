@@ -15,7 +15,7 @@ from dataclasses import asdict, dataclass, fields
 
 __all__ = ["Parallel", "SCHEDULES", "ZERO_STAGES", "GRAD_DTYPES", "check_mode", "check_plan",
            "parallel_of", "RECOMPUTE", "check_recompute", "check_cp_seq", "STAGE_SPLITS",
-           "stage_layer_counts", "layer_chunks", "torchtitan_split"]
+           "stage_layer_counts", "layer_chunks", "chunk_of_layer", "torchtitan_split"]
 
 #: ``"1f1b"`` (PipeDream-flush / Megatron's default; with ``virtual_stages`` > 1 the
 #: interleaved 1F1B), ``"interleaved"`` (the same, ``virtual_stages`` > 1 required),
@@ -376,6 +376,12 @@ def layer_chunks(counts) -> tuple[int, ...]:
     """The chunk of each layer, in order, for ``counts`` layers per chunk:
     ``layer_chunks((2, 3)) == (0, 0, 1, 1, 1)``."""
     return tuple(c for c, n in enumerate(counts) for _ in range(n))
+
+
+def chunk_of_layer(chunks, i: int) -> int:
+    """The chunk of layer ``i`` (``chunks``: :func:`layer_chunks`); an index past the stack
+    (a layer the capture numbers beyond it) in the last chunk."""
+    return chunks[min(i, len(chunks) - 1)]
 
 
 def check_plan(plan: Parallel, *, layers: int | None, topology) -> None:
