@@ -22,9 +22,11 @@ table's ``h100-sxm-hbm2e`` (the limit sets the clock their GEMMs sustain,
 ``fxshape.hardware.power``); torchao's B200s are power-limited to a figure its README does
 not give (priced at the default 1000 W). The runs' PyTorch (end-2024 and 2025 builds, before
 the bundled cuDNN passed 9.15) ran SDPA's FlashAttention-2 (``attention="fa2"``), not the
-cuDNN kernel PyTorch 2.11+ prefers on Hopper and Blackwell. Not modelled: async tensor parallelism (its rows
-are priced as plain TP), the interleaved schedule's split (the benchmark does not give it:
-two stages a rank). Nothing is fitted. A few minutes on two cores.
+cuDNN kernel PyTorch 2.11+ prefers on Hopper and Blackwell. The runs with AsyncTP (the
+70B's second, every 405B run) are priced with ``Parallel(async_tp=True)`` (column
+``async_tp``). Not modelled: the interleaved schedule's
+split (the benchmark does not give it: two stages a rank). Nothing is fitted. A few minutes
+on two cores.
 """
 
 from __future__ import annotations
@@ -75,7 +77,8 @@ def plan_of(r):
     dp = int(r["gpus"]) // (tp * pp * cp)
     return Parallel(tp=tp, pp=pp, virtual_stages=int(r["vp"]), cp=cp, dp=dp, zero=3,
                     microbatches=int(r["microbatches"]), sequence_parallel=tp > 1,
-                    stage_layers="torchtitan" if pp > 1 else None)
+                    stage_layers="torchtitan" if pp > 1 else None,
+                    async_tp=bool(int(r["async_tp"])))
 
 
 def predict(model, r):

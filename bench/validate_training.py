@@ -17,6 +17,12 @@ recomputation and with sequence parallelism + selective recomputation.
 
 Held out: nothing in fxshape was fitted to these rows; the plans and shapes are the
 published ones. Deterministic; a few minutes on two cores.
+
+llm-foundry's FP8 rows (``dtype`` ``te-fp8``: Composer's ``amp_fp8``, Transformer Engine's
+``te.Linear`` with delayed scaling) are priced with ``float8="te-delayed"``, their GPT-2
+stand-in's ``Conv1D`` layers as the ``nn.Linear`` layers MPT has; a last table sets each
+beside the bf16 run of the same model, sequence and GPUs (the FP8 speedup, measured and
+predicted).
 """
 
 from __future__ import annotations
@@ -36,7 +42,10 @@ import fxshape  # noqa: E402
 from fxshape import Parallel  # noqa: E402
 
 DATA = os.path.join(os.path.dirname(os.path.abspath(__file__)), "training_published.csv")
-_DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16}
+_DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16, "te-fp8": torch.bfloat16}
+#: rows trained in FP8: the recipe each ran (llm-foundry's amp_fp8 is Composer's
+#: te.fp8_autocast with Transformer Engine's DelayedScaling over te.Linear layers)
+_FLOAT8 = {"te-fp8": "te-delayed"}
 #: Megatron-LM's GPT-3 runs train with dropout 0.1 and (in 2022) no FlashAttention: its fused
 #: scale-mask-softmax around two batched GEMMs, which fxshape's "math" attention prices.
 #: MPT (llm-foundry) and torchtitan run flash attention and no dropout: llm-foundry's H100
@@ -80,8 +89,9 @@ def build(r):
     import transformers as tf
 
     drop = _STYLE[r["source"]]["dropout"]
+    linear = r["dtype"] in _FLOAT8
     key = (r["arch"], r["hidden"], r["layers"], r["heads"], r["kv_heads"], r["ffn"],
-           r["vocab"], r["seq"], drop)
+           r["vocab"], r["seq"], drop, linear)
     if key in _MODELS:
         return _MODELS[key]
     h, layers, heads, seq = int(r["hidden"]), int(r["layers"]), int(r["heads"]), int(r["seq"])
@@ -92,6 +102,8 @@ def build(r):
                             attn_pdrop=drop)
         with torch.device("meta"):
             model = tf.GPT2LMHeadModel(cfg)
+        if linear:
+            _linearize(model)
     elif r["arch"] == "llama":
         cfg = tf.LlamaConfig(hidden_size=h, num_hidden_layers=layers,
                              num_attention_heads=heads, num_key_value_heads=int(r["kv_heads"]),
@@ -103,6 +115,20 @@ def build(r):
         raise ValueError(f"arch {r['arch']!r}: expected 'gpt' or 'llama'")
     _MODELS[key] = model
     return model
+
+
+def _linearize(model):
+    """GPT-2's ``Conv1D`` layers as the ``nn.Linear`` layers MPT has (the same GEMMs), so
+    that an FP8 recipe converts them as it converts MPT's (``te.Linear`` replaces MPT's
+    ``nn.Linear`` layers; nothing converts a ``Conv1D``)."""
+    from transformers.pytorch_utils import Conv1D
+
+    for name, mod in list(model.named_modules()):
+        if isinstance(mod, Conv1D):
+            parent, _, leaf = name.rpartition(".")
+            k, n = mod.weight.shape  # Conv1D's weight is [in, out]
+            with torch.device("meta"):
+                setattr(model.get_submodule(parent), leaf, torch.nn.Linear(k, n))
 
 
 def plan_of(r, recompute=None, sp=None) -> tuple:
@@ -119,7 +145,8 @@ def analyze(r, recompute=None, sp=None):
     return fxshape.analyze(build(r), gpu=r["gpu"], dtype=_DTYPES[r["dtype"]], mode="train",
                            batch_size=int(r["batch"]), seq_len=int(r["seq"]), parallel=plan,
                            recompute=rec, attention=_STYLE[r["source"]]["attention"],
-                           topology=r["topology"], provenance=None)
+                           topology=r["topology"], float8=_FLOAT8.get(r["dtype"]),
+                           provenance=None)
 
 
 def _plan_text(r) -> str:
@@ -136,6 +163,11 @@ def _plan_text(r) -> str:
     return " ".join(parts)
 
 
+def _precision(r) -> str:
+    """A row's precision as the summary groups it (``bf16``, ``fp16``, ``FP8 (te-delayed)``)."""
+    return f"FP8 ({_FLOAT8[r['dtype']]})" if r["dtype"] in _FLOAT8 else r["dtype"]
+
+
 def _summary(errs) -> tuple:
     a = [abs(e) for e in errs]
     return (len(a), f"{100 * statistics.mean(a):.1f}%", f"{100 * max(a):.1f}%",
@@ -149,15 +181,17 @@ def main(argv=None):
     ap.add_argument("--source", nargs="*", help="only these sources")
     ap.add_argument("--memory", action="store_true", help="also Korthikanti et al.'s memory")
     args = ap.parse_args(argv)
-    table, by_source = [], {}
+    table, by_source, tps = [], {}, {}
     for r in rows():
         if args.source and r["source"] not in args.source:
             continue
         rep = analyze(r)
         meas = measured_step(r)
         pred = rep.step.time_s
+        tokens = int(r["batch"]) * int(r["microbatches"]) * int(r["seq"]) * int(r["dp"])
+        tps[r["model"]] = (tokens / meas, tokens / pred)
         err = pred / meas - 1
-        by_source.setdefault((r["source"], r["gpu"]), []).append(err)
+        by_source.setdefault((r["source"], r["gpu"], _precision(r)), []).append(err)
         cls = rep.step.by_class
         comm = cls.get("communication", 0) / pred
         bubble = cls.get("pipeline_bubble", 0) / pred
@@ -170,14 +204,32 @@ def main(argv=None):
                                        "predicted s", "error", "comm exposed", "bubble",
                                        "peak GiB"], tablefmt=args.format))
         print()
-        summary = [[s, g, *_summary(e)] for (s, g), e in sorted(by_source.items())]
-        summary.append(["all", "", *_summary([e for v in by_source.values() for e in v])])
-        print(tabulate(summary, headers=["source", "GPU", "runs", "mean |error|",
+        summary = [[s, g, p, *_summary(e)] for (s, g, p), e in sorted(by_source.items())]
+        summary.append(["all", "", "", *_summary([e for v in by_source.values() for e in v])])
+        print(tabulate(summary, headers=["source", "GPU", "precision", "runs", "mean |error|",
                                          "max |error|", "median signed", "within 15%"],
                        tablefmt=args.format))
+        _speedups(tps, args.format)
     if args.memory:
         print()
         _memory(args.format)
+
+
+def _speedups(tps, fmt):
+    """FP8 against bf16: each FP8 run beside the bf16 run of the same model, sequence and
+    GPUs (the name without " fp8"), tokens per second measured and predicted."""
+    table = []
+    for name, (m8, p8) in tps.items():
+        base = tps.get(name.removesuffix(" fp8")) if name.endswith(" fp8") else None
+        if base is None:
+            continue
+        ms, ps = m8 / base[0], p8 / base[1]
+        table.append([name.removesuffix(" fp8"), f"{ms:.3f}x", f"{ps:.3f}x",
+                      f"{100 * (ps / ms - 1):+.1f}%"])
+    if table:
+        print()
+        print(tabulate(table, headers=["run", "FP8 / bf16 measured", "predicted",
+                                       "error"], tablefmt=fmt))
 
 
 def _memory(fmt):

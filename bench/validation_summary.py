@@ -23,7 +23,8 @@ Regimes and where their errors come from (every row held out: see each script's 
   models in fp32, eager (inference and training; NeuSight's eleven GPUs) and under
   ``torch.compile`` (inference; H100, A100 PCIe 40 GB, L4));
 - ``step-train``: ``bench/validate_training.py`` (multi-GPU bf16/fp16 training steps:
-  Megatron-LM, torchtitan and others) and the bf16 runs of ``bench/validate_float8.py``
+  Megatron-LM, torchtitan and others; llm-foundry's Transformer Engine FP8 runs) and the
+  bf16 runs of ``bench/validate_float8.py``
   (torchtitan Llama-3-8B on H100, MI300X and B200);
 - ``serving``: ``bench/validate_serving.py``'s rows (gpt-fast decode, vLLM latency), each
   predicted with the row's own engine options;

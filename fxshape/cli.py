@@ -234,7 +234,7 @@ def _cmd_analyze(args) -> int:
                      zero=args.zero, microbatches=args.microbatches,
                      virtual_stages=args.virtual_stages, schedule=args.schedule,
                      dp_shard=args.dp_shard, grad_dtype=args.grad_dtype,
-                     stage_layers=args.stage_layers)
+                     stage_layers=args.stage_layers, async_tp=args.async_tp)
     parallel = None
     tp, dp, sp = args.tp, args.dp, args.sequence_parallel
     if any(v != getattr(Parallel(), k) for k, v in plan_args.items()):
@@ -301,7 +301,7 @@ def _print_chrome_trace(report) -> None:
 _TITAN_SETS = {"batch_size": None, "seq_len": None, "tp": 1, "dp": 1, "pp": 1, "cp": 1,
                "ep": 1, "capacity_factor": None, "zero": 0, "microbatches": 1,
                "virtual_stages": 1, "schedule": "1f1b", "dp_shard": None, "grad_dtype": "fp32",
-               "stage_layers": None,
+               "stage_layers": None, "async_tp": False,
                "sequence_parallel": False, "mode": None, "train": False, "recompute": None,
                "execution": None, "dtype": "bf16", "input": None, "context_len": None}
 
@@ -485,9 +485,11 @@ def _quantize_args(p, training: bool = False) -> None:
         from .cost.float8 import FLOAT8_RECIPES
 
         p.add_argument("--float8", choices=FLOAT8_RECIPES, default=None,
-                       help="training: torchao's float8 (convert_to_float8_training) under "
-                            "torch.compile: tensorwise (FP8 all-gather under FSDP) or "
-                            "rowwise; needs --execution compiled and an FP8 GPU")
+                       help="training in FP8: torchao's float8 under torch.compile "
+                            "(tensorwise: FP8 all-gather under FSDP; rowwise; mxfp8 on "
+                            "Blackwell; needs --execution compiled) or Transformer Engine's "
+                            "te.Linear, eager or compiled (te-delayed, te-current; te-mxfp8 "
+                            "on Blackwell); needs an FP8 GPU")
     p.add_argument("--activation-scales", choices=("dynamic", "static"), default=None,
                    help="--quantize fp8: per-token scales computed by a kernel (dynamic, "
                         "vLLM; the default) or a static per-tensor scale fused into the "
@@ -1100,6 +1102,11 @@ def build_parser() -> argparse.ArgumentParser:
                          "embedding and the head weighed as a layer each) or layer counts "
                          "per chunk, comma-separated (15,16,16,16,16,16,16,15); default "
                          "equal chunks")
+    pa.add_argument("--async-tp", action="store_true",
+                    help="asynchronous tensor parallelism (torch.compile's micro-pipeline "
+                         "TP, torchtitan's async TP): the sequence-parallel collectives fused "
+                         "into the GEMMs beside them; needs --tp, --sequence-parallel and "
+                         "--execution compiled")
     pa.add_argument("--grad-dtype", choices=tuple(GRAD_DTYPES), default="fp32",
                     help="the dtype gradients are held and reduced in (with --train; "
                          "default fp32, as fp32 master weights have them)")

@@ -22,15 +22,20 @@ What is read and how it maps (torchtitan 0.3's ``torchtitan/config/configs.py``,
   (HSDP); replicate alone is DDP. ``fsdp_reshard_after_forward`` "default" reshards unless
   there is a pipeline.
 - ``pipeline_parallel_schedule``: 1F1B, GPipe, Interleaved1F1B (two virtual stages per rank
-  unless ``pipeline_parallel_layers_per_stage`` says otherwise); other schedules are refused.
+  unless ``pipeline_parallel_layers_per_stage`` says otherwise), ZBVZeroBubble (two stages a
+  rank in a V: ``schedule="zbv"``); other schedules (InterleavedZeroBubble, LoopedBFS,
+  DualPipeV) are refused.
 - ``activation_checkpoint.mode``: none, full, selective with ``selective_ac_option = "op"``
   (predicted as fxshape's selective recomputation, Megatron's attention core: torchtitan's
   op-level policy keeps matmul outputs and recomputes every second one and the pointwise ops,
   which the note says); a layer-interval option ("2": every second layer) is refused.
 - ``mixed_precision_param`` the compute dtype (bfloat16 by default), ``mixed_precision_reduce``
   the gradients' (fp32); ``compile`` on: ``execution="compiled"``.
-- Float8 converters and async tensor parallelism are read and said to be not modelled (the
-  prediction is of the bf16, synchronous run).
+- ``enable_async_tensor_parallel``: ``Parallel(async_tp=True)`` (needs tensor and sequence
+  parallelism under torch.compile, as torchtitan does).
+- The ``float8`` converter (torchao's tensorwise or rowwise recipe) and the ``mx`` converter
+  (mxfp8) under torch.compile in bf16: ``float8=`` (``fxshape.cost.float8``); other recipes
+  are noted and predicted as the bf16 run.
 
 Models: ``llama3`` (debugmodel, 8B, 70B, 405B as torchtitan 0.3 defines them), ``qwen3``
 (30B-A3B) and ``deepseek_v3`` (671B) through fxshape's presets; any other is refused with
@@ -69,7 +74,8 @@ TITAN_MODELS = {
     ("deepseek_v3", "671B"): ("deepseek-v3", "DeepSeek-V3 671B"),
 }
 
-_SCHEDULES = {"1f1b": "1f1b", "gpipe": "gpipe", "interleaved1f1b": "interleaved"}
+_SCHEDULES = {"1f1b": "1f1b", "gpipe": "gpipe", "interleaved1f1b": "interleaved",
+              "zbvzerobubble": "zbv"}
 _DTYPES = {"bfloat16": "bf16", "float32": "fp32", "float16": "fp16"}
 
 
@@ -220,7 +226,8 @@ def read_torchtitan(path, *, gpus: int | None = None) -> TitanJob:
         schedule = _SCHEDULES.get(raw.lower())
         if schedule is None:
             raise ValueError(f"torchtitan config {path}: pipeline_parallel_schedule {raw!r} "
-                             "is not modelled; accepted: 1F1B, GPipe, Interleaved1F1B")
+                             "is not modelled; accepted: 1F1B, GPipe, Interleaved1F1B, "
+                             "ZBVZeroBubble")
         if schedule == "interleaved":
             per = par.get("pipeline_parallel_layers_per_stage")
             layers = _layers(name, flavor)
@@ -228,6 +235,14 @@ def read_torchtitan(path, *, gpus: int | None = None) -> TitanJob:
             if virtual < 2:
                 raise ValueError(f"torchtitan config {path}: Interleaved1F1B needs at least "
                                  "two stages per rank")
+        if schedule == "zbv":
+            per = par.get("pipeline_parallel_layers_per_stage")
+            layers = _layers(name, flavor)
+            virtual = 2 if per is None else max(1, -(-layers // int(per)) // pp)
+            if virtual != 2:
+                raise ValueError(f"torchtitan config {path}: ZBVZeroBubble runs exactly two "
+                                 f"stages per rank; pipeline_parallel_layers_per_stage {per} "
+                                 f"gives {virtual} over {pp} ranks")
     reshard = str(par.get("fsdp_reshard_after_forward", "default"))
     if reshard not in ("default", "always", "never"):
         raise ValueError(f"torchtitan config {path}: fsdp_reshard_after_forward {reshard!r}; "
@@ -242,9 +257,13 @@ def read_torchtitan(path, *, gpus: int | None = None) -> TitanJob:
     recompute = _recompute(cfg.get("activation_checkpoint", {}), path, notes)
     comp = cfg.get("compile") or {}
     compiled = bool(comp.get("enable", training.get("compile", False)))
-    if par.get("enable_async_tensor_parallel") or comp.get("enable_async_tensor_parallel"):
-        notes.append("async tensor parallelism (collectives fused into the GEMMs) is not "
-                     "modelled: predicted with synchronous tensor-parallel collectives")
+    sp = tp > 1 and bool(par.get("enable_sequence_parallel", True))
+    async_tp = bool(par.get("enable_async_tensor_parallel")
+                    or comp.get("enable_async_tensor_parallel"))
+    if async_tp and not (compiled and sp):
+        raise ValueError(f"torchtitan config {path}: enable_async_tensor_parallel needs "
+                         "tensor parallelism with sequence parallelism under torch.compile "
+                         f"(tp={tp}, sequence parallel {sp}, compile {compiled})")
     float8 = None
     if _float8(cfg):
         recipe = _float8_recipe(cfg)
@@ -267,8 +286,7 @@ def read_torchtitan(path, *, gpus: int | None = None) -> TitanJob:
     zero = 3 if shard > 1 else 0
     par_obj = Parallel(tp=tp, cp=cp, pp=pp, dp=dp, zero=zero, virtual_stages=virtual,
                        microbatches=pipe_micro * accumulation, schedule=schedule,
-                       sequence_parallel=tp > 1 and bool(par.get("enable_sequence_parallel",
-                                                                 True)),
+                       sequence_parallel=sp, async_tp=async_tp,
                        dp_shard=shard if zero and rep > 1 else None,
                        reshard_after_forward=reshard_after, grad_dtype=reduce, ep=ep,
                        # torchtitan weighs the embedding and the head as a layer each

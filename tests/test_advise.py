@@ -157,14 +157,14 @@ def test_advise_fixes_a_bad_config():
 
 def test_advise_llama3_recommends_nothing_large():
     # the counterpart of test_advise_fixes_a_bad_config (where recommendations must appear):
-    # Llama-3-8B's sizes are all multiples of 128, so nothing may promise 5% or more (two of
-    # its 32 layers: the layers repeat, and the suite's time is short)
-    adv = advise(_meta("llama-3-8b", num_hidden_layers=2), mode="inference", batch_size=4,
+    # Llama-3-8B's sizes are all multiples of 128, so nothing may promise 5% or more (one of
+    # its 32 layers: the layers repeat, and each candidate is a capture)
+    adv = advise(_meta("llama-3-8b", num_hidden_layers=1), mode="inference", batch_size=4,
                  seq_len=1024)
     # it analysed the model it was given: embedding and head 128256 x 4096 each; a layer's
     # q, o 4096^2, k, v 4096 x 1024, gate, up, down 4096 x 14336, two norms; the final norm
     layer = 2 * 4096 * 4096 + 2 * 4096 * 1024 + 3 * 4096 * 14336 + 2 * 4096
-    assert adv.params == 2 * 128256 * 4096 + 2 * layer + 4096 and adv.time_s > 0
+    assert adv.params == 2 * 128256 * 4096 + layer + 4096 and adv.time_s > 0
     assert all(r.predicted_speedup < 0.05 for r in adv.recommendations), adv.table()
 
 

@@ -183,3 +183,32 @@ def test_cli_prints_no_warnings_or_tracebacks(tmp_path):
     proc = subprocess.run([sys.executable, "-m", "fxshape", "analyze", str(path), "--seq-len",
                            "32", "--verbose"], capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0 and "[transformers]" in proc.stderr
+
+
+def test_analyze_trains_in_fp8_as_transformer_engine(tmp_path, capsys):
+    import pytest
+
+    transformers = pytest.importorskip("transformers")
+    cfg = transformers.LlamaConfig(hidden_size=256, intermediate_size=512, num_hidden_layers=1,
+                                   num_attention_heads=4, num_key_value_heads=4,
+                                   vocab_size=1000)
+    cfg.save_pretrained(tmp_path)
+    # TE runs eager (no --execution compiled needed); the LM head stays in bf16
+    assert main(["analyze", str(tmp_path / "config.json"), "--seq-len", "32", "--train",
+                 "--float8", "te-delayed", "--format", "json"]) == 0
+    d = json.loads(capsys.readouterr().out)
+    quant = {r.get("quant") for r in d["rows"] if r.get("quant")}
+    assert quant == {"float8:te-delayed:forward", "float8:te-delayed:dgrad",
+                     "float8:te-delayed:wgrad"}
+    assert any("Transformer Engine, delayed scaling" in n for n in d["notes"])
+    # torchao's recipes still need compiled execution: a one-line refusal (exit 2)
+    assert main(["analyze", str(tmp_path / "config.json"), "--seq-len", "32", "--train",
+                 "--float8", "tensorwise"]) == 2
+    assert "give execution='compiled'" in capsys.readouterr().err
+
+
+def test_async_tp_flag_needs_sequence_parallelism(capsys):
+    # --async-tp builds Parallel(async_tp=True): without --sequence-parallel, one line
+    assert main(["analyze", "gpt2", "--train", "--tp", "2", "--async-tp", "--seq-len",
+                 "64"]) == 2
+    assert "needs tp > 1 and sequence_parallel=True" in capsys.readouterr().err

@@ -239,3 +239,52 @@ def test_b200_allreduce_fit_reproduces_and_holds_out():
         errs = sorted(abs(e) for r, e in held if r["machine"] == machine)
         assert len(errs) >= 20 and errs[len(errs) // 2] < 0.10, machine
     assert all(r["half"] == 1 for r, _ in held)
+
+
+# --- AMD's Infinity Fabric mesh (issue 51, item 6) -----------------------------------------
+
+def test_mi300x_node_is_an_xgmi_mesh():
+    from fxshape.hardware.gpus import get_gpu
+    from fxshape.hardware.topology import default_topology, topology_for
+
+    topo = default_topology("mi300x")
+    assert topo.name == "mi300x-platform" and topo.mesh
+    assert topology_for(get_gpu("mi325x")).name == "mi300x-platform"
+    # one xGMI link to each peer, 64 GB/s a direction: a group of n GPUs of the node uses
+    # n - 1 of each GPU's links
+    assert topo.link_gbs(8, 8) == 7 * 64.0 and topo.link_gbs(2, 2) == 64.0
+    assert topo.link_gbs(4, 4) == 3 * 64.0
+    assert topo.link_class(8, 8) == "xgmi_mesh"
+
+
+def test_rccl_over_the_mesh_by_hand():
+    from fxshape.cost.comm import predict_collective
+
+    gib = 1 << 30
+    # 8 GPUs: bus bytes 2 x 7/8 of the buffer, over 7 links at 48 of their 64 GB/s (AMD:
+    # 75% usable after CRC and protocol overhead): busBw 7 x 48 = 336 GB/s
+    p = predict_collective("all_reduce", gib, 8, topology="mi300x-platform")
+    assert p.time_s == pytest.approx(2 * 7 / 8 * gib / (0.75 * 7 * 64e9))
+    assert p.busbw_gbs == pytest.approx(336.0)
+    # 2 GPUs share one link: 48 GB/s, a seventh of the node's
+    two = predict_collective("all_reduce", gib, 2, topology="mi300x-platform")
+    assert two.busbw_gbs == pytest.approx(48.0)
+    # a smaller group is never faster per byte than the whole node
+    four = predict_collective("all_gather", gib, 4, topology="mi300x-platform")
+    eight = predict_collective("all_gather", gib, 8, topology="mi300x-platform")
+    assert four.busbw_gbs < eight.busbw_gbs
+    # the PCIe node it was priced as before moves the same all-reduce ~10x slower
+    assert predict_collective("all_reduce", gib, 8, topology="pcie4").time_s > 5 * p.time_s
+
+
+def test_a_gpu_on_the_other_vendors_fabric_is_refused():
+    from fxshape.hardware.gpus import get_gpu
+    from fxshape.hardware.topology import topology_for
+
+    with pytest.raises(ValueError, match="Infinity Fabric .xGMI., which h100-sxm"):
+        topology_for(get_gpu("h100"), "mi300x-platform")
+    with pytest.raises(ValueError, match="NVLink, which mi300x .amd. has not; accepted "
+                                         "for it: mi300x-platform"):
+        topology_for(get_gpu("mi300x"), "dgx-h100")
+    # PCIe is anyone's
+    assert topology_for(get_gpu("mi300x"), "pcie5").name == "pcie5"

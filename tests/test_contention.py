@@ -95,3 +95,53 @@ def test_step_shows_the_stretch_and_is_never_faster_than_without_the_collective(
     zero = [c for c in fsdp.communication if c.kind == "zero"]
     assert {c.op for c in zero} == {"all_gather", "reduce_scatter"}
     assert sum(c.stretch_s for c in zero) > 0
+
+
+# --- async tensor parallelism (issue 51, item 2) ------------------------------------------
+
+def _tp(async_tp, execution="compiled"):
+    plan = Parallel(tp=2, sequence_parallel=True, async_tp=async_tp)
+    return fxshape.analyze(tiny_llama(num_hidden_layers=1), mode="train", gpu="h100",
+                           seq_len=512, parallel=plan, execution=execution,
+                           provenance=None)
+
+
+def test_async_tp_hides_all_but_the_first_chunk_by_hand():
+    sync, fused = _tp(False), _tp(True)
+    s_ops = [o for o in sync.ops if o.op.startswith("tp ")]
+    a_ops = [o for o in fused.ops if o.op.startswith("tp ")]
+    assert s_ops and [o.op for o in s_ops] == [o.op for o in a_ops]
+    gemm = {}
+    for o in fused.ops:  # each collective follows the row-parallel GEMM it is fused with
+        if o.cls == "gemm":
+            gemm[(o.module, o.phase)] = o.time_s
+    from fxshape.cost.memops import kernel_time
+
+    for s, a in zip(s_ops, a_ops):
+        t = s.time_s  # the same collective, whole
+        assert a.time_s + a.overlapped_s >= t
+        # tp = 2 chunks: the first chunk's copy (t / 2) exposed, the other under the
+        # GEMM as far as its time lasts
+        g = next(v for (m, ph), v in gemm.items() if m == a.module and ph == a.phase)
+        # a reduce-scatter then sums the 2 partials copied in: one kernel reading both
+        # (the buffer) and writing the rank's half, 1.5 x the buffer's bytes
+        red = kernel_time("reduction", int(s.bytes * 1.5), gpu="h100").time_s \
+            if a.op == "tp reduce_scatter" else 0.0
+        assert a.time_s == pytest.approx(t / 2 + max(0.0, t / 2 - g) + red)
+        assert a.overlapped_s == pytest.approx(min(t / 2, g))
+    # less communication on the critical path; this tiny step waits on the host, so its
+    # time can only stay or shrink
+    assert fused.step.by_class["communication"] < sync.step.by_class["communication"]
+    assert fused.step.time_s <= sync.step.time_s
+    (c,) = [x for x in fused.step.communication if x.op == "all_gather"]
+    assert c.exposed_s < c.total_s
+    assert any("async TP: each fused with its GEMM" in n for n in fused.step.notes)
+
+
+def test_async_tp_bad_input():
+    with pytest.raises(ValueError, match="needs tp > 1 and sequence_parallel=True"):
+        Parallel(tp=2, async_tp=True)
+    with pytest.raises(ValueError, match="Parallel.async_tp must be True or False"):
+        Parallel(tp=2, sequence_parallel=True, async_tp=1)
+    with pytest.raises(ValueError, match="give execution='compiled'"):
+        _tp(True, execution="eager")

@@ -184,3 +184,95 @@ seq_len = 256
 enable = true
 """)
     assert read_torchtitan(str(path), gpus=8).float8 == "mxfp8"
+
+
+# --- Transformer Engine's recipes (issue 51, item 4) ---------------------------------------
+
+def _kernels_by_role(recipe, gpu="h100", m=4096, n=4096, k=4096):
+    return {role: predict_float8(role, m, n, k, recipe, gpu=gpu).kernels
+            for role in ("forward", "dgrad", "wgrad")}
+
+
+def test_transformer_engine_kernel_list_per_recipe_by_hand():
+    # te-delayed (DelayedScaling): the scale comes from earlier steps' amaxes, so each cast
+    # tensor is one cast_transpose kernel (this step's amax recorded inside it): forward
+    # casts x and w (GEMM + 2), dgrad grad_y (GEMM + 1), wgrad reuses the transposed
+    # copies (GEMM alone)
+    assert _kernels_by_role("te-delayed") == {"forward": 3, "dgrad": 2, "wgrad": 1}
+    # te-current (Float8CurrentScaling): an amax kernel before each cast_transpose
+    assert _kernels_by_role("te-current") == {"forward": 5, "dgrad": 3, "wgrad": 1}
+    # te-mxfp8 (MXFP8BlockScaling, Blackwell): one quantize kernel per tensor writing the
+    # row- and column-wise MXFP8 copies, the block amax inside
+    assert _kernels_by_role("te-mxfp8", gpu="b200") == {"forward": 3, "dgrad": 2, "wgrad": 1}
+
+
+def test_transformer_engine_cast_bytes_by_hand():
+    m = n = k = 4096
+    # te-delayed forward: x [M, K] and w [N, K], each read once in bf16 (2 bytes) and
+    # written in FP8 in both layouts (1 + 1): 4 bytes an element, no amax pass
+    f = predict_float8("forward", m, n, k, "te-delayed", gpu="h100")
+    assert f.cast_bytes == 4 * m * k + 4 * n * k
+    # te-current: the amax pass reads each tensor once more: 6 bytes an element
+    c = predict_float8("forward", m, n, k, "te-current", gpu="h100")
+    assert c.cast_bytes == 6 * m * k + 6 * n * k and c.cast_s > f.cast_s
+    # te-mxfp8 dgrad: grad_y [M, N=K here] read once (2) and written twice in MXFP8, an
+    # e8m0 byte per 32 elements each (2 x (1 + 1/32))
+    x = predict_float8("dgrad", m, n, k, "te-mxfp8", gpu="b200")
+    assert x.cast_bytes == round((2 + 2 * (1 + 1 / 32)) * m * k)
+    # the GEMM itself is the same FP8 GEMM as torchao's
+    assert f.prediction.time_s - f.cast_s == pytest.approx(
+        predict_float8("forward", m, n, k, "tensorwise", gpu="h100").prediction.time_s
+        - predict_float8("forward", m, n, k, "tensorwise", gpu="h100").cast_s)
+
+
+def test_transformer_engine_alignment():
+    # te.Linear's check_dim_for_fp8_exec: tokens a multiple of 8, features of 16
+    assert scaled_mm_eligible(4104, 4096, 4096, "te-delayed")  # 4104 = 8 x 513
+    assert not scaled_mm_eligible(4104, 4096, 4096, "tensorwise")  # _scaled_mm: 16
+    assert not scaled_mm_eligible(4096, 4104, 4096, "te-delayed")
+    with pytest.raises(ValueError, match="tokens \\(M\\) a multiple of 8"):
+        predict_float8("forward", 4100, 4096, 4096, "te-delayed", gpu="h100")
+
+
+def test_transformer_engine_trains_eager_and_keeps_the_lm_head():
+    m = tiny_llama()
+    kw = dict(mode="train", gpu="h100", seq_len=64, provenance=None)
+    te = fxshape.analyze(m, float8="te-delayed", **kw)  # eager: TE runs its own kernels
+    cur = fxshape.analyze(m, float8="te-current", **kw)
+    plain = fxshape.analyze(m, **kw)
+    rows = [r for r in te.rows if r.quant]
+    assert rows and {r.quant.split(":")[1] for r in rows} == {"te-delayed"}
+    assert not any(r.quant for r in te.rows if r.module == "lm_head")
+    notes = " ".join(te.notes)
+    assert "Transformer Engine, delayed scaling" in notes and "lm_head" in notes
+    (opt,) = [o for o in te.options if o.name == "float8"]
+    assert opt.applied and "Transformer Engine, delayed scaling" in opt.effect
+    # current scaling adds an amax kernel per cast tensor: more kernels, more time
+    extra = sum(r.kernels - 1 for r in cur.rows) - sum(r.kernels - 1 for r in te.rows)
+    assert extra > 0 and cur.step.kernels - te.step.kernels == extra
+    assert cur.step.time_s > te.step.time_s
+    assert te.step.kernels - plain.step.kernels == sum(r.kernels - 1 for r in rows)
+    # the model was not touched: its linear layers are still nn.Linear
+    assert all(type(mod.mlp.up_proj) is torch.nn.Linear for mod in m.model.layers)
+
+
+def test_transformer_engine_leaves_unaligned_layers_with_a_word():
+    m = tiny_llama(intermediate_size=520)
+    rep = fxshape.analyze(m, float8="te-delayed", mode="train", gpu="h100", seq_len=64,
+                          provenance=None)
+    assert "te.Linear raises in FP8" in " ".join(rep.notes)
+    assert not any(x.quant for x in rep.rows if x.module.endswith("mlp.down_proj"))
+
+
+@pytest.mark.parametrize("kwargs, match", [
+    (dict(float8="te-mxfp8", gpu="h100"), "needs Blackwell's block-scaled tensor cores"),
+    (dict(float8="te-delayed", gpu="mi300x"), "TE's ROCm port is not modelled"),
+    (dict(float8="te-delayed", gpu="a100"), "no FP8 tensor cores"),
+    (dict(float8="te-current", mode="inference"), "give mode='train'"),
+    (dict(float8="te", gpu="h100"), "te-delayed, te-current, te-mxfp8"),
+])
+def test_transformer_engine_bad_input(kwargs, match):
+    kw = dict(mode="train", seq_len=16, provenance=None)
+    kw.update(kwargs)
+    with pytest.raises(ValueError, match=match):
+        fxshape.analyze(tiny_llama(), **kw)

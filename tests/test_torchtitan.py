@@ -117,8 +117,13 @@ def test_a_torchtitan_0_3_json_dump(tmp_path):
 
 @pytest.mark.parametrize("edit,match", [
     (('flavor = "debugmodel"', 'flavor = "3B"'), "flavor '3B' is not one fxshape defines"),
-    (('pipeline_parallel_schedule = "1F1B"', 'pipeline_parallel_schedule = "ZBVZeroBubble"'),
-     "ZBVZeroBubble' is not modelled; accepted: 1F1B, GPipe, Interleaved1F1B"),
+    (('pipeline_parallel_schedule = "1F1B"',
+      'pipeline_parallel_schedule = "InterleavedZeroBubble"'),
+     "InterleavedZeroBubble' is not modelled; accepted: 1F1B, GPipe, Interleaved1F1B, "
+     "ZBVZeroBubble"),
+    (('pipeline_parallel_schedule = "1F1B"', 'pipeline_parallel_schedule = "ZBVZeroBubble"\n'
+      'pipeline_parallel_layers_per_stage = 1'),
+     "ZBVZeroBubble runs exactly two stages per rank"),
     (('selective_ac_option = "op"', 'selective_ac_option = "2"'),
      "selective_ac_option '2'.*accepted: 'op'"),
     (('local_batch_size = 8', 'local_batch_size = 0'),
@@ -177,3 +182,27 @@ def test_plan_refuses_what_the_job_sets(tmp_path, capsys):
     assert "--seq-len 512 differs from the torchtitan job's 256" in capsys.readouterr().err
     assert main(["plan", "--torchtitan", path, "--gpus", "8", "--dtype", "fp16"]) != 0
     assert "--dtype fp16 differs from the torchtitan job's bf16" in capsys.readouterr().err
+
+
+def test_a_zbv_job_reads_as_the_v_schedule(tmp_path):
+    # torchtitan's ZBVZeroBubble: two stages a rank placed in a V (schedule="zbv")
+    path = _write(tmp_path, DEBUG.replace('pipeline_parallel_schedule = "1F1B"',
+                                          'pipeline_parallel_schedule = "ZBVZeroBubble"'))
+    job = read_torchtitan(path, gpus=8)
+    p = job.parallel
+    assert p.schedule == "zbv" and p.virtual_stages == 2 and p.pp == 2
+    assert p.schedule_name.startswith("zero bubble ZB-V")
+
+
+def test_async_tp_job(tmp_path):
+    # torchtitan's async TP: tensor and sequence parallelism under torch.compile
+    text = DEBUG.replace("[parallelism]", "[parallelism]\nenable_async_tensor_parallel = true")
+    compiled = text.replace("[training]", "[compile]\nenable = true\n\n[training]", 1)
+    job = read_torchtitan(_write(tmp_path, compiled), gpus=8)
+    assert job.parallel.async_tp and job.parallel.sequence_parallel
+    assert job.execution == "compiled"
+    # eager: torchtitan refuses it, so does the reader (one line)
+    with pytest.raises(ValueError, match="enable_async_tensor_parallel needs tensor "
+                                         "parallelism with sequence parallelism under "
+                                         "torch.compile"):
+        read_torchtitan(_write(tmp_path, text, "eager.toml"), gpus=8)

@@ -618,7 +618,11 @@ def analyze(model, example_inputs=None, example_kwargs=None, *, gpu="h100",
             cast kernels each needs; under FSDP (``Parallel(zero=3)``) the tensorwise recipe
             gathers the converted weights in FP8. ``"mxfp8"`` (Blackwell): torchao's MX
             training, e4m3 with an e8m0 scale per 32 elements. Needs ``execution="compiled"`` and a GPU
-            with FP8 tensor cores. Rows carry ``quant`` (``"float8:tensorwise:dgrad"``).
+            with FP8 tensor cores. Transformer Engine's ``te.Linear`` (eager or compiled: its
+            own kernels): ``"te-delayed"`` (``DelayedScaling``, TE's default),
+            ``"te-current"`` (``Float8CurrentScaling``), ``"te-mxfp8"`` (Blackwell's
+            ``MXFP8BlockScaling``); every linear layer but the LM head, the weights gathered
+            in bf16. Rows carry ``quant`` (``"float8:tensorwise:dgrad"``).
 
     Returns:
         A :class:`fxshape.analysis.report.Report`.
@@ -636,6 +640,10 @@ def analyze(model, example_inputs=None, example_kwargs=None, *, gpu="h100",
     check_options(mode=mode, tp=tp, sequence_parallel=sequence_parallel)
     check_mode(plan, mode)
     check_recompute(recompute, mode)
+    if plan.async_tp and execution not in ("compiled", "cudagraphs"):
+        raise ValueError("Parallel(async_tp=True) is torch.compile's micro-pipeline TP pass "
+                         "(torchtitan's async TP): give execution='compiled' (eager PyTorch "
+                         "runs the collectives unfused: async_tp=False)")
     if allreduce is not None:
         from ..cost.allreduce import check_algorithm
 
@@ -929,7 +937,7 @@ def _analyze(model, example_inputs, example_kwargs, *, gpu, dtype, batch_size, s
     if cache is not None and example_inputs is None and example_kwargs is None:
         ckey = (id(model), mode, tp, plan.cp, plan.ep, plan.capacity_factor, batch_size,
                 seq_len, dkey, spec.label, attention, _shapes(moe_routing), execution,
-                sequence_parallel, plan.grad_bytes, topo, dedup, kv,
+                sequence_parallel, plan.async_tp, plan.grad_bytes, topo, dedup, kv,
                 getattr(lowprec.QUANT.get(), "q", None),
                 getattr(lowprec.QUANT.get(), "recipe", None))
     hit = cache.get(ckey) if ckey is not None else None
@@ -1449,7 +1457,7 @@ def _plan_memory(model, walk, spec, dkey, optimizer, layers, workload, *, shards
     optimizer state, FSDP's gathered blocks, and the activations of the micro-batches its
     schedule holds in flight."""
     from ..cost.optimizer import state_bytes_per_param
-    from ..parallelism.schedule import frozen_orders, in_flight
+    from ..parallelism.schedule import frozen_orders, in_flight, stages_of_rank
     from .memory import Memory
     from .pipeline import placed
     from .step import run_dtype
@@ -1508,7 +1516,7 @@ def _plan_memory(model, walk, spec, dkey, optimizer, layers, workload, *, shards
     z, sh = plan.zero, plan.shard
     best = None
     for d in range(p):
-        mine = [d + c * p for c in range(v)]
+        mine = stages_of_rank(plan.schedule, d, p, v)
         P = sum(stage_params[s] for s in mine)
         X = sum(stage_experts[s] for s in mine)
 
@@ -1571,9 +1579,9 @@ def _op_records(gm, rows, model, spec, dkey, execution):
 def _topology_of(topology, spec):
     """The topology given, or the GPU's usual machine (what the plan must fit:
     ``fxshape.parallelism.plan.check_plan``)."""
-    from ..hardware.topology import default_topology, get_topology
+    from ..hardware.topology import topology_for
 
-    return default_topology(spec.name) if topology is None else get_topology(topology)
+    return topology_for(spec, topology)
 
 
 def _step(records, model, spec, dkey, mode, tp, execution, optimizer, workload, notes, *,
@@ -1625,7 +1633,8 @@ def _step(records, model, spec, dkey, mode, tp, execution, optimizer, workload, 
                                                      topology=topology, item=item,
                                                      grad_bytes=grads,
                                                      sequence_parallel=sequence_parallel,
-                                                     allreduce=allreduce, spec=spec)
+                                                     allreduce=allreduce, spec=spec,
+                                                     async_tp=plan.async_tp)
         notes.extend(comm_notes)
     if kept is None:
         kept = memo[(scaled, dp_records)] = [records, notes[before:], dp_total, None]

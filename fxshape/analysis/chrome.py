@@ -122,6 +122,11 @@ def _merged(pieces) -> list:
     return out
 
 
+#: what each pipeline pass is (``fxshape.parallelism.schedule.Pass``)
+_PASS_NAMES = {"F": "forward", "B": "backward", "I": "backward (input gradient)",
+               "W": "backward (weight gradient)"}
+
+
 def _pipeline(report) -> list:
     step = report.step
     ev = []
@@ -138,7 +143,7 @@ def _pipeline(report) -> list:
                 ("B", i, 0, i * (st.forward_s + st.backward_s) + st.forward_s,
                  (i + 1) * (st.forward_s + st.backward_s))))
         for kind, micro, chunk, t0, t1 in passes:
-            name = f"{'forward' if kind == 'F' else 'backward'} micro-batch {micro}" + (
+            name = f"{_PASS_NAMES.get(kind, kind)} micro-batch {micro}" + (
                 f" (chunk {chunk})" if chunk else "")
             ev.append({"ph": "X", "cat": "kernel", "name": name, "pid": pid,
                        "tid": _COMPUTE, **_span(t0, t1),

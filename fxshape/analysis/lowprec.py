@@ -127,7 +127,13 @@ class Float8State:
 def float8_state(model, recipe, plan):
     """The linear layers torchao's ``convert_to_float8_training`` converts as torchtitan
     calls it (``filter_fqns=["output"]``: the LM head stays in bf16; layers whose features
-    are not multiples of 16 too)."""
+    are not multiples of 16 too), or that a Transformer Engine model builds as
+    ``te.Linear`` (every linear layer but the LM head, as Megatron-LM's and llm-foundry's
+    ``fc_type: te`` models do; a layer whose features are not multiples of 16 would raise
+    in ``te.Linear`` and is priced as the ``nn.Linear`` it must stay, with a note)."""
+    from ..cost.float8 import TE_RECIPES
+
+    te = recipe in TE_RECIPES
     linears, keep = set(), {}
     head = None
     get_out = getattr(model, "get_output_embeddings", None)
@@ -137,9 +143,14 @@ def float8_state(model, recipe, plan):
         if not isinstance(mod, torch.nn.Linear):
             continue
         if mod is head:
-            keep[name] = "the LM head stays in bf16 (torchtitan's float8 filter_fqns=['output'])"
+            keep[name] = ("the LM head stays in bf16 (Megatron-LM's output layer is not a "
+                          "te.Linear)" if te else
+                          "the LM head stays in bf16 (torchtitan's float8 "
+                          "filter_fqns=['output'])")
         elif mod.in_features % 16 or mod.out_features % 16:
             keep[name] = (f"in {mod.in_features}, out {mod.out_features}: not multiples of "
+                          "16 (te.Linear raises in FP8: keep it an nn.Linear)" if te else
+                          f"in {mod.in_features}, out {mod.out_features}: not multiples of "
                           "16 (torchao's filter)")
         else:
             linears.add(name)
@@ -149,7 +160,7 @@ def float8_state(model, recipe, plan):
 
 def float8_row(node, g: Gemm, fqn, cls, phase, dkey, spec, state):
     """The row of a converted linear layer's GEMM under float8 training, or None (bf16)."""
-    from ..cost.float8 import predict_float8, scaled_mm_eligible
+    from ..cost.float8 import alignment_rule, predict_float8, scaled_mm_eligible
 
     if g.attn is not None:
         return None
@@ -167,9 +178,8 @@ def float8_row(node, g: Gemm, fqn, cls, phase, dkey, spec, state):
     else:
         role = "dgrad"
     if not scaled_mm_eligible(m, n, k, state.recipe):
-        a = 32 if state.recipe == "mxfp8" else 16
-        state.left[fqn] = (f"{role} GEMM M={m}, N={n}, K={k}: _scaled_mm needs multiples "
-                           f"of {a}")
+        state.left[fqn] = (f"{role} GEMM M={m}, N={n}, K={k}: "
+                           f"{alignment_rule(state.recipe)}")
         return None
     f8 = predict_float8(role, m, n, k, state.recipe, gpu=spec, layout=g.layout)
     state.converted += 1
@@ -239,25 +249,34 @@ def float8_gather(model, stacks, item, state):
 
 def check_float8(float8, mode, dtype, gpu, execution):
     """Refuse, in one line, a float8 training no run matches."""
+    from ..cost.float8 import BLOCK_RECIPES, TE_RECIPES, recipe_label
     from ..cost.float8 import check_float8 as check_recipe
 
     check_recipe(float8)
+    te = float8 in TE_RECIPES
     if mode != "train":
-        raise ValueError(f"float8={float8!r} is torchao's FP8 training; mode {mode!r} "
-                         "serves: give mode='train', or quantize='fp8' for inference")
+        raise ValueError(f"float8={float8!r} is {recipe_label(float8)}'s FP8 training; mode "
+                         f"{mode!r} serves: give mode='train', or quantize='fp8' for "
+                         "inference")
     if canonical_dtype(dtype) != "bf16":
         raise ValueError(f"float8 training keeps bf16 activations and master weights in "
                          f"mixed precision; got dtype={canonical_dtype(dtype)!r} (accepted: "
                          "bf16)")
-    if execution != "compiled":
-        raise ValueError("float8= prices torchao under torch.compile (its casts fused as "
-                         "Inductor runs them); give execution='compiled' (eager float8 "
-                         "runs its scaling as separate ops and is not modelled)")
+    if execution != "compiled" and not te:
+        raise ValueError(f"float8={float8!r} prices torchao under torch.compile (its casts "
+                         "fused as Inductor runs them); give execution='compiled' (eager "
+                         "torchao float8 runs its scaling as separate ops and is not "
+                         "modelled), or a Transformer Engine recipe (te-delayed, "
+                         "te-current), whose own kernels run eager")
     spec = get_gpu(gpu)
-    if float8 == "mxfp8" and spec.arch != "blackwell":
-        raise ValueError(f"float8='mxfp8' needs Blackwell's block-scaled tensor cores; "
+    if float8 in BLOCK_RECIPES and spec.arch != "blackwell":
+        raise ValueError(f"float8={float8!r} needs Blackwell's block-scaled tensor cores; "
                          f"{spec.name} has none (accepted: {gpus_of_arch('blackwell')}; "
-                         "elsewhere 'tensorwise' or 'rowwise')")
+                         "elsewhere 'tensorwise', 'rowwise', 'te-delayed' or 'te-current')")
+    if te and spec.vendor != "nvidia" and spec.peaks.fp8 is not None:
+        raise ValueError(f"float8={float8!r} is NVIDIA Transformer Engine's; {spec.name} "
+                         "is AMD's (TE's ROCm port is not modelled): accepted here "
+                         "'tensorwise' or 'rowwise' (torchao)")
     if spec.peaks.fp8 is None:
         raise ValueError(f"{spec.name} has no FP8 tensor cores: float8 training needs "
                          "Hopper, Ada, Blackwell or MI300X (accepted: h100, h200, b200, "
@@ -271,14 +290,22 @@ def float8_report(report, state):
     for r in rows:
         role = r.quant.rsplit(":", 1)[1]
         by_role[role] = by_role.get(role, 0) + 1
+    from ..cost.float8 import BLOCK_RECIPES, TE_RECIPES, recipe_label
+
     casts = sum(r.kernels - 1 for r in rows)
-    formats = ("e4m3 with an e8m0 scale per 32 elements" if state.recipe == "mxfp8"
+    te = state.recipe in TE_RECIPES
+    formats = ("e4m3 with an e8m0 scale per 32 elements" if state.recipe in BLOCK_RECIPES
                else "x, w e4m3; grad_y e5m2")
-    notes = [f"float8 training (torchao {state.recipe}, torch.compile): "
+    how = (f"{recipe_label(state.recipe)}, te.Linear's kernels" if te
+           else f"{recipe_label(state.recipe)}, torch.compile")
+    gemm = "te.Linear's cuBLASLt FP8 GEMMs" if te else "torch._scaled_mm"
+    notes = [f"float8 training ({how}): "
              + ", ".join(f"{n} {role}" for role, n in by_role.items())
-             + f" GEMMs as torch._scaled_mm ({formats}), {casts} amax and cast "
+             + f" GEMMs as {gemm} ({formats}), {casts} amax and cast "
                "kernels with them (fxshape.cost.float8); memory as the bf16 run"
-             + ("; FSDP gathers the converted weights in FP8" if state.fp8_gather else "")]
+             + ("; FSDP gathers the converted weights in FP8" if state.fp8_gather else "")
+             + ("; the weights cast every forward (no is_first_microbatch cache)"
+                if te else "")]
     notes.extend(_left_notes(state.left, report.rows, decode=False))
     return dataclasses.replace(report, notes=report.notes + tuple(notes),
                                workload=dataclasses.replace(

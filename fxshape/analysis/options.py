@@ -220,7 +220,9 @@ def _float8(v, report, ctx):
     rows = [r for r in report.rows if r.quant.startswith("float8")]
     if not rows:
         return False, "no linear layer could be converted (the notes say why)"
-    return True, f"{len(rows)} linear-layer GEMMs as torchao's float8 {v} runs them"
+    from ..cost.float8 import recipe_label
+
+    return True, f"{len(rows)} linear-layer GEMMs in FP8 as {recipe_label(v)} runs them"
 
 
 #: one rule per option of ``analyze``: (value shown, report, context) -> (applied, effect)

@@ -24,7 +24,8 @@ from ..parallelism.experts import sharded_share
 from ..parallelism.overlap import bucketed, buckets, prefetched, sm_share
 from ..parallelism.placement import per_node, stage_crosses_nodes
 from ..parallelism.plan import chunk_of_layer, layer_chunks, stage_layer_counts
-from ..parallelism.schedule import frozen_orders, play
+from ..parallelism.schedule import (SPLIT_BACKWARD, frozen_orders, play, rank_of_stage,
+                                    stages_of_rank)
 from .step import RECOMPUTED_OPS
 
 __all__ = ["Collective", "StageTime", "Unit", "Units", "layer_of", "placed", "plan_step",
@@ -73,7 +74,8 @@ class StageTime:
     #: gradient synchronisation, ZeRO's parameter all-gather), which runs after it
     optimizer_s: float = 0.0
     #: the rank's passes as the schedule ran them: ``(kind, micro, chunk, start_s, end_s)``
-    #: ("F" or "B"; empty without a pipeline). Drawn by ``Report.to_chrome_trace``; not in
+    #: ("F", "B"; a split backward's "I" and "W"; empty without a pipeline). Drawn by
+    #: ``Report.to_chrome_trace``; not in
     #: ``as_dict`` (a step's JSON stays the size of its ranks).
     passes: tuple = field(default=(), compare=False)
 
@@ -133,21 +135,42 @@ def _priced(op, nbytes, group, stride, topo, memo):
 @dataclass(frozen=True)
 class Unit:
     """One pass (forward or backward) of one FSDP unit's records, costed once: its wall
-    and idle time on the eager timeline, its GPU seconds per op class, its collectives."""
+    and idle time on the eager timeline, its GPU seconds per op class, its collectives,
+    and (a backward) the GPU seconds of its weight-gradient GEMMs."""
 
     wall_s: float
     idle_s: float
     by_class: tuple
     comm: tuple
+    weight_grad_s: float = 0.0
 
     @classmethod
-    def of(cls, records) -> "Unit":
+    def of(cls, records, tokens=None) -> "Unit":
+        """``tokens``: ``{module: the M of its forward GEMM}``, which tells a linear
+        layer's weight-gradient GEMM (its K is the tokens) from its input-gradient one."""
         t = _wall(records)
         by: dict = {}
         for r in records:
             by[r.cls] = by.get(r.cls, 0.0) + r.time_s
         return cls(t.wall_s, t.idle_s, tuple(by.items()),
-                   tuple(r for r in records if r.cls == "communication"))
+                   tuple(r for r in records if r.cls == "communication"),
+                   weight_grad_s(records, tokens or {}))
+
+
+def weight_grad_s(records, tokens: dict) -> float:
+    """GPU seconds of the weight-gradient GEMMs among backward ``records``: a GEMM of a
+    module whose forward GEMM had M = ``tokens[module]`` and that reduces over those tokens
+    (``K``), ``[out, tokens] x [tokens, in]``; where the input-gradient GEMM has the same
+    shape (M = K = tokens) the two cannot be told apart and each counts half."""
+    total = 0.0
+    for r in records:
+        if r.phase != "backward" or r.cls != "gemm" or len(r.shape) != 4:
+            continue
+        n = tokens.get(r.module)
+        if n is None or r.shape[3] != n:
+            continue
+        total += r.time_s * (0.5 if r.shape[1] == n else 1.0)
+    return total
 
 
 _EMPTY = Unit(0.0, 0.0, (), ())
@@ -180,6 +203,10 @@ def units_of(records, stacks) -> Units:
     # outside the layers, by pass and by where placed() puts it among two stages (0: the
     # first stage's, 1: the last's): the program order within each is kept
     outside = {(back, end): [] for back in (False, True) for end in (0, 1)}
+    # each linear layer's tokens: the M of its forward GEMM (one batch)
+    tokens = {r.module: r.shape[1] for r in records
+              if r.phase == "forward" and r.cls == "gemm" and len(r.shape) == 4
+              and r.shape[0] == 1 and r.module}
     for r, (i, end) in zip(records, placed(((r.module, r.phase) for r in records), stacks,
                                            None, 2)):
         back = r.phase == "backward"
@@ -194,9 +221,9 @@ def units_of(records, stacks) -> Units:
         for last in (False, True):
             f = (outside[(False, 0)] if first else []) + (outside[(False, 1)] if last else [])
             b = (outside[(True, 1)] if last else []) + (outside[(True, 0)] if first else [])
-            roots[(first, last)] = (Unit.of(f), Unit.of(b))
+            roots[(first, last)] = (Unit.of(f), Unit.of(b, tokens))
     return Units(forward={i: Unit.of(v) for i, v in fwd.items()},
-                 backward={i: Unit.of(v) for i, v in bwd.items()}, roots=roots,
+                 backward={i: Unit.of(v, tokens) for i, v in bwd.items()}, roots=roots,
                  flops=sum(r.flops for r in records if r.cls in ("gemm", "attention")
                            and r.op not in RECOMPUTED_OPS),
                  kernels=sum(r.kernels for r in records),
@@ -287,6 +314,7 @@ def plan_step(records, optimizer_records, *, plan, topo, stacks, layers, stage_p
         casts = []  # FSDP2 gathers the parameters in the compute dtype: no autocast casts
 
     fwd_t, bwd_t, exposed, stretched, per_stage, cast_s = [], [], [], [], [], []
+    wgrad_t = []  # the weight-gradient part of each stage's backward (a split backward's W)
     for s in range(stages):
         share = stage_params[s] / all_params
         cast_f = sum(r.time_s for r in casts if r.phase == "forward") * share
@@ -336,16 +364,28 @@ def plan_step(records, optimizer_records, *, plan, topo, stacks, layers, stage_p
             exposed.append(0.0)
             stretched.append(0.0)
         per_stage.append(comm)
+        # the backward's weight-gradient share of its GPU time, of its wall
+        b_units = [grouped.backward.get(i, _EMPTY) for i in in_stage[s]] + [roots[s][1]]
+        gpu_b = sum(t for u in b_units for c, t in u.by_class if c != "communication")
+        w_gpu = sum(u.weight_grad_s for u in b_units)
+        wgrad_t.append(bwd_t[-1] * w_gpu / gpu_b if gpu_b > 0 else 0.0)
 
     if p > 1:
         # the activation (forward) and its gradient (backward) between virtual stages s and
-        # s + 1, which always sit on different ranks
-        sends = [predict_collective("send_recv", int(hidden_tokens_bytes), 2, topology=topo,
-                                    per_node=1 if stage_crosses_nodes(
-                                        b % p, plan.gpus // p, topo.gpus_per_node)
-                                    else 2).time_s
-                 for b in range(stages - 1)]
-        out = play(frozen_orders(plan.schedule, p, m, v), fwd_t, bwd_t, sends)
+        # s + 1, on different ranks but at a V schedule's turn
+        sends = []
+        for b in range(stages - 1):
+            r0, r1 = (rank_of_stage(plan.schedule, x, p) for x in (b, b + 1))
+            if r0 == r1:  # a V schedule's turn: the same rank, nothing sent
+                sends.append(0.0)
+                continue
+            sends.append(predict_collective(
+                "send_recv", int(hidden_tokens_bytes), 2, topology=topo,
+                per_node=1 if stage_crosses_nodes(min(r0, r1), plan.gpus // p,
+                                                  topo.gpus_per_node) else 2).time_s)
+        out = play(frozen_orders(plan.schedule, p, m, v), fwd_t, bwd_t, sends,
+                   wgrad=wgrad_t if plan.schedule in SPLIT_BACKWARD else None,
+                   schedule=plan.schedule)
         ends, busy, passes = list(out.ends), list(out.busy), list(out.passes)
     else:
         sends = []
@@ -354,7 +394,7 @@ def plan_step(records, optimizer_records, *, plan, topo, stacks, layers, stage_p
 
     ranks, rank_comm = [], []
     for d in range(p):
-        mine = [d + c * p for c in range(v)]
+        mine = stages_of_rank(plan.schedule, d, p, v)
         params = sum(stage_params[s] for s in mine)
         experts = sum(stage_experts[s] for s in mine)
         fraction = sharded_share(params, experts, shard, ep) / all_params  # the optimizer's
@@ -395,10 +435,10 @@ def plan_step(records, optimizer_records, *, plan, topo, stacks, layers, stage_p
             tail += ag
             coll[("zero", "all_gather")] = [shard, params * item, 1, ag, ag, 0.0]
         if p > 1:
-            n_send = 2 * m * sum(1 for s in mine if s < stages - 1)
+            out_of = [s for s in mine if s < stages - 1 and sends[s] > 0]  # to another rank
+            n_send = 2 * m * len(out_of)
             coll[("pp", "send_recv")] = [2, n_send * int(hidden_tokens_bytes), n_send,
-                                         m * 2 * sum(sends[s] for s in mine if s < stages - 1),
-                                         0.0, 0.0]
+                                         m * 2 * sum(sends[s] for s in out_of), 0.0, 0.0]
         ranks.append((d, mine, ends[d], busy[d], tail, opt_wall, fs_exposed + fs_stretch))
         rank_comm.append(coll)
 
@@ -422,7 +462,7 @@ def plan_step(records, optimizer_records, *, plan, topo, stacks, layers, stage_p
             rank=d, layers=tuple(_layers_in(mine, counts)),
             forward_s=sum(fwd_t[s] for s in mine), backward_s=sum(bwd_t[s] for s in mine),
             busy_s=b, end_s=end, tail_s=tail + opt_wall, bubble_s=max(0.0, end - b),
-            by_class=cls, holds=_holds(d, p), optimizer_s=opt_wall,
+            by_class=cls, holds=_holds(mine, stages), optimizer_s=opt_wall,
             passes=passes[d] if p > 1 else ()))
     tp_like = communication_of([r for s in ranks[critical][1]
                                 for u in _stage_units(grouped, in_stage[s], roots[s])
@@ -442,12 +482,16 @@ def _layers_in(mine, counts):
     return [(starts[s], starts[s] + counts[s] - 1) for s in mine]
 
 
-def _holds(d, p):
-    if p == 1:
+def _holds(mine, stages):
+    """What a rank holding the virtual stages ``mine`` runs besides its layers."""
+    if stages == 1:
         return "the whole model"
-    if d == 0:
+    first, last = 0 in mine, stages - 1 in mine
+    if first and last:  # a V schedule's first rank
+        return "the embedding, the head and the loss"
+    if first:
         return "the embedding"
-    if d == p - 1:
+    if last:
         return "the head and the loss"
     return "layers only"
 

@@ -682,7 +682,7 @@ def optimizer_records(optimizer, numels, *, spec, mixed: bool):
 
 
 def comm_records(records, *, tp, dp, topology, item, grad_bytes, sequence_parallel=False,
-                 allreduce=None, spec=None):
+                 allreduce=None, spec=None, async_tp=False):
     """``(records, notes, dp_total_s)``: ``records`` with the collectives of tensor and data
     parallelism added (``fxshape.cost.comm``), notes, and the data-parallel all-reduce's
     whole time (its record holds the exposed part; 0 without one).
@@ -692,6 +692,14 @@ def comm_records(records, *, tp, dp, topology, item, grad_bytes, sequence_parall
     hidden); in the backward one more per row-parallel layer, for the input gradient of the
     column-parallel layers feeding it. With ``sequence_parallel`` each all-reduce is a
     reduce-scatter and an all-gather of the same buffer. These sit on the critical path.
+    ``async_tp`` (``Parallel.async_tp``; torch.compile's micro-pipeline TP, torchtitan's
+    async TP): each of them is decomposed into ``tp`` chunks run beside the ``tp`` chunks of
+    the GEMM it is fused with (the row-parallel GEMM for its reduce-scatter, the
+    column-parallel GEMMs after it for its all-gather, at least as long), by symmetric
+    memory's copies (copy engines: no SMs taken): the first chunk's copy is exposed, the
+    rest hides under the GEMM as far as it lasts (``overlapped_s``); a reduce-scatter then
+    sums the ``tp`` partial outputs copied to the rank (a memory-bound kernel reading them
+    all, on the critical path). The chunked GEMMs are priced whole.
     ``allreduce`` (``fxshape.cost.allreduce``: ``"auto"``, ``"nccl"``, ``"one-shot"``,
     ``"two-shot"``, ``"multimem"``): the all-reduces run as a serving engine runs them under
     CUDA graphs (inside one node); None: NCCL as measured from eager PyTorch
@@ -741,14 +749,29 @@ def comm_records(records, *, tp, dp, topology, item, grad_bytes, sequence_parall
                     t, family = p.time_s, p.link_class
                     note = (f"{nbytes / 2**20:.2f} MiB over {tp} GPUs "
                             f"({p.link}, {p.busbw_gbs:.0f} GB/s bus)")
+                hidden = 0.0
+                if async_tp:  # the first of tp chunks exposed, the rest under the GEMM
+                    first = t / tp
+                    hidden = min(t - first, r.time_s)
+                    note += f"; async TP: {hidden / t:.0%} under the GEMM"
+                    if kind == "reduce_scatter" and spec is not None:
+                        # the tp partial outputs copied in are summed by one kernel after
+                        # the last chunk: it reads them all, writes the rank's shard
+                        red = kernel_time("reduction", int(nbytes * (1 + 1 / tp)),
+                                          gpu=spec).time_s
+                        t += red
+                        note += f", then the partials summed ({red * 1e6:.0f} us)"
                 out.append(OpRecord(f"{r.node}.{kind}", f"tp {kind}", r.module, r.phase,
-                                    "communication", 1, nbytes, 0, t, 0.0, family=family,
-                                    note=note))
+                                    "communication", 1, nbytes, 0, t - hidden, 0.0,
+                                    family=family, note=note, overlapped_s=hidden))
         both = any(r.phase == "backward" for r in records)
         notes.append(f"tp {tp}: Megatron all-reduces after each row-parallel GEMM"
                      + (", forward and backward" if both else "")
                      + (" (sequence parallel: reduce-scatter + all-gather)"
-                        if sequence_parallel else "") + f", on {topology.name}"
+                        if sequence_parallel else "")
+                     + ("; async TP: each fused with its GEMM in tp chunks, the first "
+                        "chunk's copy exposed" if async_tp else "")
+                     + f", on {topology.name}"
                      + (f"; all-reduce {allreduce!r} under CUDA graphs "
                         "(fxshape.cost.allreduce)" if allreduce is not None else ""))
     else:

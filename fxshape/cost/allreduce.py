@@ -309,7 +309,7 @@ def predict_allreduce(nbytes: int, gpus: int, *, algorithm: str = "auto",
         # the ring's Simple bus bandwidth: the fitted NCCL ring efficiency of the link class
         cls = topo.link_class(gpus, gpus)
         own = param_key("nvswitch" if cls == "nvswitch_nvls" else cls, "all_reduce")
-        busbw = float(comm_params()[own]["efficiency"]) * LINKS[link]
+        busbw = float(comm_params()[own]["efficiency"]) * topo.link_gbs(gpus, gpus)
         hop = "nvlink" if link.startswith("nvlink") else "pcie"
         times = nccl_protocols(nbytes, gpus, busbw, hop)
         proto = min(times, key=lambda k: (times[k], k))

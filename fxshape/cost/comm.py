@@ -39,6 +39,11 @@ through the network adapters and the rest over NVLink, at once. No all-to-all wa
 here: ``bench/validate_ep.py`` compares it with DeepEP's published dispatch bandwidth, held
 out. Pure functions; nothing here imports torch.
 
+AMD's Infinity Fabric mesh (``Topology.mesh``: the MI300X / MI325X platform, a link from each
+GPU to each peer, no switch): a collective over ``n`` GPUs of a node runs over ``n - 1``
+links a GPU (``Topology.link_gbs``), with RCCL's usable share of each link as AMD publishes
+it (:data:`SOURCED_CLASSES`; no RCCL run was measured here).
+
 Today's NCCL (2.29, issue 50): on ``dgx-h100`` and ``dgx-b200`` each ring collective has
 constants of its own, fitted by ``bench/fit_comm_aiconfigurator.py`` on aiconfigurator's
 nccl-tests tables of those machines (all-reduce, all-gather, reduce-scatter, all-to-all on
@@ -62,8 +67,8 @@ from dataclasses import asdict, dataclass
 from ..hardware.topology import LINKS, Topology, get_topology
 from .paramfile import read_json
 
-__all__ = ["COLLECTIVES", "CommPrediction", "bus_bytes", "predict_collective", "comm_params",
-           "param_key", "collective_time", "flat_time"]
+__all__ = ["COLLECTIVES", "CommPrediction", "SOURCED_CLASSES", "bus_bytes",
+           "predict_collective", "comm_params", "param_key", "collective_time", "flat_time"]
 
 COLLECTIVES = ("all_reduce", "reduce_scatter", "all_gather", "send_recv", "all_to_all")
 _DEFAULT_PATH = os.path.join(os.path.dirname(os.path.dirname(__file__)), "data",
@@ -126,9 +131,22 @@ def param_key(link_class: str, collective: str) -> str:
     return f"{link_class}/{'p2p' if collective == 'send_recv' else 'ring'}"
 
 
+#: Link classes no NCCL measurement here covers, with published figures instead of fitted
+#: ones. ``xgmi_mesh``: RCCL over AMD's Infinity Fabric mesh (MI300X, MI325X): "CRC bit
+#: correction and protocol overhead ... reduce the usable bandwidth to approximately 48 GB/s
+#: per link", 75% of its 64 (AMD ROCm blog, "Understanding RCCL Bandwidth and xGMI
+#: Performance on AMD Instinct MI300X", 2025); no latency term (as the shared classes,
+#: which were fitted without one). Unvalidated: no RCCL run was measured here.
+SOURCED_CLASSES = {
+    "xgmi_mesh/ring": {"efficiency": 0.75, "alpha_s": 0.0, "alpha_rank_s": 0.0},
+    "xgmi_mesh/p2p": {"efficiency": 0.75, "alpha_s": 0.0, "alpha_rank_s": 0.0},
+}
+
+
 def comm_params(params_path: str | None = None) -> dict:
-    """``{link class: {"efficiency", "alpha_s", "alpha_rank_s"}}``."""
-    return _load(os.fspath(params_path or _DEFAULT_PATH))["classes"]
+    """``{link class: {"efficiency", "alpha_s", "alpha_rank_s"}}`` (the fitted classes and
+    :data:`SOURCED_CLASSES`)."""
+    return {**SOURCED_CLASSES, **_load(os.fspath(params_path or _DEFAULT_PATH))["classes"]}
 
 
 def flat_time(p: dict, collective: str, nbytes: float, n: int, nominal_gbs: float) -> float:
@@ -170,12 +188,12 @@ def collective_time(constants, collective: str, nbytes: float, n: int, d: int,
         if collective == "all_to_all" and cls == "nvswitch_nvls":
             cls = "nvswitch"  # no reduction in the switch
         return flat_time(constants(param_key(cls, collective)), collective, nbytes, n,
-                         LINKS[link]), link, cls
+                         topo.link_gbs(n, d)), link, cls
     nodes = n // d
     intra = 0.0
     if d > 1:  # the node's reduce-scatter and all-gather (an all-reduce), or one of them
         p = constants(param_key(topo.link_class(d, d), collective))
-        intra = flat_time(p, collective, nbytes, d, LINKS[topo.link_for(d, d)])
+        intra = flat_time(p, collective, nbytes, d, topo.link_gbs(d, d))
     net = constants(param_key("network", collective))
     inter = flat_time(net, collective, nbytes / d, nodes,
                       LINKS[topo.inter] * topo.inter_share(d))
@@ -191,7 +209,7 @@ def _all_to_all_across(constants, nbytes: float, n: int, d: int, topo: Topology)
     intra = 0.0
     if d > 1:
         p = constants(param_key(topo.link_class(d, d), "all_to_all"))
-        link = LINKS[topo.link_for(d, d)]
+        link = topo.link_gbs(d, d)
         intra = (float(p["alpha_s"]) + float(p["alpha_rank_s"]) * (d - 1)
                  + (d - 1) / n * nbytes / (_efficiency(p, "all_to_all") * link * 1e9))
     net = constants(param_key("network", "all_to_all"))
@@ -243,7 +261,8 @@ def predict_collective(collective: str, nbytes: int, gpus: int, *, topology="dgx
     def constants(key):
         # a machine's constants for this collective itself (``CLASS/KIND:COLLECTIVE``, where
         # its NCCL was measured per collective), else its class's, else the shared ones
-        p = own.get(f"{key}:{collective}") or own.get(key) or data["classes"].get(key)
+        p = (own.get(f"{key}:{collective}") or own.get(key) or data["classes"].get(key)
+             or SOURCED_CLASSES.get(key))
         if p is None:
             raise ValueError(f"no fitted constants for {key} ({collective} on {topo.name}, "
                              f"{n} GPUs, {d} per node)")

@@ -13,7 +13,7 @@ import dataclasses
 from dataclasses import dataclass
 
 __all__ = ["LINKS", "Topology", "TOPOLOGIES", "get_topology", "default_topology",
-           "link_generation"]
+           "link_generation", "topology_for"]
 
 #: nominal per-GPU, one-direction bandwidth of each link kind, GB/s, with its source
 LINKS = {
@@ -35,6 +35,12 @@ LINKS = {
     "ib_ndr": 50.0,
     # 100 Gb/s Ethernet: 12.5 GB/s (a machine without a GPU network)
     "eth100": 12.5,
+    # AMD Infinity Fabric (xGMI) on the MI300X / MI325X platform, ONE link: 64 GB/s a
+    # direction; each GPU has 7, one to each peer of its node (AMD Instinct MI300X data
+    # sheet: 896 GB/s peak aggregate bidirectional = 7 x 2 x 64; AMD ROCm blog
+    # "Understanding RCCL Bandwidth and xGMI Performance on AMD Instinct MI300X", 2025).
+    # A mesh topology multiplies it by the links a group uses (Topology.link_gbs)
+    "xgmi3": 64.0,
 }
 
 
@@ -57,6 +63,10 @@ class Topology:
     gpus_per_node: int
     pair: str | None = None
     switch: bool = False  # an NVSwitch fabric (NVLink SHARP on Hopper)
+    #: ``intra`` is ONE link of a fully connected mesh (AMD's xGMI: a link from each GPU to
+    #: each peer of its node, no switch): a group of ``n`` GPUs of a node reaches its peers
+    #: over ``n - 1`` links, so smaller groups get less bandwidth (``link_gbs``)
+    mesh: bool = False
     source: str = ""
     #: network adapters per node that NCCL spreads a node's traffic over (None: one per GPU,
     #: the rail-optimized DGX layout); a GPU of a node using ``d`` GPUs gets
@@ -98,10 +108,22 @@ class Topology:
             return self.pair
         return self.intra
 
+    def link_gbs(self, n: int, per_node: int) -> float:
+        """Nominal per-GPU, one-direction bandwidth (GB/s) of the link a collective over
+        ``n`` GPUs, ``per_node`` to a node, is bound by: the link's figure (:data:`LINKS`),
+        times the ``per_node - 1`` links each GPU uses to reach its group's peers in a mesh
+        (RCCL's rings over an xGMI mesh run over every link between the group's GPUs)."""
+        link = self.link_for(n, per_node)
+        if self.mesh and link == self.intra:
+            return LINKS[link] * (min(per_node, n, self.gpus_per_node) - 1)
+        return LINKS[link]
+
     def link_class(self, n: int, per_node: int) -> str:
         """The fitted class of that link: ``nvswitch``, ``nvswitch_nvls``, ``nvlink_pair``,
-        ``pcie`` or ``network``."""
+        ``xgmi_mesh``, ``pcie`` or ``network``."""
         link = self.link_for(n, per_node)
+        if self.mesh and link == self.intra:
+            return "xgmi_mesh"
         if link.startswith("nvlink"):
             if self.switch and n > 2 and link_generation(link) in ("nvlink4", "nvlink5"):
                 # Hopper's and Blackwell's NVSwitch reduce in the switch (NVLink SHARP,
@@ -135,6 +157,11 @@ TOPOLOGIES = {
     "pairwise-h800": Topology("pairwise-h800", "pcie5", "eth100", 4, pair="nvlink4-8",
                               source="H800 PCIe pairs on NVLink bridges (400 GB/s), pairs "
                                      "over PCIe Gen5", constants_from="pairwise-h100"),
+    "mi300x-platform": Topology(
+        "mi300x-platform", "xgmi3", "ib_ndr", 8, mesh=True,
+        source="AMD Instinct MI300X / MI325X platform: 8 OAM GPUs, each linked to the 7 others "
+               "by Infinity Fabric (xGMI, 64 GB/s a link a direction; AMD MI300X data sheet), "
+               "one 400 Gb/s adapter per GPU (as DGX H100; AMD's reference clusters)"),
     "pcie4": Topology("pcie4", "pcie4", "eth100", 8, source="GPUs on PCIe Gen4, no NVLink"),
     "pcie5": Topology("pcie5", "pcie5", "eth100", 8, source="GPUs on PCIe Gen5, no NVLink"),
 }
@@ -146,7 +173,8 @@ _DEFAULT = {"a100-sxm4-40gb": "dgx-a100", "a100-sxm4-80gb": "dgx-a100",
             "a100-pcie-80gb": "pairwise-a100", "gb200": "gb200-nvl72", "gb300": "gb200-nvl72",
             "b300": "dgx-b200", "h100-nvl": "pairwise-h100", "h200-nvl": "pairwise-h100",
             "rtx-pro-6000-server": "pcie5", "h800-sxm": "hgx-h800",
-            "h800-pcie": "pairwise-h800"}
+            "h800-pcie": "pairwise-h800", "mi300x": "mi300x-platform",
+            "mi325x": "mi300x-platform"}
 
 
 def get_topology(name) -> Topology:
@@ -163,5 +191,23 @@ def get_topology(name) -> Topology:
 
 def default_topology(gpu_name: str) -> Topology:
     """The machine ``gpu_name`` usually comes in: DGX for SXM parts, NVLink pairs for the
-    PCIe A100/H100, plain PCIe otherwise."""
+    PCIe A100/H100, AMD's xGMI platform for the MI300X and MI325X, plain PCIe otherwise."""
     return TOPOLOGIES[_DEFAULT.get(gpu_name, "pcie4")]
+
+
+def topology_for(spec, topology=None) -> Topology:
+    """The machine ``spec`` (a GPU spec) runs in: ``topology`` (a name or a
+    :class:`Topology`) or the GPU's usual one (:func:`default_topology`). Refused in one line
+    where the GPU cannot be in it: NVLink is NVIDIA's, Infinity Fabric AMD's."""
+    topo = default_topology(spec.name) if topology is None else get_topology(topology)
+    links = [x for x in (topo.intra, topo.pair) if x is not None]
+    vendor = ("nvidia" if any(x.startswith("nvlink") for x in links)
+              else "amd" if any(x.startswith("xgmi") for x in links) else None)
+    if vendor is not None and vendor != spec.vendor:
+        fabric = "NVLink" if vendor == "nvidia" else "Infinity Fabric (xGMI)"
+        ok = ", ".join(n for n, t in TOPOLOGIES.items()
+                       if not any(x.startswith("nvlink" if spec.vendor == "amd" else "xgmi")
+                                  for x in (t.intra, t.pair) if x is not None))
+        raise ValueError(f"topology {topo.name!r} links its GPUs by {fabric}, which "
+                         f"{spec.name} ({spec.vendor}) has not; accepted for it: {ok}")
+    return topo

@@ -30,7 +30,7 @@ REGIMES = {
     "gemm-nvfp4": "NVFP4 GEMMs with their activation quantization",
     "step-fp32": "whole-model steps in fp32 (eager; inference and training)",
     "step-fp32-compiled": "whole-model steps in fp32 under torch.compile (Inductor)",
-    "step-train": "training steps in bf16/fp16 (one or many GPUs)",
+    "step-train": "training steps in bf16/fp16, FP8 GEMMs included (one or many GPUs)",
     "step-inference": "prefill / inference steps in bf16/fp16",
     "serving": "decode and serving latency in bf16/fp16",
     "collectives": "NCCL collectives inside one node (all-reduce, all-gather, reduce-scatter, "

@@ -19,8 +19,10 @@ __all__ = ["Parallel", "SCHEDULES", "ZERO_STAGES", "GRAD_DTYPES", "check_mode", 
 
 #: ``"1f1b"`` (PipeDream-flush / Megatron's default; with ``virtual_stages`` > 1 the
 #: interleaved 1F1B), ``"interleaved"`` (the same, ``virtual_stages`` > 1 required),
-#: ``"gpipe"`` (all forwards, then all backwards)
-SCHEDULES = ("1f1b", "interleaved", "gpipe")
+#: ``"gpipe"`` (all forwards, then all backwards), ``"zbv"`` (zero bubble, ZB-V: two chunks
+#: a rank in a V, the backward split into its input- and weight-gradient passes;
+#: ``virtual_stages=2``; torchtitan's ``ZBVZeroBubble``)
+SCHEDULES = ("1f1b", "interleaved", "gpipe", "zbv")
 #: 0: replicated (DDP); 1: optimizer state sharded over ``dp``; 2: and gradients; 3: and
 #: parameters (FSDP / FSDP2 / ZeRO-3)
 ZERO_STAGES = (0, 1, 2, 3)
@@ -56,6 +58,13 @@ class Parallel:
             micro-batches): one optimizer step and one gradient reduction per step.
         schedule: the pipeline schedule (:data:`SCHEDULES`).
         sequence_parallel: Megatron's sequence parallelism (needs ``tp`` > 1).
+        async_tp: asynchronous tensor parallelism (torchtitan's
+            ``enable_async_tensor_parallel``: torch.compile's micro-pipeline TP pass over
+            symmetric memory): sequence parallelism's all-gather fused into the
+            column-parallel GEMMs it feeds and the row-parallel GEMM into its
+            reduce-scatter, each decomposed into ``tp`` chunks whose copies run beside the
+            GEMM's chunks (``fxshape.analysis.step.comm_records``). Needs
+            ``sequence_parallel`` and compiled execution.
         dp_shard: with ``zero`` > 0, the data-parallel ranks one copy is sharded over (hybrid
             sharding, HSDP: shard inside a node, replicate across); default all of ``dp``.
         reshard_after_forward: FSDP2's default: parameters freed after each block's
@@ -101,6 +110,7 @@ class Parallel:
     ep: int = 1
     capacity_factor: float | None = None
     stage_layers: tuple | str | None = None
+    async_tp: bool = False
 
     def __post_init__(self):
         for name in ("tp", "cp", "pp", "dp", "virtual_stages", "microbatches", "ep"):
@@ -111,7 +121,7 @@ class Parallel:
         if self.schedule not in SCHEDULES:
             raise ValueError(f"unknown pipeline schedule {self.schedule!r}; accepted: "
                              + ", ".join(repr(s) for s in SCHEDULES))
-        for name in ("sequence_parallel", "reshard_after_forward"):
+        for name in ("sequence_parallel", "reshard_after_forward", "async_tp"):
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(f"Parallel.{name} must be True or False, got "
                                  f"{getattr(self, name)!r}")
@@ -122,6 +132,10 @@ class Parallel:
         if self.sequence_parallel and self.tp == 1:
             raise ValueError("sequence_parallel splits the norms and residuals over the "
                              "tensor-parallel GPUs: it needs tp > 1, got tp=1")
+        if self.async_tp and not self.sequence_parallel:
+            raise ValueError("async_tp fuses sequence parallelism's all-gather and "
+                             "reduce-scatter into the GEMMs beside them: it needs tp > 1 and "
+                             "sequence_parallel=True")
         if self.zero and self.data_ranks == 1:
             raise ValueError(f"zero={self.zero} shards over the data-parallel (and "
                              "context-parallel) ranks, but dp=1 and cp=1: nothing to shard "
@@ -162,6 +176,9 @@ class Parallel:
         if self.schedule == "interleaved" and self.virtual_stages == 1:
             raise ValueError("schedule='interleaved' needs virtual_stages > 1 (the model "
                              "chunks each pipeline rank holds)")
+        if self.schedule == "zbv" and self.virtual_stages != 2:
+            raise ValueError(f"schedule='zbv' holds two model chunks a rank, in a V: give "
+                             f"virtual_stages=2 (got {self.virtual_stages})")
         if self.schedule == "gpipe" and self.virtual_stages > 1:
             raise ValueError("virtual_stages > 1 is the interleaved 1F1B schedule; GPipe has "
                              "one chunk per rank: use schedule='1f1b' or virtual_stages=1")
@@ -220,7 +237,9 @@ class Parallel:
 
     @property
     def interleaved(self) -> bool:
-        return self.virtual_stages > 1
+        """Megatron's interleaved 1F1B: more than one chunk a rank, looped (ZB-V's two
+        chunks a rank are placed in a V instead)."""
+        return self.virtual_stages > 1 and self.schedule != "zbv"
 
     @property
     def stages(self) -> int:
@@ -242,6 +261,8 @@ class Parallel:
     def schedule_name(self) -> str:
         if self.pp == 1:
             return "none"
+        if self.schedule == "zbv":
+            return "zero bubble ZB-V (2 chunks per rank in a V)"
         if self.interleaved:
             return f"interleaved 1F1B ({self.virtual_stages} chunks per rank)"
         return "GPipe" if self.schedule == "gpipe" else "1F1B"
@@ -257,7 +278,7 @@ class Parallel:
                    if self.capacity_factor is not None else ", dropless")
             parts.append(f"experts over {self.ep} ranks (all-to-all{cap})")
         if self.sequence_parallel:
-            parts.append("sequence parallel")
+            parts.append("sequence parallel" + (", async TP" if self.async_tp else ""))
         if self.zero:
             z = {1: "ZeRO-1 (optimizer state sharded)", 2: "ZeRO-2 (and gradients)",
                  3: "ZeRO-3 (FSDP: and parameters)"}[self.zero]

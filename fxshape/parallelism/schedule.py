@@ -10,6 +10,16 @@ each). :func:`orders` gives each rank's sequence of forward and backward passes:
 - **Interleaved 1F1B** (Narayanan et al. 2021, sec. 2.2; Megatron-LM's
   ``forward_backward_pipelining_with_interleaving``): ``(p − d − 1) × 2 + (v − 1) × p``
   warm-up passes, chunks taken ``p`` micro-batches at a time.
+- **ZB-V** (Qi et al., "Zero Bubble Pipeline Parallelism", ICLR 2024, sec. 6; PyTorch's
+  ``ScheduleZBVZeroBubble``, torchtitan's ``ZBVZeroBubble``): two chunks a rank placed in a
+  V (rank ``d`` holds stages ``d`` and ``2p − 1 − d``, so the first rank holds the embedding
+  and the head, and the turn at stage ``p − 1`` to ``p`` stays on one rank), each backward
+  split into its input-gradient pass (``"I"``: what the previous stage waits for) and its
+  weight-gradient pass (``"W"``: nothing waits for it), the ``W`` passes moved into what
+  would be the bubble. Each rank's order is PyTorch's (``_calculate_single_rank_operations``
+  of ``ScheduleZBVZeroBubble``, torch 2.13): ``2(p − d) − 1`` forwards of chunk 0, ``d``
+  pairs of chunk-1 and chunk-0 forwards, ``p − d`` rounds of a chunk-1 F, I, W, then the
+  steady F I W of each chunk in turn, and a cool-down of I passes with the deferred W.
 
 :func:`play` runs them: a pass starts when its rank is free and its input has arrived (the
 previous chunk's forward of that micro-batch plus the activation's send/recv; for a
@@ -26,13 +36,41 @@ import functools
 from dataclasses import dataclass
 
 __all__ = ["Pass", "Playout", "orders", "frozen_orders", "play", "in_flight",
-           "bubble_fraction"]
+           "bubble_fraction", "stage_of", "stages_of_rank", "rank_of_stage",
+           "SPLIT_BACKWARD", "V_SCHEDULES"]
+
+#: schedules whose backward runs as separate input-gradient (``"I"``) and weight-gradient
+#: (``"W"``) passes
+SPLIT_BACKWARD = ("zbv",)
+#: schedules that place a rank's two chunks in a V (stages ``d`` and ``2p − 1 − d``)
+V_SCHEDULES = ("zbv",)
+
+
+def stage_of(schedule: str, rank: int, chunk: int, p: int) -> int:
+    """The virtual stage of ``rank``'s ``chunk``: ``chunk × p + rank`` (Megatron's loop), or
+    in a V schedule ``rank`` then ``2p − 1 − rank``."""
+    if schedule in V_SCHEDULES:
+        return rank if chunk == 0 else 2 * p - 1 - rank
+    return chunk * p + rank
+
+
+def stages_of_rank(schedule: str, rank: int, p: int, v: int) -> list:
+    """The virtual stages ``rank`` holds, chunk by chunk."""
+    return [stage_of(schedule, rank, c, p) for c in range(v)]
+
+
+def rank_of_stage(schedule: str, stage: int, p: int) -> int:
+    """The rank that holds virtual ``stage``."""
+    if schedule in V_SCHEDULES:
+        return stage if stage < p else 2 * p - 1 - stage
+    return stage % p
 
 
 @dataclass(frozen=True)
 class Pass:
-    """One forward (``"F"``) or backward (``"B"``) of micro-batch ``micro`` through the
-    rank's ``chunk`` (0 .. v − 1; virtual stage ``chunk × p + rank``)."""
+    """One forward (``"F"``) or backward (``"B"``; split: its input-gradient ``"I"`` and
+    weight-gradient ``"W"`` passes) of micro-batch ``micro`` through the rank's ``chunk``
+    (0 .. v − 1; virtual stage :func:`stage_of`)."""
 
     kind: str
     micro: int
@@ -73,6 +111,10 @@ def orders(schedule: str, p: int, m: int, v: int = 1) -> list:
 def frozen_orders(schedule: str, p: int, m: int, v: int = 1) -> tuple:
     """:func:`orders` as tuples, computed once per schedule and sizes (a plan search asks
     for the same few many times)."""
+    if schedule == "zbv":
+        if v != 2:
+            raise ValueError(f"the ZB-V schedule holds two chunks a rank, got v={v}")
+        return tuple(_zbv_rank(d, p, m) for d in range(p))
     out = []
     for d in range(p):
         if schedule == "gpipe":
@@ -99,11 +141,58 @@ def frozen_orders(schedule: str, p: int, m: int, v: int = 1) -> tuple:
     return tuple(out)
 
 
-def play(order: list, fwd, bwd, send=0.0) -> Playout:
+def _zbv_rank(d: int, p: int, m: int) -> tuple:
+    """Rank ``d``'s ZB-V passes (PyTorch's order, module docstring): planned for
+    ``max(2p − 1, m)`` micro-batches, the passes of those past ``m`` dropped."""
+    n = max(2 * p - 1, m)
+    seq = []
+    f = [0, 0]  # forwards run, per chunk
+    b = [0, 0]  # input-gradient passes run
+    w = [0, 0]  # weight-gradient passes run
+
+    def add(kind, chunk):
+        count = {"F": f, "I": b, "W": w}[kind]
+        seq.append(Pass(kind, count[chunk], chunk))
+        count[chunk] += 1
+
+    for _ in range(2 * (p - d) - 1):
+        add("F", 0)
+    for _ in range(d):
+        add("F", 1)
+        add("F", 0)
+    for _ in range(p - d):
+        add("F", 1)
+        add("I", 1)
+        add("W", 1)
+    while f[1] < f[0] or f[0] < n:
+        if f[0] < n:
+            add("F", 0)
+        add("I", 0)
+        add("W", 0)
+        add("F", 1)
+        add("I", 1)
+        add("W", 1)
+    for _ in range(d):  # cool-down: input gradients first, their weight gradients later
+        add("I", 0)
+        add("I", 1)
+    for _ in range(p - d):
+        add("I", 0)
+        add("W", 0)
+    while w[1] < b[1]:
+        add("W", 1)
+    while w[0] < b[0]:
+        add("W", 0)
+    return tuple(x for x in seq if x.micro < m)
+
+
+def play(order: list, fwd, bwd, send=0.0, wgrad=None, schedule: str = "1f1b") -> Playout:
     """Run ``order`` (:func:`orders`): ``fwd[s]``, ``bwd[s]``: the time of one micro-batch's
     forward and backward through virtual stage ``s`` (``chunk × p + rank``); ``send``: the
     time to pass an activation (or its gradient) from stage ``s`` to ``s + 1`` (a number, or
-    one per boundary).
+    one per boundary; a boundary inside one rank, a V schedule's turn, costs none);
+    ``wgrad[s]``: the weight-gradient part of ``bwd[s]``, which a split backward runs as its
+    ``"W"`` pass (the rest is its ``"I"`` pass); ``schedule``: whose stage placement
+    (:func:`stage_of`).
 
     Raises:
         ValueError: orders that wait on each other for ever.
@@ -114,6 +203,11 @@ def play(order: list, fwd, bwd, send=0.0) -> Playout:
         raise ValueError(f"{stages} forward and {len(bwd)} backward stage times for "
                          f"{p} ranks: one of each per virtual stage, a multiple of the ranks")
     sends = [send] * max(stages - 1, 0) if isinstance(send, (int, float)) else list(send)
+    wgrad = [0.0] * stages if wgrad is None else list(wgrad)
+    if len(wgrad) != stages:
+        raise ValueError(f"{len(wgrad)} weight-gradient times for {stages} stages")
+    sends = [0.0 if rank_of_stage(schedule, b, p) == rank_of_stage(schedule, b + 1, p)
+             else x for b, x in enumerate(sends)]
     done: dict = {}
     free = [0.0] * p
     busy = [0.0] * p
@@ -125,13 +219,18 @@ def play(order: list, fwd, bwd, send=0.0) -> Playout:
         for d in range(p):
             while pos[d] < len(order[d]):
                 x = order[d][pos[d]]
-                s = x.chunk * p + d
+                s = stage_of(schedule, d, x.chunk, p)
+                kind = "B" if x.kind == "I" else x.kind  # the gradient the stage before waits on
                 if x.kind == "F":
                     dep = None if s == 0 else ("F", x.micro, s - 1)
                     cost, wire = fwd[s], (sends[s - 1] if s else 0.0)
+                elif x.kind == "W":  # after its own stage's input gradient, on this rank
+                    dep = ("B", x.micro, s)
+                    cost, wire = wgrad[s], 0.0
                 else:
                     dep = ("F", x.micro, s) if s == stages - 1 else ("B", x.micro, s + 1)
-                    cost, wire = bwd[s], (0.0 if s == stages - 1 else sends[s])
+                    cost = bwd[s] - (wgrad[s] if x.kind == "I" else 0.0)
+                    wire = 0.0 if s == stages - 1 else sends[s]
                 if dep is not None and dep not in done:
                     break
                 ready = 0.0 if dep is None else done[dep] + wire
@@ -139,7 +238,7 @@ def play(order: list, fwd, bwd, send=0.0) -> Playout:
                 free[d] = start + cost
                 spans[d].append((x.kind, x.micro, x.chunk, start, free[d]))
                 busy[d] += cost
-                done[(x.kind, x.micro, s)] = free[d]
+                done[(kind, x.micro, s)] = free[d]
                 pos[d] += 1
                 remaining -= 1
                 progressed = True
@@ -151,17 +250,21 @@ def play(order: list, fwd, bwd, send=0.0) -> Playout:
 
 def in_flight(order: list) -> list:
     """Per rank, the most chunk-activations it holds at once: forwards run whose backward
-    has not (one chunk of one micro-batch each)."""
+    has not (one chunk of one micro-batch each); a split backward frees them with its
+    weight-gradient pass, which reads the layer inputs."""
     out = []
     for seq in order:
         held = peak = 0
         for x in seq:
-            held += 1 if x.kind == "F" else -1
+            held += 1 if x.kind == "F" else 0 if x.kind == "I" else -1
             peak = max(peak, held)
         out.append(peak)
     return out
 
 
 def bubble_fraction(schedule: str, p: int, m: int, v: int = 1) -> float:
-    """The closed form: idle over useful time with equal stage times, free transfers."""
+    """The closed form: idle over useful time with equal stage times, free transfers (for
+    ZB-V, whose bubble depends on how the backward splits, none: play it out)."""
+    if schedule in SPLIT_BACKWARD:
+        raise ValueError(f"{schedule}: no closed form; play the orders out (play)")
     return (p - 1) / (m * (v if schedule != "gpipe" else 1))

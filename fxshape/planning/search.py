@@ -131,7 +131,7 @@ def plan(model, *, gpus: int, global_batch: int, seq_len: int, gpu="h100", dtype
     """
     from ..analysis.annotate import _expert_params
     from ..hardware.gpus import get_gpu
-    from ..hardware.topology import default_topology, get_topology
+    from ..hardware.topology import get_topology, topology_for
     from ..tracing.export import check_module
     from ..tracing.configs import check_config
 
@@ -149,7 +149,7 @@ def plan(model, *, gpus: int, global_batch: int, seq_len: int, gpu="h100", dtype
         check_config(model.config)
     spec = get_gpu(gpu)
     spec.peak_tflops(dtype)
-    topo = default_topology(spec.name) if topology is None else get_topology(topology)
+    topo = topology_for(spec, topology)
     if topo.gpus is None:
         nodes = -(-gpus // topo.gpus_per_node)
         topo = get_topology(f"{topo.name}:{nodes}")

@@ -6,7 +6,9 @@ A combination that does not divide is not a plan; :func:`candidates` counts each
 first rule it breaks, so that the search can say how many it left out and why. Pipeline
 chunks (``pp × virtual stages``) that do not divide the layers are split as torchtitan
 splits them (``Parallel(stage_layers="torchtitan")``: the first and last chunks one layer
-short for the embedding and the head), where that leaves every chunk a layer.
+short for the embedding and the head), where that leaves every chunk a layer. Two chunks a
+rank are tried both as Megatron's interleaved 1F1B and as the zero-bubble ZB-V schedule
+(``Parallel(schedule="zbv")``, which has no micro-batch rule).
 """
 
 from __future__ import annotations
@@ -47,6 +49,7 @@ class Candidate:
         if p.cp > 1:
             parts.append(f"cp{p.cp}")
         parts.append(f"pp{p.pp}" + (f"x{p.virtual_stages}" if p.virtual_stages > 1 else "")
+                     + ("v" if p.schedule == "zbv" else "")
                      + ("(tt)" if p.stage_layers == "torchtitan" else ""))
         parts.append(f"dp{p.dp}")
         if p.ep > 1:
@@ -125,15 +128,19 @@ def candidates(shape: ModelShape, *, gpus: int, global_batch: int, seq_len: int,
                                 dropped["global batch not a multiple of dp x micro-batch"] += 1
                                 continue
                             m = global_batch // (dp * mb)
-                            if vp > 1 and m % pp:
-                                dropped["interleaved: micro-batches not a multiple of pp"] += 1
-                                continue
-                            for z in zero:
-                                if z and dp * cp == 1:
-                                    continue  # nothing to shard over: the same as zero 0
-                                par = Parallel(tp=tp, cp=cp, pp=pp, dp=dp, ep=ep, zero=z,
-                                               virtual_stages=vp, microbatches=m,
-                                               sequence_parallel=tp > 1, stage_layers=split)
-                                for rc in recompute:
-                                    plans.append(Candidate(par, mb, rc))
+                            # two chunks a rank: Megatron's interleaving, or ZB-V's V
+                            for sched in (("1f1b", "zbv") if vp == 2 else ("1f1b",)):
+                                if sched == "1f1b" and vp > 1 and m % pp:
+                                    dropped["interleaved: micro-batches not a multiple of "
+                                            "pp"] += 1
+                                    continue
+                                for z in zero:
+                                    if z and dp * cp == 1:
+                                        continue  # nothing to shard over: as zero 0
+                                    par = Parallel(tp=tp, cp=cp, pp=pp, dp=dp, ep=ep, zero=z,
+                                                   virtual_stages=vp, microbatches=m,
+                                                   sequence_parallel=tp > 1,
+                                                   stage_layers=split, schedule=sched)
+                                    for rc in recompute:
+                                        plans.append(Candidate(par, mb, rc))
     return plans, dropped

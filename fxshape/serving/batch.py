@@ -45,7 +45,7 @@ from ..cost.host import host_params
 from ..cost.memops import memops_params
 from ..hardware.dtypes import itemsize, kv_format
 from ..hardware.gpus import get_gpu
-from ..hardware.topology import default_topology, get_topology
+from ..hardware.topology import topology_for
 
 __all__ = ["BatchStep", "GRAPH_SIZES", "padded_tokens", "FUSE_CHOICES", "check_fuse",
            "logits_module_of"]
@@ -109,8 +109,7 @@ class BatchStep:
         self.tp = wl.tp
         self.allreduce = allreduce
         self.spec = get_gpu(report.gpu)
-        self.topology = (default_topology(self.spec.name) if topology is None
-                         else get_topology(topology))
+        self.topology = topology_for(self.spec, topology)
         self._attention, self._kv_dtype, self._page = wl.attention, wl.kv_dtype, wl.page_size
         if any(o.cls == "attention" and o.family == "math" for o in report.ops):
             raise ValueError("BatchStep needs a fused attention kernel (attention='flash', "
