@@ -138,20 +138,28 @@ def _cmd_gpus(args) -> int:
     back = {}
     for alias, name in ALIASES.items():
         back.setdefault(name, []).append(alias)
+    from .hardware.topology import default_topology
+
     for name in list_gpus():
         g = get_gpu(name)
         pk = g.peaks
         fmt = lambda v: "-" if v is None else f"{v:g}"  # noqa: E731
         fp32 = fmt(pk.fp32) + ("" if pk.fp32_matrix is None else f" ({pk.fp32_matrix:g}m)")
+        watts = fmt(g.power_w) + ("" if g.power_limit_w is None or g.tdp_w is None
+                                  or g.power_limit_w == g.tdp_w else f" of {g.tdp_w:g}")
         rows.append((name, ", ".join(sorted(a for a in back.get(name, []) if a != name)),
                      g.arch, g.sm_count, g.boost_clock_mhz, fmt(pk.fp16), fmt(pk.bf16),
                      fmt(pk.tf32), fmt(pk.fp8), fmt(pk.fp4), fp32, f"{g.memory_gb:g}",
-                     f"{g.memory_bandwidth_gbs:g}", f"{g.l2_mb:g}"))
+                     f"{g.memory_bandwidth_gbs:g}", f"{g.l2_mb:g}", watts,
+                     default_topology(name).name))
     print(tabulate(rows, headers=("gpu", "aliases", "arch", "SMs", "MHz", "fp16", "bf16",
-                                  "tf32", "fp8", "fp4", "fp32", "memory GiB", "GB/s", "L2 MB"),
+                                  "tf32", "fp8", "fp4", "fp32", "memory GiB", "GB/s", "L2 MB",
+                                  "W", "machine"),
                    disable_numparse=True))
     print("\npeaks: dense TFLOP/s per dtype (- = not supported; fp32 (Nm): GEMMs run on "
-          "matrix cores at N); memory GiB: the capacity a report's 'fits' is checked against")
+          "matrix cores at N); memory GiB: the capacity a report's 'fits' is checked against; "
+          "W: the power limit a long job's clocks follow (of the board's, where lower; "
+          "'h100-sxm@500w' sets one); machine: the topology it is priced in by default")
     print("\n" + _constants_table())
     print("\n" + _validation_table())
     return 0

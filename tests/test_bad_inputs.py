@@ -611,7 +611,8 @@ CLI_VALUES = {
                 "grad_dtype": ["bf16"], "cp": ["2"], "ep": ["2"], "capacity_factor": ["1.25"],
                 "stage_layers": ["torchtitan", "1,2"], "torchtitan": ["@job.toml"], "gpus": ["8"], "allreduce": ["nccl"],
                 "gemv": ["inductor"], "quantize": ["int8"], "group_size": ["32"],
-                "activation_scales": ["static"], "float8": ["tensorwise"]},
+                "activation_scales": ["static"], "float8": ["tensorwise"],
+                "async_tp": [True]},
     "serve": {"gpu": ["a100"], "dtype": ["fp16"], "batch_size": ["2"], "tp": ["2"],
               "topology": ["pcie4"], "attention": ["math"], "kv_dtype": ["fp8"],
               "page_size": ["16"], "allreduce": ["nccl", "one-shot"],
@@ -660,7 +661,7 @@ _WORKLOAD = {"gpu", "dtype", "batch_size", "seq_len", "tp", "attention", "execut
              "sequence_parallel", "provenance", "params", "recompute", "allreduce", "gemv"}
 #: the options the command line builds a fxshape.Parallel plan from (stated as parallel=)
 _PLAN = {"pp", "zero", "dp_shard", "microbatches", "virtual_stages", "schedule",
-         "grad_dtype", "cp", "ep", "capacity_factor", "stage_layers"}
+         "grad_dtype", "cp", "ep", "capacity_factor", "stage_layers", "async_tp"}
 
 
 def _plan_refused(case, mode) -> bool:
@@ -686,6 +687,9 @@ def _plan_refused(case, mode) -> bool:
         return True  # Megatron: micro-batches a multiple of pp when interleaved
     if mode != "train" and (pp > 1 or zero or m > 1 or cp > 1 or "grad_dtype" in case):
         return True  # pipelines, CP, ZeRO, micro-batches, gradients are a training step's
+    if "async_tp" in case and not (case.get("sequence_parallel") and int(case.get("tp", 1)) > 1
+                                   and case.get("execution") == "compiled"):
+        return True  # async TP fuses SP's collectives under torch.compile
     if "recompute" in case:
         return True  # the tiny config's one layer is no stack: nothing to recompute by layer
     return pp > 1  # the tiny config has 1 layer: no pipeline splits it

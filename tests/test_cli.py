@@ -32,6 +32,14 @@ def test_gpus_listing(capsys):
     assert main(["gpus"]) == 0
     out = capsys.readouterr().out
     assert "h100-sxm" in out and "mi250x-gcd" in out and "a100" in out
+    # each GPU's power limit and default machine: torchtitan's H100s run at 500 of 700 W,
+    # an MI300X in AMD's Infinity Fabric platform
+    rows: dict = {}
+    for ln in out.splitlines():  # the GPU table's line, the first of each GPU's
+        if ln.split():
+            rows.setdefault(ln.split()[0], ln)
+    assert "500 of 700" in rows["h100-sxm-hbm2e"] and "dgx-h100" in rows["h100-sxm-hbm2e"]
+    assert rows["mi300x"].rstrip().endswith("mi300x-platform")
 
 
 def test_bad_input_one_line_no_traceback(capsys):

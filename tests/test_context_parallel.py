@@ -149,3 +149,28 @@ def test_cp_bad_input():
     with pytest.raises(ValueError, match="example inputs"):
         fxshape.analyze(model, (torch.zeros(1, 256, dtype=torch.long),), mode="train",
                         parallel=Parallel(cp=2), provenance=None)
+
+
+def test_ring_merges_by_hand(cp_reports):
+    from fxshape.analysis.ring import merge_kernels
+
+    # one rank's call at cp = 2: 1 sequence x 8 heads x 128 tokens x 32 dims = 32,768 output
+    # elements. Forward: the first output cast to fp32 (2 + 4 bytes each), one later step
+    # (its cast, 6; out - block_out and the final subtraction, 12 each: two fp32 reads and a
+    # write; the product by the per-row factor, 8), the result cast back (6)
+    shape = AttentionShape(1, 8, 8, 128, 128, 32, 32, causal=True)
+    out = 1 * 8 * 128 * 32
+    assert merge_kernels(shape, 2, "forward", 2) == [6 * out, 6 * out, 12 * out, 8 * out,
+                                                     12 * out, 6 * out]
+    # backward: per step dQ (q elements) and dK + dV (k and v) added into fp32 (2 + 4 + 4),
+    # then both cast back (2 + 4)
+    q, kv = out, 1 * 8 * 128 * 64
+    assert merge_kernels(shape, 2, "backward", 2) == [10 * q, 10 * kv] * 2 + [6 * q, 6 * kv]
+    assert merge_kernels(shape, 1, "forward", 2) == []
+    # in the step: one merge record per attention call and direction, 2 layers
+    rep = cp_reports[2]
+    merges = [o for o in rep.ops if o.op == "cp merge"]
+    assert len(merges) == 4 and {o.phase for o in merges} == {"forward", "backward"}
+    assert sum(o.bytes for o in merges) == 2 * (50 * out) + 2 * (2 * 10 * (q + kv)
+                                                                  + 6 * (q + kv))
+    assert not [o for o in cp_reports[1].ops if o.op == "cp merge"]
