@@ -364,11 +364,13 @@ def plan_step(records, optimizer_records, *, plan, topo, stacks, layers, stage_p
             exposed.append(0.0)
             stretched.append(0.0)
         per_stage.append(comm)
-        # the backward's weight-gradient share of its GPU time, of its wall
-        b_units = [grouped.backward.get(i, _EMPTY) for i in in_stage[s]] + [roots[s][1]]
-        gpu_b = sum(t for u in b_units for c, t in u.by_class if c != "communication")
-        w_gpu = sum(u.weight_grad_s for u in b_units)
-        wgrad_t.append(bwd_t[-1] * w_gpu / gpu_b if gpu_b > 0 else 0.0)
+        if plan.schedule in SPLIT_BACKWARD:
+            # the backward's weight-gradient share of its GPU time, of its wall (only a
+            # split backward runs it apart: a plan search's other plans skip this)
+            b_units = [grouped.backward.get(i, _EMPTY) for i in in_stage[s]] + [roots[s][1]]
+            gpu_b = sum(t for u in b_units for c, t in u.by_class if c != "communication")
+            w_gpu = sum(u.weight_grad_s for u in b_units)
+            wgrad_t.append(bwd_t[-1] * w_gpu / gpu_b if gpu_b > 0 else 0.0)
 
     if p > 1:
         # the activation (forward) and its gradient (backward) between virtual stages s and
@@ -384,7 +386,7 @@ def plan_step(records, optimizer_records, *, plan, topo, stacks, layers, stage_p
                 per_node=1 if stage_crosses_nodes(min(r0, r1), plan.gpus // p,
                                                   topo.gpus_per_node) else 2).time_s)
         out = play(frozen_orders(plan.schedule, p, m, v), fwd_t, bwd_t, sends,
-                   wgrad=wgrad_t if plan.schedule in SPLIT_BACKWARD else None,
+                   wgrad=wgrad_t or None,
                    schedule=plan.schedule)
         ends, busy, passes = list(out.ends), list(out.busy), list(out.passes)
     else:
