@@ -295,3 +295,65 @@ def test_advise_decode_ranks_by_decode_tokens_and_reports_kv_bytes():
     assert any(n.startswith("tp 2:") for n in adv.notes)
     with pytest.raises(ValueError, match="are for mode='decode'"):
         advise(cfg, gpu="h100", mode="train", context_len=128)
+
+
+def _mixtral():
+    cfg = transformers.MixtralConfig(num_hidden_layers=2, hidden_size=128,
+                                     intermediate_size=256, num_attention_heads=4,
+                                     num_key_value_heads=2, vocab_size=500, num_local_experts=8,
+                                     num_experts_per_tok=2, max_position_embeddings=1024)
+    with torch.device("meta"):
+        return transformers.MixtralForCausalLM(cfg)
+
+
+def test_moe_decode_floor_reads_only_the_routed_experts():
+    """Issue 52: the floor read every expert while the grouped GEMMs read the routed ones
+    (mixtral-8x7b at batch 1 was priced at x0.42 its floor)."""
+    from fxshape.hardware.gpus import get_gpu
+
+    model = _mixtral()
+    bw = get_gpu("h100").memory_bandwidth_gbs * 1e9
+    # experts: 2 layers x 8 experts x (gate_up 2*256 x 128 + down 128 x 256) x 2 bytes
+    experts = 2 * 8 * (2 * 256 * 128 + 128 * 256) * 2
+    embed = 500 * 128 * 2  # the untied input embedding: a row a token is gathered
+    kv = lambda b, ctx: 2 * 2 * 2 * 32 * b * ctx * 2  # K and V, 2 layers, 2 KV heads of 32
+    # batch 1, top-2 of 8: two experts a layer read, 6/8 of the expert weights not
+    rep = fxshape.analyze(model, mode="decode", batch_size=1, context_len=256, gpu="h100")
+    need = _weight_bytes(model) - embed - experts * 6 // 8 + kv(1, 256)
+    assert rep.step.floor_s == pytest.approx(need / bw)
+    assert rep.step.time_s >= rep.step.floor_s
+    assert any("routed experts only" in n for n in rep.step.notes)
+    # batch 8: 16 routed rows over 8 experts, every expert read
+    rep = fxshape.analyze(model, mode="decode", batch_size=8, context_len=256, gpu="h100")
+    assert rep.step.floor_s == pytest.approx((_weight_bytes(model) - embed + kv(8, 256)) / bw)
+    assert not any("routed experts only" in n for n in rep.step.notes)
+    # routing given: the 2 rows go to experts 0 and 3, again 6 of 8 experts not read
+    rep = fxshape.analyze(model, mode="decode", batch_size=1, context_len=256, gpu="h100",
+                          moe_routing=[0.5, 0, 0, 0.5, 0, 0, 0, 0])
+    assert rep.step.floor_s == pytest.approx(need / bw)
+    assert rep.step.time_s >= rep.step.floor_s
+    # tp 2: the experts' weights are split like memory.parameters holds them, so the floor
+    # stays positive and below the step
+    rep = fxshape.analyze(model, mode="decode", batch_size=1, context_len=256, gpu="h100", tp=2)
+    assert 0 < rep.step.floor_s <= rep.step.time_s
+
+
+def test_mla_decode_caches_the_latent():
+    """Issue 52: DeepSeek-V3's decode failed inside transformers' static cache (sized by
+    heads x head_dim while MLA caches its latent)."""
+    cfg = transformers.DeepseekV3Config(
+        num_hidden_layers=2, hidden_size=128, intermediate_size=256, moe_intermediate_size=64,
+        num_attention_heads=4, num_key_value_heads=4, n_routed_experts=8, num_experts_per_tok=2,
+        n_group=2, topk_group=1, first_k_dense_replace=1, q_lora_rank=64, kv_lora_rank=32,
+        qk_rope_head_dim=16, qk_nope_head_dim=32, v_head_dim=32, vocab_size=500,
+        max_position_embeddings=1024)
+    with torch.device("meta"):
+        model = transformers.DeepseekV3ForCausalLM(cfg)
+    rep = fxshape.analyze(model, mode="decode", batch_size=2, context_len=256, gpu="h100")
+    # the latent (32) and the rotary key (16) a token a layer: 2 layers x 48 x 2 x 256 x 2 bytes
+    assert rep.memory.kv_cache == 2 * (32 + 16) * 2 * 256 * 2
+    assert any("MLA as transformers runs it" in n for n in rep.step.notes)
+    assert 0 < rep.step.floor_s <= rep.step.time_s
+    # tp 2: the latent is whole on each GPU (one "head")
+    rep2 = fxshape.analyze(model, mode="decode", batch_size=2, context_len=256, gpu="h100", tp=2)
+    assert rep2.memory.kv_cache == rep.memory.kv_cache

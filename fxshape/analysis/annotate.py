@@ -58,7 +58,7 @@ def module_of(node: torch.fx.Node) -> tuple[str, str]:
 def annotate(gm: torch.fx.GraphModule, *, gpu="h100", dtype=torch.bfloat16,
              phase: str = "forward", tp: int = 1, features=None, heads=None,
              causal_decoder=False, moe_routing=None, attention: str = "flash", kv_dtype=None,
-             page_size=None, cp: int = 1, ep: int = 1, capacity_factor=None):
+             page_size=None, cp: int = 1, ep: int = 1, capacity_factor=None, windows=None):
     """Put GEMM rows on every matmul-like node; return (rows, unsupported).
 
     ``tp`` > 1 shards each GEMM Megatron-style (``fxshape.analysis.parallel``); ``features``
@@ -77,6 +77,8 @@ def annotate(gm: torch.fx.GraphModule, *, gpu="h100", dtype=torch.bfloat16,
     sequence, priced as the ring's kernels. ``ep`` > 1: each grouped (MoE) GEMM as the
     busiest of ``ep`` expert-parallel ranks runs it (its block of experts on the rows the group
     routes to them, ``capacity_factor``: padded to capacity; ``fxshape.parallelism.experts``).
+    ``windows``: attention module name -> its sliding window in keys (:func:`_windows`); a
+    causal call there keeps only the band, a decode call reads the last ``window`` keys.
     """
     spec = get_gpu(gpu)
     dkey = canonical_dtype(dtype)
@@ -106,6 +108,8 @@ def annotate(gm: torch.fx.GraphModule, *, gpu="h100", dtype=torch.bfloat16,
         node_phase = node.meta.get("fxshape_phase", phase)
         if causal_decoder:
             gemms = [_causal(node, g, fqn) for g in gemms]
+        if windows and windows.get(fqn) and cp == 1:  # (a ring over windows: not modelled)
+            gemms = _windowed(gemms, windows[fqn])
         if moe_routing is not None or ep > 1:
             gemms = [x for g in gemms for x in _route(g, moe_routing, ep, capacity_factor)]
         if tp > 1:
@@ -194,7 +198,7 @@ def _with_traced_provenance(gm, rows, model, args, stacks):
         for bn, fn in pairs:
             fn.meta["fxshape_module"] = module_of(bn)[0]
         got, _ = annotate(fast, features=_features(target) if tp > 1 else None,
-                          heads=_head_counts(target), **opts)
+                          heads=_head_counts(target), windows=_windows(target), **opts)
         mine = _by_node(got)
         out = {}
         for bn, fn in pairs:
@@ -245,6 +249,63 @@ def _causal(node, g: Gemm, fqn: str) -> Gemm:
         note = join_notes(g.note, "causal (decoder mask): half the blocks")
         return dataclasses.replace(g, work=call.shape.causal_fraction, note=note, attn=call)
     return g
+
+
+def _windowed(gemms, window: int) -> list:
+    """One attention call's GEMMs under a sliding window of ``window`` keys, as a fused kernel
+    with a window (FlashAttention's ``window_size``, vLLM's) runs it: a causal square call
+    keeps the band's blocks (``AttentionShape.window``); a decode call (fewer queries than
+    keys, not causal) reads only the last ``window`` keys, as an engine's sliding-window cache
+    holds them. Unfused math attention (no ``attn``) computes every score: unchanged."""
+    out = []
+    for g in gemms:
+        a = g.attn
+        if a is None or window >= a.shape.seq_k:
+            out.append(g)
+            continue
+        sq, sk = a.shape.seq_q, a.shape.seq_k
+        if a.shape.causal:
+            shape = dataclasses.replace(a.shape, window=window)
+            call = dataclasses.replace(a, shape=shape)
+            w = shape.causal_fraction
+            note = join_notes(g.note, f"sliding window of {window} keys: {w:.1%} of the scores")
+            out.append(dataclasses.replace(g, work=w, note=note, attn=call))
+        elif sq < sk and a.direction == "forward" and g.op in ("sdpa.qk", "sdpa.pv"):
+            shape = dataclasses.replace(a.shape, seq_k=window)
+            call = dataclasses.replace(a, shape=shape)
+            dims = {"n": window} if g.op == "sdpa.qk" else {"k": window}
+            note = join_notes(g.note, f"sliding window: the last {window} of {sk} keys read")
+            out.append(dataclasses.replace(g, note=note, attn=call, **dims))
+        else:
+            out.append(g)
+    return out
+
+
+def _windows(model) -> dict:
+    """Attention module name -> its sliding window (keys), for the layers that have one: the
+    module's own ``sliding_window`` (Gemma 2/3, Qwen2/3's ``layer_types``, gpt-oss), else the
+    config's ``layer_types`` at its ``layer_idx``, else the config's ``sliding_window`` for
+    every attention layer (Mistral). Empty for a model without windows."""
+    cfg = getattr(model, "config", None)
+    if cfg is None:
+        return {}
+    sw = getattr(cfg, "sliding_window", None)
+    sw = sw if isinstance(sw, int) and not isinstance(sw, bool) and sw > 0 else None
+    types = getattr(cfg, "layer_types", None)
+    out = {}
+    for name, mod in model.named_modules():
+        idx = getattr(mod, "layer_idx", None)
+        if not type(mod).__name__.endswith("Attention") or not isinstance(idx, int):
+            continue
+        if hasattr(mod, "sliding_window"):
+            w = mod.sliding_window
+        elif isinstance(types, (list, tuple)) and idx < len(types):
+            w = sw if types[idx] == "sliding_attention" else None
+        else:
+            w = sw
+        if isinstance(w, int) and not isinstance(w, bool) and w > 0:
+            out[name] = w
+    return out
 
 
 def _route(g: Gemm, routing, ep: int = 1, capacity_factor=None):
@@ -410,7 +471,7 @@ def _annotated(target, example_inputs, example_kwargs, kw, spec, dkey, tp, model
     gm = capture(target, example_inputs, example_kwargs, **kw)
     rows, unsupported = annotate(gm, gpu=spec, dtype=dkey, tp=tp,
                                  features=_features(target) if tp > 1 else None,
-                                 heads=_head_counts(target),
+                                 heads=_head_counts(target), windows=_windows(target),
                                  causal_decoder=_is_decoder(model), moe_routing=moe_routing,
                                  attention=attention, kv_dtype=kv[0], page_size=kv[1], cp=cp,
                                  ep=moe[0], capacity_factor=moe[1])
@@ -1141,7 +1202,7 @@ def _analyze_decode(model, example_inputs, example_kwargs, *, gpu, dtype, batch_
     (``fxshape.tracing.decode``), analyzed as a forward of one token per sequence."""
     from ..cost.decode_attention import check_page_size
     from ..tracing.decode import (check_decoder, decode_capture, decode_target,
-                                  kv_cache_bytes, kv_heads_of, max_positions)
+                                  kv_cache_bytes, kv_heads_of, latent_kv, max_positions)
     from .rows import Workload
     from .serving import capacity_of
     from .step import run_dtype
@@ -1195,8 +1256,12 @@ def _analyze_decode(model, example_inputs, example_kwargs, *, gpu, dtype, batch_
     b = kwargs["input_ids"].shape[0]
     pages = -(-length // page_size) * page_size if page_size else length
     # each GPU holds its KV heads' share (one whole head each when tp exceeds them)
-    all_kv = kv_heads or heads or 1
-    read = kv_cache_bytes(wrapper, item) * kv_heads_per_gpu(all_kv, tp) // all_kv
+    # (an MLA cache holds one latent a token, whole on every GPU of the TP group)
+    all_kv = 1 if latent_kv(model.config) is not None else (kv_heads or heads or 1)
+    by_name = _windows(wrapper)
+    windows = {mod.layer_idx: by_name[name] for name, mod in wrapper.named_modules()
+               if name in by_name}
+    read = kv_cache_bytes(wrapper, item, windows) * kv_heads_per_gpu(all_kv, tp) // all_kv
     kv = read * pages // length  # what is held: whole pages
     def strip(r):
         return dataclasses.replace(r, module=r.module[len("model."):]
@@ -1212,20 +1277,92 @@ def _analyze_decode(model, example_inputs, example_kwargs, *, gpu, dtype, batch_
                                notes=report.step.notes + (
                                    f"decode: one token per sequence over {'an' if kv_key else 'a'} "
                                    f"{cache}KV cache of "
-                                   f"{length} tokens; attention on the split-KV decode path "
-                                   "(fxshape.cost.decode_attention), each KV head read once "
-                                   "per group",))
+                                   f"{length} tokens; " + _decode_attention_note(model, report)
+                                   ,))
     mem = report.memory
     memory = dataclasses.replace(mem, kv_cache=kv, peak=mem.peak + kv)
     # the floor reads what the step must read: the context's keys and values, not the
     # unfilled rest of its last page
-    floor = (mem.parameters - _input_embedding_bytes(model, tp, run_dtype(dkey).itemsize)
+    item_w = run_dtype(dkey).itemsize
+    unread = _unrouted_expert_bytes(wrapper, report.rows, tp, item_w, moe_routing)
+    floor = (mem.parameters - _input_embedding_bytes(model, tp, item_w) - unread
              + read) / (spec.memory_bandwidth_gbs * 1e9)
+    if windows and min(windows.values()) < length:
+        layers = sum(1 for w in windows.values() if w < length)
+        ws = ", ".join(str(w) for w in sorted(set(windows.values())))
+        fused = any(r.kernel for r in report.rows if r.op.startswith("sdpa"))
+        what = ("attend to and cache only their last" if fused else
+                "cache only their last")
+        step = dataclasses.replace(step, notes=step.notes + (
+            f"sliding window: {layers} layer{'s' if layers > 1 else ''} {what} {ws} "
+            "tokens (as a serving engine's sliding-window cache holds them)"
+            + ("" if fused else "; the eager attention priced here masks the scores of the "
+               "whole context instead")
+            + (f"; the other {others} the whole {length}"
+               if (others := (getattr(model.config, "num_hidden_layers", layers) or layers)
+                   - layers) > 0 else ""),))
+    if latent_kv(model.config) is not None:
+        r, rope = latent_kv(model.config)
+        step = dataclasses.replace(step, notes=step.notes + (
+            f"MLA as transformers runs it: the cache holds the {r}-wide latent and the "
+            f"{rope}-wide rotary key a token, and every step expands the whole context's "
+            "latents through kv_b_proj (a GEMM of M = batch x context) before attention; "
+            "serving engines (FlashMLA in vLLM and SGLang) absorb kv_b_proj into the query "
+            "and output projections and attend over the latent, which this step does not "
+            "model: it is slower than theirs",))
+    if unread:
+        step = dataclasses.replace(step, notes=step.notes + (
+            f"MoE: the bandwidth floor reads the routed experts only ("
+            f"{unread / 2**30:.2f} GiB of expert weights a step does not touch left out)",))
     step = dataclasses.replace(step, floor_s=floor)
     report = dataclasses.replace(report, rows=tuple(strip(r) for r in report.rows),
                                  ops=tuple(strip(o) for o in report.ops), workload=workload,
                                  step=step, memory=memory, model_name=type(model).__name__)
     return dataclasses.replace(report, capacity=capacity_of(report, max_positions=positions))
+
+
+def _decode_attention_note(model, report) -> str:
+    """What the decode step's attention runs as: a fused kernel's split-KV decode path, or,
+    where the model's attention ran unfused (its eager code), its matmuls as captured."""
+    if any(r.kernel for r in report.rows if r.op.startswith("sdpa")):
+        return ("attention on the split-KV decode path (fxshape.cost.decode_attention), each "
+                "KV head read once per group")
+    cap = getattr(model.config, "attn_logit_softcapping", None)
+    why = (f" (transformers runs {type(model).__name__}'s softcapped attention eagerly: SDPA "
+           "has no softcap; FlashAttention and FlashInfer, which serving engines run, do, and "
+           "are not what this prices)" if cap else
+           f" (attn_implementation={model.config._attn_implementation!r})"
+           if getattr(model.config, "_attn_implementation", None) else "")
+    return ("attention unfused, as the model's eager code runs it: a matrix-vector product "
+            f"over the cache per head, a softmax and another{why}")
+
+
+def _unrouted_expert_bytes(model, rows, tp, item, routing=None) -> int:
+    """``model`` as captured (``rows`` name its modules). Bytes per GPU of the routed experts' weights one decode step does not read: a grouped
+    expert GEMM reads only the experts that get rows (balanced routing: ``min(E, rows)`` of
+    the ``E``; routing given: those with a share), as its rows are priced. 0 for a dense
+    model or when every expert gets rows."""
+    experts = _expert_params(model)
+    e = _n_experts(model)
+    if not experts or not e:
+        return 0
+    touched, total = {}, {}
+    for r in rows:
+        if r.phase != "forward" or r.op != "grouped_mm":
+            continue
+        # balanced: one row of E experts, each at most m rows (m = 1: E·work experts get one);
+        # routing given: one row per expert that gets rows
+        got = r.batch if r.m > 1 else round(r.batch * r.work)
+        touched[r.node] = touched.get(r.node, 0) + got
+        total[r.node] = len(routing) if routing is not None else r.batch
+    if not total:
+        return 0
+    share = min(1.0, sum(touched.values()) / sum(total.values()))
+    if share >= 1.0:
+        return 0
+    shards = _shards(model, tp, rows, _head_counts(model))  # as memory.parameters holds them
+    held = sum(n for p, (n, _, _) in zip(model.parameters(), shards) if id(p) in experts)
+    return int(held * item * (1.0 - share))
 
 
 def _input_embedding(model):

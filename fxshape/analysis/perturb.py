@@ -132,18 +132,24 @@ def _trace(model, structure, rows, observe, example_inputs, example_kwargs, batc
         found = None
         errors = []
         for value in _trial_values(knob.value):
+            stage = "building it"
             try:
                 target, ex_in, ex_kw, b, s = _variant(model, knob, value, example_inputs,
                                                       example_kwargs, batch_size, seq_len,
                                                       stacks, inputs)
+                stage = "its capture"
                 obs = observe(target, ex_in, ex_kw, b, s)
             except Exception as exc:  # noqa: BLE001 - a value this model rejects: say which
-                errors.append(f"{value}: {_first_line(exc)}")
+                # the raw message stays out of the note: where and what kind, in a word
+                errors.append((value, f"{type(exc).__name__} in {stage}"))
                 continue
             found = (value, obs)
             break
         if found is None:
-            failed.append(f"{knob.label} ({'; '.join(errors)[:160]})")
+            tried = " or ".join(str(v) for v, _ in errors)
+            whys = sorted({w for _, w in errors})
+            failed.append(f"{knob.label} (the model does not build or trace with it at "
+                          f"{tried}: {', '.join(whys)})")
             failed_labels.add(knob.label)
             continue
         value, obs = found

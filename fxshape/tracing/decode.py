@@ -102,9 +102,39 @@ def decode_target(model, batch_size=None, context_len=None):
         shallow.config = cfg
     wrapper = TorchExportableModuleWithStaticCache(shallow, batch_size=b,
                                                    max_cache_len=length, device="meta")
+    _latent_cache(wrapper, model, b)
     kwargs = {"input_ids": torch.zeros(b, 1, dtype=torch.long, device="meta"),
               "cache_position": torch.tensor([length - 1], device="meta")}
     return wrapper, kwargs, length
+
+
+def latent_kv(cfg):
+    """``(latent, rope)`` per token for multi-head latent attention (DeepSeek-V2/V3, Kimi-K2:
+    ``kv_lora_rank`` and ``qk_rope_head_dim`` in the config), whose cache holds the compressed
+    latent and the shared rotary key, one "head" each; None for other attention."""
+    r, rope = getattr(cfg, "kv_lora_rank", None), getattr(cfg, "qk_rope_head_dim", None)
+    if isinstance(r, int) and isinstance(rope, int) and r > 0 and rope > 0:
+        return r, rope
+    return None
+
+
+def _latent_cache(wrapper, model, batch) -> None:
+    """transformers' static-cache export sizes every layer's keys and values by the config's
+    heads and ``head_dim``; an MLA layer caches its latent ``[b, 1, L, kv_lora_rank]`` and
+    rotary key ``[b, 1, L, qk_rope_head_dim]`` instead (the ``cache.update`` of
+    ``DeepseekV3Attention``), so those layers are sized as such."""
+    latent = latent_kv(model.config)
+    if latent is None:
+        return
+    r, rope = latent
+    dtype = wrapper.model.dtype
+    for i, layer in enumerate(wrapper.static_cache.layers):
+        if getattr(layer, "max_cache_len", 0) == 0:
+            continue  # a KV-sharing consumer: no cache of its own
+        layer.lazy_initialization(torch.zeros(batch, 1, 0, r, dtype=dtype, device="meta"),
+                                  torch.zeros(batch, 1, 0, rope, dtype=dtype, device="meta"))
+        setattr(wrapper, f"key_cache_{i}", layer.keys)
+        setattr(wrapper, f"value_cache_{i}", layer.values)
 
 
 def kv_heads_of(cfg) -> int | None:
@@ -128,11 +158,18 @@ def max_positions(cfg) -> int | None:
     return None
 
 
-def kv_cache_bytes(wrapper, itemsize: float) -> int:
+def kv_cache_bytes(wrapper, itemsize: float, windows=None) -> int:
     """Bytes of the static cache's key and value tensors at ``itemsize`` bytes each (0.5625
-    for NVFP4: a fraction)."""
-    n = sum(buf.numel() for name, buf in wrapper.named_buffers()
-            if "key_cache" in name or "value_cache" in name)
+    for NVFP4: a fraction). ``windows``: layer index -> sliding window: such a layer holds
+    only its last ``window`` tokens, as a serving engine's sliding-window cache does
+    (transformers' export wrapper gives it the whole context)."""
+    n = 0
+    for name, buf in wrapper.named_buffers():
+        if not name.startswith(("key_cache_", "value_cache_")):
+            continue
+        w = (windows or {}).get(int(name.rsplit("_", 1)[1]))
+        length = buf.shape[2] if buf.dim() == 4 else 0
+        n += buf.numel() * min(w, length) // length if w and length else buf.numel()
     return int(round(n * itemsize))
 
 
