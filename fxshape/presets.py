@@ -15,7 +15,7 @@ import sys
 
 import torch
 
-from .tracing.configs import check_config
+from .tracing.configs import check_config, model_class_for
 
 __all__ = ["PRESETS", "list_presets", "build_preset", "load_target", "resolve_target"]
 
@@ -141,16 +141,13 @@ def _from_config_dict(tf, data: dict, where: str) -> torch.nn.Module:
         why = " ".join(ln.strip() for ln in str(exc).splitlines() if ln.strip())
         raise ValueError(f"{where}: transformers rejects the config: {why[:300]}") from None
     check_config(cfg)
+    cls, _ = model_class_for(cfg)  # its architectures, else the auto class that fits
     with torch.device("meta"):
-        for auto in ("AutoModelForCausalLM", "AutoModelForSeq2SeqLM", "AutoModel"):
-            try:
-                return getattr(tf, auto).from_config(cfg).eval()
-            except ValueError as exc:
-                if "Unrecognized configuration class" in str(exc):
-                    continue  # not this kind of model: try the next auto class
-                raise ValueError(f"{where}: building {model_type} failed: "
-                                 f"{str(exc).splitlines()[0][:300]}") from None
-    raise ValueError(f"no transformers model class for model_type {model_type!r}")
+        try:
+            return cls(cfg).eval()
+        except (ValueError, TypeError, AttributeError) as exc:
+            raise ValueError(f"{where}: building {cls.__name__} failed: "
+                             f"{str(exc).splitlines()[0][:300]}") from None
 
 
 _HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")

@@ -124,6 +124,38 @@ def test_train_graph_of_a_causal_gqa_model_has_fused_forward_and_backward_nodes(
     assert all(r.batch == 16 and r.work == 0.5 for r in attn)
 
 
+def test_torch_multihead_attention_trains_fused_when_pytorch_does():
+    """Issue 52: nn.TransformerEncoderLayer calls its MultiheadAttention with need_weights=False,
+    so PyTorch runs SDPA (the fused kernel and its backward); nn.MultiheadAttention's default
+    need_weights=True runs the bmm path, and is priced so."""
+    layer = nn.TransformerEncoderLayer(d_model=64, nhead=4, dim_feedforward=128,
+                                       batch_first=True)
+    enc = nn.TransformerEncoder(layer, num_layers=2, enable_nested_tensor=False)
+    x = torch.randn(2, 32, 64)
+    rep = fxshape.analyze(enc, (x,), mode="train")
+    ops = Counter((r.op, r.phase) for r in rep.rows if r.op.startswith(("sdpa", "bmm")))
+    # two layers: one fused forward (2 rows) and one fused backward (5 rows) each, no bmm
+    assert ops == Counter({("sdpa.qk", "forward"): 2, ("sdpa.pv", "forward"): 2,
+                           ("sdpa.bwd.qk", "backward"): 2, ("sdpa.bwd.dv", "backward"): 2,
+                           ("sdpa.bwd.dp", "backward"): 2, ("sdpa.bwd.dq", "backward"): 2,
+                           ("sdpa.bwd.dk", "backward"): 2})
+    assert rep.workload.kernels  # the kernel the workload line names really ran
+
+    class Weights(nn.Module):  # need_weights=True (the default): the attention probabilities
+        def __init__(self):
+            super().__init__()
+            self.mha = nn.MultiheadAttention(64, 4, batch_first=True)
+
+        def forward(self, x):
+            return self.mha(x, x, x)[0]
+
+    rep = fxshape.analyze(Weights(), (x,), mode="train")
+    assert not any(r.op.startswith("sdpa") for r in rep.rows)
+    # QK^T and PV forward, and their four backward GEMMs, as batched matmuls
+    assert sum(r.op == "bmm" for r in rep.rows) == 6
+    assert "no fused attention call captured" in rep.workload.describe()
+
+
 def test_dropout_does_not_change_the_gemms():
     x = torch.randn(2, 32, 64)
     with_dropout = _GQA()

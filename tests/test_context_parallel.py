@@ -174,3 +174,27 @@ def test_ring_merges_by_hand(cp_reports):
     assert sum(o.bytes for o in merges) == 2 * (50 * out) + 2 * (2 * 10 * (q + kv)
                                                                   + 6 * (q + kv))
     assert not [o for o in cp_reports[1].ops if o.op == "cp merge"]
+
+
+def test_the_ring_is_dispatched_by_the_host(cp_reports):
+    """Issue 52: the ring's kernels and transfers added no host time (a host-bound cp 2 step
+    equalled its dp twin to the last digit)."""
+    from fxshape.cost.host import host_params
+
+    hp = host_params()
+    one, two = cp_reports[1], cp_reports[2]
+
+    def host(rep, op):
+        return [(o.phase, o.host_s) for o in rep.ops if o.op == op]
+
+    # each attention call's record: cp = 2 kernels, each an op the host dispatches
+    assert host(two, "sdpa.qk") == [(p, 2 * h) for p, h in host(one, "sdpa.qk")]
+    assert host(two, "sdpa.bwd.qk") == [(p, 2 * h) for p, h in host(one, "sdpa.bwd.qk")]
+    # each transfer (cp - 1 = 1 a call) one launch; each merge kernel one
+    for o in two.ops:
+        if o.op in ("cp send_recv", "cp merge"):
+            assert o.host_s == pytest.approx(o.kernels * hp.op_s("kernel", o.phase))
+    ring = sum(o.host_s for o in two.ops if o.op in ("cp send_recv", "cp merge"))
+    extra = sum(h for _, h in host(one, "sdpa.qk") + host(one, "sdpa.bwd.qk"))
+    assert sum(o.host_s for o in two.ops) == pytest.approx(
+        sum(o.host_s for o in one.ops) + ring + extra)

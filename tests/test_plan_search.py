@@ -160,3 +160,36 @@ def test_advice_priced_on_a_plan():
         advise(model, batch_size=1, seq_len=64, mode="train", parallel=par, tp=2)
     with pytest.raises(ValueError, match="price a training plan"):
         advise(model, batch_size=1, seq_len=64, mode="inference", parallel=par)
+
+
+def test_states_bound_follows_the_optimizer():
+    """Issue 52: the search pruned plans with AdamW's state whatever the optimizer."""
+    from fxshape.planning.search import _states_lower_bound
+    from fxshape.planning.space import ModelShape, candidates
+
+    plans, _ = candidates(ModelShape(layers=2, heads=4, kv_heads=4, experts=0), gpus=1,
+                          global_batch=1, seq_len=64, gpus_per_node=8, micro_batches=(1,),
+                          recompute=(None,), zero=(0,))
+    n = 1_000_000
+    # one GPU, no sharding: fp32 master 4 + fp32 gradient 4 + state (AdamW 8, SGD 0) a param
+    assert _states_lower_bound(plans[0], n, 0, 8) == 16 * n
+    assert _states_lower_bound(plans[0], n, 0, 0) == 8 * n
+
+
+def test_sgd_plans_are_not_pruned_with_adamw_state():
+    from fxshape.presets import build_preset
+
+    # llama-2-7b: 6.74e9 parameters; AdamW's 16 B each (108 GB) exceed an 80 GB H100, SGD's
+    # 8 B (54 GB) do not: the one-GPU plan is costed, not dropped before its capture
+    model = build_preset("llama-2-7b")
+    kw = dict(gpus=1, global_batch=1, seq_len=64, micro_batches=(1,), recompute=("full",),
+              progress=False)
+    adamw = plan(model, **kw)
+    assert dict(adamw.dropped).get(
+        "does not fit: parameters, gradients and optimizer state alone") == 1
+    sgd = plan(model, optimizer="sgd", **kw)
+    assert "does not fit: parameters, gradients and optimizer state alone" not in dict(
+        sgd.dropped)
+    assert sgd.costed == 1
+    with pytest.raises(ValueError, match="unknown optimizer"):
+        plan(model, optimizer="lion", **kw)

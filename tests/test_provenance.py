@@ -335,3 +335,22 @@ def test_an_expression_over_a_knob_never_varied_is_not_a_label():
     both = [lbl for lbl, _ in confirmed(exprs, None, knobs, ["num_attention_heads",
                                                                "head_dim"])]
     assert "n_head × head_dim" not in only_heads and "n_head × head_dim" in both
+
+
+def test_rows_of_one_shape_with_other_causes_are_not_merged():
+    """Issue 52: seq_len = kv_heads x head_dim (64 = 2 x 32) gives a K projection's input- and
+    weight-gradient GEMMs one shape (64 x 128 x 64); the table merged them under one cause."""
+    transformers = pytest.importorskip("transformers")
+    cfg = transformers.Qwen3Config(num_hidden_layers=2, hidden_size=128, intermediate_size=256,
+                                   num_attention_heads=4, num_key_value_heads=2, head_dim=32,
+                                   vocab_size=500, max_position_embeddings=1024)
+    with torch.device("meta"):
+        model = transformers.Qwen3ForCausalLM(cfg)
+    report = fxshape.analyze(model, seq_len=64, mode="train")
+    groups = [g for g in report.groups()
+              if g["module"].endswith("k_proj") and g["phase"] == "backward"]
+    # dW = dYᵀ X: M = kv_heads x head_dim, K = tokens; dX = dY W: M = tokens, K = kv x head_dim
+    assert sorted(g["row"].set_by for g in groups) == [
+        ("batch_size × seq_len", "hidden_size", "num_key_value_heads × head_dim"),
+        ("num_key_value_heads × head_dim", "hidden_size", "batch_size × seq_len")]
+    assert [g["count"] for g in groups] == [2, 2]  # one of each per layer, two layers

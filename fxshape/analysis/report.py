@@ -103,10 +103,13 @@ class Report:
 
     # -- grouping -------------------------------------------------------------------------
     def groups(self):
-        """Distinct GEMMs with repeated layers collapsed, sorted by predicted time share."""
+        """Distinct GEMMs with repeated layers collapsed, sorted by predicted time share. Rows
+        of one shape with different causes stay apart (a layer's input- and weight-gradient
+        GEMMs can share a shape, each set by other hyperparameters)."""
         acc: "OrderedDict[tuple, list]" = OrderedDict()
         for r in self.rows:
-            key = (_pattern(r.module), r.op, r.phase, r.batch, r.m, r.n, r.k, r.layout)
+            key = (_pattern(r.module), r.op, r.phase, r.batch, r.m, r.n, r.k, r.layout,
+                   tuple(_pattern(s) for s in r.set_by), r.causes)
             acc.setdefault(key, []).append(r)
         out = []
         total = self.total_time_s or 1.0

@@ -20,6 +20,8 @@ update half of it on some ranks, all of it on the last rank, which the step wait
 
 from __future__ import annotations
 
+import dataclasses
+
 from ..cost.attention import predict_attention
 from ..cost.comm import predict_collective
 from ..cost.host import host_params
@@ -73,11 +75,14 @@ def ring_records(records, rows, *, cp: int, tp: int, topology, item: int, dkey: 
     out, seen, total_bytes, merge_bytes = [], set(), 0, 0
     hp = host_params()
     for rec in records:
-        out.append(rec)
         pred = calls.get(rec.node)
         if rec.cls != "attention" or pred is None or rec.node in seen:
+            out.append(rec)
             continue
         seen.add(rec.node)
+        # the ring is a Python loop (PyTorch's context_parallel): each of its cp kernels is
+        # an op the host dispatches, as the call's one kernel was
+        out.append(dataclasses.replace(rec, host_s=rec.host_s * cp))
         shape, direction = pred.shape, pred.direction
         nbytes = ring_step_bytes(shape, item, direction)
         p = predict_collective("send_recv", nbytes, 2, topology=topology, per_node=link)
@@ -88,7 +93,8 @@ def ring_records(records, rows, *, cp: int, tp: int, topology, item: int, dkey: 
         total_bytes += steps * nbytes
         out.append(OpRecord(
             f"{rec.node}.cp_send_recv", "cp send_recv", rec.module, rec.phase,
-            "communication", steps, steps * nbytes, 0, exposed, 0.0, family=p.link_class,
+            "communication", steps, steps * nbytes, 0, exposed,
+            steps * hp.op_s("kernel", rec.phase), family=p.link_class,
             note=f"ring attention: {steps} transfers of {nbytes / 2**20:.2f} MiB "
                  f"({'K, V, dK, dV' if direction == 'backward' else 'K, V'}) to the next "
                  f"of {cp} ranks ({p.link}), {total * 1e3:.3f} ms, "

@@ -142,7 +142,10 @@ class Workload:
         if self.global_batch is not None and (self.microbatches > 1 or self.dp > 1):
             parts.append(f"global batch {self.global_batch} (batch {self.batch_size} x "
                          f"{self.microbatches} micro-batches x dp {self.dp})")
-        ran = f" (runs {', '.join(self.kernels)})" if self.kernels else ""
+        ran = (f" (runs {', '.join(self.kernels)})" if self.kernels else
+               "" if self.attention == "math" else
+               " (no fused attention call captured: any attention runs as the graph's own "
+               "matmuls)")
         parts.append(f"attention {self.attention}{ran}")
         if self.gemv != "library":
             parts.append(f"matrix-vector products as {self.gemv} runs them")

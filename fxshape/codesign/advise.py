@@ -30,7 +30,7 @@ from tabulate import tabulate
 from ..analysis.provenance import hyperparameters
 from ..hardware.dtypes import canonical_dtype
 from ..hardware.gpus import get_gpu
-from ..tracing.configs import check_config
+from ..tracing.configs import check_config, model_class_for
 
 __all__ = ["Advice", "Recommendation", "advise", "evaluate_config", "sweep", "SweepPoint",
            "Sweep"]
@@ -162,21 +162,11 @@ def _model_class(model_or_config):
 
 
 def _build(cls, config):
-    import transformers
-
     check_config(config)
     with torch.device("meta"):
-        if cls is not None:
-            return cls(config)
-        errors = []
-        for auto in ("AutoModelForCausalLM", "AutoModelForSeq2SeqLM", "AutoModelForMaskedLM",
-                     "AutoModel"):
-            try:
-                return getattr(transformers, auto).from_config(config)
-            except (ValueError, KeyError) as exc:
-                errors.append(str(exc).splitlines()[0])
-        raise ValueError(f"cannot build a model for config {type(config).__name__}: "
-                         + "; ".join(errors))
+        if cls is None:  # a config alone: the class it names, else the auto class that fits
+            cls, _ = model_class_for(config)
+        return cls(config)
 
 
 class _Evaluator:

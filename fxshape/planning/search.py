@@ -16,6 +16,7 @@ import sys
 from collections import Counter
 from dataclasses import dataclass, field
 
+from ..cost.optimizer import state_bytes_per_param
 from .space import Candidate, ModelShape, candidates
 
 __all__ = ["PlanResult", "PlanSearch", "plan", "model_shape"]
@@ -96,18 +97,20 @@ def model_shape(model) -> ModelShape:
                       experts=_n_experts(model))
 
 
-def _states_lower_bound(c: Candidate, dense: int, experts: int, grad_bytes: int = 4) -> float:
-    """Bytes of fp32 master weights, gradients and AdamW state per GPU if every parameter
-    split over ``tp × pp`` (and experts over ``ep``) and ZeRO sharded its part: no GPU
-    holds less."""
+def _states_lower_bound(c: Candidate, dense: int, experts: int, state_bytes: int) -> float:
+    """Bytes of fp32 master weights, gradients (the plan's ``grad_bytes``) and the
+    optimizer's state (``state_bytes`` a parameter: ``fxshape.cost.optimizer``, as the
+    analysis counts them) per GPU if every parameter split over ``tp × pp`` (and experts
+    over ``ep``) and ZeRO sharded its part: no GPU holds less."""
     p = c.parallel
+    grad_bytes = p.grad_bytes
     per = (dense + experts / p.ep) / (p.tp * p.pp)
     sh = p.shard
 
     def by(stage):
         return sh if p.zero >= stage else 1
 
-    return 4 * per / by(3) + grad_bytes * per / by(2) + 8 * per / by(1)
+    return 4 * per / by(3) + grad_bytes * per / by(2) + state_bytes * per / by(1)
 
 
 def plan(model, *, gpus: int, global_batch: int, seq_len: int, gpu="h100", dtype="bf16",
@@ -173,8 +176,9 @@ def plan(model, *, gpus: int, global_batch: int, seq_len: int, gpu="h100", dtype
     capacity = int(spec.memory_gb * 1024 ** 3)
     show = sys.stderr.isatty() if progress is None else progress
     todo = []
+    state_b = state_bytes_per_param(optimizer)  # (an unknown optimizer refused here)
     for c in plans:
-        if _states_lower_bound(c, dense, experts) > capacity:
+        if _states_lower_bound(c, dense, experts, state_b) > capacity:
             dropped["does not fit: parameters, gradients and optimizer state alone"] += 1
         else:
             todo.append(c)

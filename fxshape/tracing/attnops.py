@@ -165,6 +165,19 @@ class _KeepFused(TorchFunctionMode):
 @contextlib.contextmanager
 def keep_attention_fused():
     """Within this context, ``F.scaled_dot_product_attention`` (however it is called) runs
-    as ``fxshape::attention``, whose backward is ``fxshape::attention_backward``."""
-    with _KeepFused():
-        yield
+    as ``fxshape::attention``, whose backward is ``fxshape::attention_backward``.
+
+    The mode catches calls that dispatch ``__torch_function__``; a function that hands itself
+    to the mode first (``F.multi_head_attention_forward``, which ``nn.MultiheadAttention`` and
+    ``nn.TransformerEncoderLayer`` run) is run by the mode with the mode off, so its own
+    ``scaled_dot_product_attention(...)`` (a lookup in ``torch.nn.functional`` at call time)
+    is swapped too."""
+    import torch.nn.functional as F
+
+    saved = F.scaled_dot_product_attention
+    F.scaled_dot_product_attention = _fused_sdpa
+    try:
+        with _KeepFused():
+            yield
+    finally:
+        F.scaled_dot_product_attention = saved

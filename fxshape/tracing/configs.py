@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import functools
 
-__all__ = ["check_config", "SIZE_FIELDS", "HIDDEN_FIELDS", "HEAD_FIELDS"]
+__all__ = ["check_config", "model_class_for", "SIZE_FIELDS", "HIDDEN_FIELDS", "HEAD_FIELDS"]
 
 #: config fields that are sizes: a positive integer where set (None means "unset" for the
 #: ones a config may leave unset, e.g. GPT-2's n_inner, DeepSeek's q_lora_rank)
@@ -111,3 +111,32 @@ def check_config(config) -> None:
     if _is_int(experts) and _is_int(top) and top > experts:
         raise ValueError(f"{name}.num_experts_per_tok = {top} exceeds {e_name} = {experts}: "
                          "a token is routed to at most every expert")
+
+
+def model_class_for(config):
+    """``(transformers class, how it was chosen)`` for a config built without a model: the
+    class its ``architectures`` names (a ``config.json``'s own), else the first auto class
+    that takes it (causal LM, seq2seq, masked LM, base model), except that an encoder family
+    that also has a causal-LM head (BERT, RoBERTa: ``...ForCausalLM`` wants ``is_decoder``)
+    is built as its masked LM unless the config says it is a decoder."""
+    import transformers as tf
+
+    for name in getattr(config, "architectures", None) or ():
+        cls = getattr(tf, name, None) if isinstance(name, str) else None
+        if isinstance(cls, type):
+            return cls, f"its architectures ({name})"
+    from transformers.models.auto import modeling_auto as ma
+
+    key = type(config)
+    masked = key in ma.MODEL_FOR_MASKED_LM_MAPPING
+    order = ("AutoModelForCausalLM", "AutoModelForSeq2SeqLM", "AutoModelForMaskedLM",
+             "AutoModel")
+    if masked and not getattr(config, "is_decoder", False):
+        order = ("AutoModelForMaskedLM", "AutoModelForSeq2SeqLM", "AutoModelForCausalLM",
+                 "AutoModel")
+    for auto in order:
+        mapping = getattr(tf, auto)._model_mapping
+        if key in mapping:
+            return mapping[key], f"{auto} (the config names no architectures)"
+    raise ValueError(f"no transformers model class for model_type "
+                     f"{getattr(config, 'model_type', type(config).__name__)!r}")

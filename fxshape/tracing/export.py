@@ -127,19 +127,44 @@ def example_inputs_for(model, *, batch_size=None, seq_len=None, device=None) -> 
     return kwargs
 
 
+#: model types whose position ids start after the padding index (``padding_idx + 1``, the
+#: fairseq convention RoBERTa kept): ``max_position_embeddings`` = 514 holds 512 tokens
+OFFSET_POSITIONS = frozenset({"roberta", "xlm-roberta", "xlm-roberta-xl", "camembert",
+                              "roberta-prelayernorm", "data2vec-text", "xmod", "ibert",
+                              "longformer", "markuplm", "layoutlmv3", "luke", "mpnet"})
+
+
+def position_offset(cfg) -> int:
+    """Positions a config's table holds that no token can use: ``pad_token_id + 1`` for the
+    RoBERTa family (:data:`OFFSET_POSITIONS`), else 0."""
+    if getattr(cfg, "model_type", None) not in OFFSET_POSITIONS:
+        return 0
+    pad = getattr(cfg, "pad_token_id", None)
+    return pad + 1 if isinstance(pad, int) and not isinstance(pad, bool) and pad >= 0 else 0
+
+
 def _seq_len(cfg, seq_len, *position_attrs) -> int:
     """``seq_len``, or the default (1024, capped at the model's positions), checked against
-    the positions the config allows (``position_attrs`` first, then the usual names)."""
+    the positions the config allows (``position_attrs`` first, then the usual names; less the
+    RoBERTa family's offset, :func:`position_offset`)."""
     max_pos = None
     for attr in position_attrs + ("max_position_embeddings", "n_positions"):
         max_pos = getattr(cfg, attr, None)
         if isinstance(max_pos, int):
             break
+    offset = position_offset(cfg) if max_pos and max_pos > 0 else 0
+    if offset and max_pos > offset:
+        max_pos -= offset
     s = check_size("seq_len", seq_len) if seq_len is not None else \
         (min(DEFAULT_SEQ_LEN, max_pos) if max_pos else DEFAULT_SEQ_LEN)
     if max_pos and s > max_pos:
+        if offset:
+            raise ValueError(f"seq_len {s} exceeds the {max_pos} positions the model can use "
+                             f"(max_position_embeddings {max_pos + offset} less the {offset} "
+                             "ids before the first token: its position ids start at "
+                             f"pad_token_id + 1); accepted: 1 to {max_pos}")
         raise ValueError(f"seq_len {s} exceeds the model's max_position_embeddings "
-                         f"({max_pos})")
+                         f"({max_pos}); accepted: 1 to {max_pos}")
     return s
 
 
