@@ -147,6 +147,103 @@ def _load(path: str) -> dict:
         raise ValueError(f"torchtitan config {path}: not valid TOML ({exc})") from None
 
 
+#: torchtitan's job sections (0.1-0.2's ``JobConfig`` of ``torchtitan/config/job_config.py``
+#: and 0.3's ``Trainer.Config``, read from the released sources): any other is refused when
+#: it is a near miss of one of these, else ignored with a note
+SECTIONS = frozenset({
+    "job", "profiling", "profiler", "metrics", "model", "model_spec", "optimizer",
+    "lr_scheduler", "training", "parallelism", "checkpoint", "activation_checkpoint",
+    "float8", "mx", "quantize", "comm", "memory_estimation", "fault_tolerance",
+    "experimental", "validation", "validator", "compile", "debug", "dataloader", "tokenizer",
+    "override", "loss", "hf_assets_path", "dump_folder"})
+
+#: the keys of the sections fxshape reads, as torchtitan 0.1-0.3 define them (read or not):
+#: a key outside these is refused (a misspelt key would otherwise be ignored)
+KEYS = {
+    "model": {"name", "flavor", "tokenizer_path", "hf_assets_path", "converters",
+              "print_after_conversion", "norm_type"},
+    "training": {"dataset", "dataset_path", "local_batch_size", "batch_size",
+                 "global_batch_size", "seq_len", "max_norm", "steps", "enable_cpu_offload",
+                 "disable_cuda_graphs", "dtype", "mixed_precision_param",
+                 "mixed_precision_reduce", "compile", "gc_freq", "gc_debug", "seed",
+                 "deterministic", "warmup_steps", "data_parallel_degree",
+                 "tensor_parallel_degree", "enable_loss_parallel"},
+    "parallelism": {"data_parallel_replicate_degree", "data_parallel_shard_degree",
+                    "enable_compiled_autograd", "fsdp_reshard_after_forward",
+                    "enable_fsdp_symm_mem", "tensor_parallel_degree",
+                    "enable_sequence_parallel", "disable_loss_parallel",
+                    "enable_async_tensor_parallel", "spmd_backend",
+                    "pipeline_parallel_degree", "pipeline_parallel_split_points",
+                    "module_fqns_per_model_part", "pipeline_parallel_first_stage_less_layers",
+                    "pipeline_parallel_last_stage_less_layers",
+                    "pipeline_parallel_layers_per_stage", "pipeline_parallel_schedule",
+                    "pipeline_parallel_schedule_csv", "pipeline_parallel_microbatch_size",
+                    "context_parallel_degree", "context_parallel_rotate_method",
+                    "context_parallel_load_balancer", "context_parallel_ptrr_mask_key",
+                    "expert_parallel_degree", "expert_tensor_parallel_degree"},
+    "activation_checkpoint": {"mode", "selective_ac_option",
+                              "per_op_sac_force_recompute_mm_shapes_by_fqns",
+                              "force_recompute_mm_shapes_by_fqns", "memory_budget",
+                              "visualize_memory_budget_pareto", "preserve_rng_state",
+                              "determinism_check", "debug", "early_stop"},
+    "compile": {"enable", "enable_async_tensor_parallel", "components", "backend"},
+}
+
+_BOOLS = ("enable_sequence_parallel", "enable_async_tensor_parallel", "enable_cpu_offload",
+          "compile", "enable")
+
+
+def _near(word: str, choices) -> str:
+    import difflib
+
+    close = difflib.get_close_matches(word, sorted(choices), n=1, cutoff=0.75)
+    return close[0] if close else ""
+
+
+def _check_schema(cfg: dict, path: str, notes: list) -> None:
+    """Sections are tables of the types torchtitan takes; a misspelt section or a key
+    outside torchtitan's in the sections fxshape reads is refused with the close match
+    (ignored, it would silently leave a default in place); booleans are booleans."""
+    if not isinstance(cfg, dict):
+        raise ValueError(f"torchtitan config {path}: not a job (a table of sections, got "
+                         f"{type(cfg).__name__})")
+    for sec, body in cfg.items():
+        if sec not in SECTIONS:
+            near = _near(sec, SECTIONS)
+            if near:
+                raise ValueError(f"torchtitan config {path}: unknown section [{sec}]; did "
+                                 f"you mean [{near}]?")
+            notes.append(f"section [{sec}] is not one of torchtitan's that fxshape knows: "
+                         "ignored")
+            continue
+        if sec in KEYS and body is not None and not isinstance(body, dict):
+            raise ValueError(f"torchtitan config {path}: [{sec}] must be a table of settings, "
+                             f"got {type(body).__name__} {body!r}"[:300])
+        for key in (body or {}) if sec in KEYS else ():
+            if key not in KEYS[sec]:
+                near = _near(key, KEYS[sec])
+                hint = (f"; did you mean {near!r}?" if near else
+                        f"; accepted: {', '.join(sorted(KEYS[sec]))}")
+                raise ValueError(f"torchtitan config {path}: unknown key {key!r} in "
+                                 f"[{sec}]{hint}")
+            v = body[key]
+            if key in _BOOLS and not isinstance(v, bool):
+                raise ValueError(f"torchtitan config {path}: [{sec}] {key} = {v!r}; "
+                                 "accepted: true or false (a boolean, not a string or "
+                                 "number)")
+
+
+def _dtype(v):
+    return _DTYPES.get(v) if isinstance(v, str) else None
+
+
+def _str(section: dict, key: str, default, path: str) -> str:
+    v = section.get(key, default)
+    if not isinstance(v, str):
+        raise ValueError(f"torchtitan config {path}: {key} = {v!r}; accepted: a string")
+    return v
+
+
 def _int(section: dict, key: str, default, path: str, minimum=1, allow=()):
     v = section.get(key, default)
     if v in allow:
@@ -171,15 +268,17 @@ def read_torchtitan(path, *, gpus: int | None = None) -> TitanJob:
 
     path = str(path)
     cfg = _load(path)
+    notes = []
+    _check_schema(cfg, path, notes)
     model = cfg.get("model") or {}
     name, flavor = model.get("name"), model.get("flavor")
-    if (name, flavor) not in TITAN_MODELS:
+    if not isinstance(name, str) or not isinstance(flavor, str) or \
+            (name, flavor) not in TITAN_MODELS:
         known = ", ".join(f"{n} {f}" for n, f in TITAN_MODELS)
         raise ValueError(f"torchtitan config {path}: model {name!r} flavor {flavor!r} is not "
                          f"one fxshape defines; accepted: {known}")
     training = cfg.get("training") or {}
     par = cfg.get("parallelism") or {}
-    notes = []
     tp = _int(par, "tensor_parallel_degree", 1, path)
     pp = _int(par, "pipeline_parallel_degree", 1, path)
     cp = _int(par, "context_parallel_degree", 1, path)
@@ -222,44 +321,47 @@ def read_torchtitan(path, *, gpus: int | None = None) -> TitanJob:
             raise ValueError(f"torchtitan config {path}: local_batch_size {local} is not a "
                              f"multiple of pipeline_parallel_microbatch_size {micro}")
         pipe_micro = local // micro
-        raw = str(par.get("pipeline_parallel_schedule", "1F1B"))
+        raw = _str(par, "pipeline_parallel_schedule", "1F1B", path)
         schedule = _SCHEDULES.get(raw.lower())
         if schedule is None:
             raise ValueError(f"torchtitan config {path}: pipeline_parallel_schedule {raw!r} "
                              "is not modelled; accepted: 1F1B, GPipe, Interleaved1F1B, "
                              "ZBVZeroBubble")
+        per = _int(par, "pipeline_parallel_layers_per_stage", None, path, allow=(None,))
         if schedule == "interleaved":
-            per = par.get("pipeline_parallel_layers_per_stage")
             layers = _layers(name, flavor)
-            virtual = 2 if per is None else max(1, -(-layers // int(per)) // pp)
+            virtual = 2 if per is None else max(1, -(-layers // per) // pp)
             if virtual < 2:
                 raise ValueError(f"torchtitan config {path}: Interleaved1F1B needs at least "
                                  "two stages per rank")
         if schedule == "zbv":
-            per = par.get("pipeline_parallel_layers_per_stage")
             layers = _layers(name, flavor)
-            virtual = 2 if per is None else max(1, -(-layers // int(per)) // pp)
+            virtual = 2 if per is None else max(1, -(-layers // per) // pp)
             if virtual != 2:
                 raise ValueError(f"torchtitan config {path}: ZBVZeroBubble runs exactly two "
                                  f"stages per rank; pipeline_parallel_layers_per_stage {per} "
                                  f"gives {virtual} over {pp} ranks")
-    reshard = str(par.get("fsdp_reshard_after_forward", "default"))
+    reshard = _str(par, "fsdp_reshard_after_forward", "default", path)
     if reshard not in ("default", "always", "never"):
         raise ValueError(f"torchtitan config {path}: fsdp_reshard_after_forward {reshard!r}; "
                          "accepted: default, always, never")
     reshard_after = reshard == "always" or (reshard == "default" and pp == 1)
-    dtype = _DTYPES.get(str(training.get("mixed_precision_param", "bfloat16")))
+    dtype = _dtype(training.get("mixed_precision_param", "bfloat16"))
     if dtype is None:
         raise ValueError(f"torchtitan config {path}: mixed_precision_param "
                          f"{training.get('mixed_precision_param')!r}; accepted: bfloat16, "
                          "float32")
-    reduce = _DTYPES.get(str(training.get("mixed_precision_reduce", "float32")), "fp32")
+    reduce = _dtype(training.get("mixed_precision_reduce", "float32"))
+    if reduce is None:
+        raise ValueError(f"torchtitan config {path}: mixed_precision_reduce "
+                         f"{training.get('mixed_precision_reduce')!r}; accepted: float32, "
+                         "bfloat16")
     recompute = _recompute(cfg.get("activation_checkpoint", {}), path, notes)
     comp = cfg.get("compile") or {}
     compiled = bool(comp.get("enable", training.get("compile", False)))
-    sp = tp > 1 and bool(par.get("enable_sequence_parallel", True))
-    async_tp = bool(par.get("enable_async_tensor_parallel")
-                    or comp.get("enable_async_tensor_parallel"))
+    sp = tp > 1 and par.get("enable_sequence_parallel", True)
+    async_tp = bool(par.get("enable_async_tensor_parallel", False)
+                    or comp.get("enable_async_tensor_parallel", False))
     if async_tp and not (compiled and sp):
         raise ValueError(f"torchtitan config {path}: enable_async_tensor_parallel needs "
                          "tensor parallelism with sequence parallelism under torch.compile "

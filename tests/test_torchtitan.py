@@ -138,6 +138,66 @@ def test_bad_jobs(tmp_path, edit, match):
         read_torchtitan(path, gpus=8)
 
 
+@pytest.mark.parametrize("edit,match", [
+    # a misspelt key or section: refused with the close match, not ignored
+    (("tensor_parallel_degree = 2", "tensor_paralel_degree = 2"),
+     r"unknown key 'tensor_paralel_degree' in \[parallelism\]; did you mean "
+     r"'tensor_parallel_degree'\?"),
+    (("[parallelism]", "[paralelism]"), r"unknown section \[paralelism\]; did you mean "
+                                        r"\[parallelism\]\?"),
+    # a key with no near miss in a section fxshape reads: refused, naming what is accepted
+    (("seq_len = 256", "seq_len = 256\nwhatever = 1"), r"unknown key 'whatever' in "
+                                                         r"\[training\]; accepted: "),
+    # booleans are booleans ("false" would have turned sequence parallelism on)
+    (("tensor_parallel_degree = 2", 'tensor_parallel_degree = 2\n'
+      'enable_sequence_parallel = "false"'),
+     "enable_sequence_parallel = 'false'; accepted: true or false"),
+    # a string where a table belongs (it was read as full recomputation)
+    (('[activation_checkpoint]\nmode = "selective"\nselective_ac_option = "op"', ''),
+     None),
+    # a list where a table belongs (an AttributeError before)
+    (("\n[model]", 'compile = [true]\n[model]'),
+     r"\[compile\] must be a table of settings, got list"),
+    # degrees: zero, a word, a float (ZeroDivisionError / TypeError before)
+    (("tensor_parallel_degree = 2", "tensor_parallel_degree = 0"),
+     "tensor_parallel_degree = 0; accepted: an integer >= 1"),
+    (("tensor_parallel_degree = 2", 'tensor_parallel_degree = "two"'),
+     "tensor_parallel_degree = 'two'; accepted: an integer >= 1"),
+    (('pipeline_parallel_schedule = "1F1B"', 'pipeline_parallel_schedule = "Interleaved1F1B"\n'
+      'pipeline_parallel_layers_per_stage = 0'),
+     "pipeline_parallel_layers_per_stage = 0; accepted: an integer >= 1"),
+    (('pipeline_parallel_schedule = "1F1B"', 'pipeline_parallel_schedule = ["1F1B"]'),
+     r"pipeline_parallel_schedule = \['1F1B'\]; accepted: a string"),
+    # a reduction dtype torchtitan does not take (read as fp32 before)
+    (("seq_len = 256", 'seq_len = 256\nmixed_precision_reduce = "int8"'),
+     "mixed_precision_reduce 'int8'; accepted: float32, bfloat16"),
+    (("seq_len = 256", "seq_len = 256\nmixed_precision_param = [1]"),
+     r"mixed_precision_param \[1\]; accepted: bfloat16, float32"),
+    (('name = "llama3"', 'name = ["llama3"]'), r"model \['llama3'\] flavor"),
+])
+def test_hostile_jobs_are_refused_in_one_line(tmp_path, edit, match):
+    """Issue 52: job files written by hand, each refused in one line naming what is
+    accepted (they raised AttributeError, ZeroDivisionError, TypeError, or were read wrong)."""
+    assert edit[0] in DEBUG
+    text = DEBUG.replace(*edit, 1)
+    if match is None:  # a string where a table belongs (it was read as full recomputation)
+        text = 'activation_checkpoint = "none"\n' + text
+        match = r"\[activation_checkpoint\] must be a table of settings, got str 'none'"
+    path = _write(tmp_path, text)
+    with pytest.raises(ValueError, match=match) as err:
+        read_torchtitan(path, gpus=8)
+    assert "\n" not in str(err.value)
+
+
+def test_a_section_torchtitan_has_but_fxshape_does_not_read_is_noted(tmp_path):
+    job = read_torchtitan(_write(tmp_path, DEBUG + '\n[metrics]\nlog_freq = 1\n'
+                                                 '[my_team_settings]\nx = 1\n'), gpus=8)
+    # [metrics] is torchtitan's (nothing fxshape prices); a section torchtitan does not have
+    # and that is no near miss of one is said, not silently dropped
+    assert any("[my_team_settings]" in n and "ignored" in n for n in job.notes)
+    assert not any("[metrics]" in n for n in job.notes)
+
+
 def test_world_size_errors(tmp_path):
     path = _write(tmp_path, DEBUG)
     with pytest.raises(ValueError, match=r"-1 .*give the number of GPUs \(--gpus\)"):
