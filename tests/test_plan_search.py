@@ -193,3 +193,37 @@ def test_sgd_plans_are_not_pruned_with_adamw_state():
     assert sgd.costed == 1
     with pytest.raises(ValueError, match="unknown optimizer"):
         plan(model, optimizer="lion", **kw)
+
+
+def test_plan_options_are_checked_and_deduplicated():
+    """Issue 52: --micro-batches 0 raised ZeroDivisionError, 2,2 listed every plan twice, an
+    unknown recompute gave an empty search, and a sequence beyond the positions headlined
+    "no plan fits"."""
+    model = _llama(layers=1)
+    kw = dict(gpus=2, global_batch=4, seq_len=64, progress=False)
+    for opts, match in (({"micro_batches": (0,)}, "micro_batches has 0; accepted: positive"),
+                        ({"micro_batches": ()}, "micro_batches is empty"),
+                        ({"recompute": ("bogus",)}, "recompute has 'bogus'; accepted: None"),
+                        ({"zero": (4,)}, "zero has 4; accepted: 0, 1, 2 or 3"),
+                        ({"virtual_stages": (True,)}, "virtual_stages has True"),
+                        ({"max_cp": 0}, "max_cp must be a positive integer")):
+        with pytest.raises(ValueError, match=match):
+            plan(model, **opts, **kw)
+    with pytest.raises(ValueError, match="seq_len 4096 exceeds the model's "
+                                         "max_position_embeddings"):
+        plan(model, gpus=2, global_batch=4, seq_len=4096, progress=False)
+    once = plan(model, micro_batches=(1,), recompute=(None,), zero=(0,), top=None, **kw)
+    twice = plan(model, micro_batches=(1, 1), recompute=(None, None), zero=(0, 0), top=None,
+                 **kw)
+    assert [r.candidate for r in twice.results] == [r.candidate for r in once.results]
+    assert twice.enumerated == once.enumerated
+
+
+def test_a_pipeline_with_too_many_micro_batches_is_refused_not_simulated():
+    from fxshape.parallelism.plan import MAX_PIPELINE_MICROBATCHES, Parallel
+
+    # a schedule is simulated pass by pass: 2^31 micro-batches would run for hours
+    with pytest.raises(ValueError, match="at most 65,536"):
+        Parallel(pp=2, microbatches=2**31)
+    assert Parallel(pp=2, microbatches=MAX_PIPELINE_MICROBATCHES).microbatches == 65536
+    assert Parallel(dp=2, microbatches=2**31).microbatches == 2**31  # accumulation: a product

@@ -15,7 +15,8 @@ from dataclasses import asdict, dataclass, fields
 
 __all__ = ["Parallel", "SCHEDULES", "ZERO_STAGES", "GRAD_DTYPES", "check_mode", "check_plan",
            "parallel_of", "RECOMPUTE", "check_recompute", "check_cp_seq", "STAGE_SPLITS",
-           "stage_layer_counts", "layer_chunks", "chunk_of_layer", "torchtitan_split"]
+           "stage_layer_counts", "layer_chunks", "chunk_of_layer", "torchtitan_split",
+           "MAX_PIPELINE_MICROBATCHES"]
 
 #: ``"1f1b"`` (PipeDream-flush / Megatron's default; with ``virtual_stages`` > 1 the
 #: interleaved 1F1B), ``"interleaved"`` (the same, ``virtual_stages`` > 1 required),
@@ -182,6 +183,12 @@ class Parallel:
         if self.schedule == "gpipe" and self.virtual_stages > 1:
             raise ValueError("virtual_stages > 1 is the interleaved 1F1B schedule; GPipe has "
                              "one chunk per rank: use schedule='1f1b' or virtual_stages=1")
+        if self.pp > 1 and self.microbatches > MAX_PIPELINE_MICROBATCHES:
+            raise ValueError(f"Parallel.microbatches={self.microbatches} under a pipeline: at "
+                             f"most {MAX_PIPELINE_MICROBATCHES:,} (the schedule is simulated "
+                             "pass by pass, about a second per 65,536 micro-batches); "
+                             "accepted: 1 to "
+                             f"{MAX_PIPELINE_MICROBATCHES:,}")
         if self.interleaved and self.microbatches % self.pp:
             raise ValueError(f"interleaved 1F1B needs the micro-batches ({self.microbatches}) "
                              f"to be a multiple of pp={self.pp} (Megatron's rule); accepted: "
@@ -454,6 +461,10 @@ def check_cp_seq(seq_len: int, cp: int) -> None:
 #: checkpointing: every second matmul and every memory-bound op of each layer re-run, the
 #: attention kernel and the other matmuls saved)
 RECOMPUTE = (None, "full", "selective", "op")
+
+#: the most micro-batches a pipelined step takes: its schedule is simulated pass by pass
+#: (linear in them; published pipelines run tens to a few thousand)
+MAX_PIPELINE_MICROBATCHES = 65536
 
 
 def check_recompute(recompute, mode: str) -> None:

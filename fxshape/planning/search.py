@@ -17,6 +17,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 
 from ..cost.optimizer import state_bytes_per_param
+from ..parallelism.plan import RECOMPUTE
 from .space import Candidate, ModelShape, candidates
 
 __all__ = ["PlanResult", "PlanSearch", "plan", "model_shape"]
@@ -97,6 +98,24 @@ def model_shape(model) -> ModelShape:
                       experts=_n_experts(model))
 
 
+def _positive(v) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool) and v >= 1
+
+
+def _choices(name: str, values, ok, accepted: str) -> tuple:
+    """``values`` as a tuple without repeats (first order kept), each checked by ``ok``: a
+    repeat would list a plan twice, a bad value would leave the search empty."""
+    if isinstance(values, (str, bytes)) or not hasattr(values, "__iter__"):
+        values = (values,)
+    out = tuple(dict.fromkeys(values))
+    if not out:
+        raise ValueError(f"{name} is empty; give one or more of: {accepted}")
+    bad = [v for v in out if not ok(v)]
+    if bad:
+        raise ValueError(f"{name} has {bad[0]!r}; accepted: {accepted}")
+    return out
+
+
 def _states_lower_bound(c: Candidate, dense: int, experts: int, state_bytes: int) -> float:
     """Bytes of fp32 master weights, gradients (the plan's ``grad_bytes``) and the
     optimizer's state (``state_bytes`` a parameter: ``fxshape.cost.optimizer``, as the
@@ -135,7 +154,7 @@ def plan(model, *, gpus: int, global_batch: int, seq_len: int, gpu="h100", dtype
     from ..analysis.annotate import _expert_params
     from ..hardware.gpus import get_gpu
     from ..hardware.topology import get_topology, topology_for
-    from ..tracing.export import check_module
+    from ..tracing.export import _seq_len, check_module
     from ..tracing.configs import check_config
 
     for name, v in (("gpus", gpus), ("global_batch", global_batch), ("seq_len", seq_len)):
@@ -143,6 +162,15 @@ def plan(model, *, gpus: int, global_batch: int, seq_len: int, gpu="h100", dtype
             raise ValueError(f"{name} must be a positive integer, got {v!r}")
     if top is not None and (isinstance(top, bool) or not isinstance(top, int) or top < 1):
         raise ValueError(f"top must be a positive integer or None, got {top!r}")
+    micro_batches = _choices("micro_batches", micro_batches, _positive, "positive integers")
+    virtual_stages = _choices("virtual_stages", virtual_stages, _positive,
+                              "positive integers")
+    zero = _choices("zero", zero, lambda v: v in (0, 1, 2, 3) and not isinstance(v, bool),
+                    "0, 1, 2 or 3")
+    recompute = _choices("recompute", recompute, lambda v: v in RECOMPUTE,
+                         "None, 'full', 'selective', 'op'")
+    if not _positive(max_cp):
+        raise ValueError(f"max_cp must be a positive integer, got {max_cp!r}")
     if workers is not None and (isinstance(workers, bool) or not isinstance(workers, int)
                                 or workers < 1):
         raise ValueError(f"workers must be a positive integer or None (one per CPU core), "
@@ -150,6 +178,7 @@ def plan(model, *, gpus: int, global_batch: int, seq_len: int, gpu="h100", dtype
     check_module(model)
     if getattr(model, "config", None) is not None:
         check_config(model.config)
+        _seq_len(model.config, seq_len)  # a sequence beyond the positions: said, not "no fit"
     spec = get_gpu(gpu)
     spec.peak_tflops(dtype)
     topo = topology_for(spec, topology)

@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass
 
-from ..parallelism.plan import Parallel, torchtitan_split
+from ..parallelism.plan import MAX_PIPELINE_MICROBATCHES, Parallel, torchtitan_split
 
 __all__ = ["Candidate", "ModelShape", "candidates", "divisors"]
 
@@ -128,6 +128,10 @@ def candidates(shape: ModelShape, *, gpus: int, global_batch: int, seq_len: int,
                                 dropped["global batch not a multiple of dp x micro-batch"] += 1
                                 continue
                             m = global_batch // (dp * mb)
+                            if pp > 1 and m > MAX_PIPELINE_MICROBATCHES:
+                                dropped["pipeline micro-batches above "
+                                        f"{MAX_PIPELINE_MICROBATCHES:,}"] += 1
+                                continue
                             # two chunks a rank: Megatron's interleaving, or ZB-V's V
                             for sched in (("1f1b", "zbv") if vp == 2 else ("1f1b",)):
                                 if sched == "1f1b" and vp > 1 and m % pp:
