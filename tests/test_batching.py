@@ -340,6 +340,39 @@ def test_read_trace_missing_file(tmp_path):
         read_trace(str(tmp_path / "none.csv"))
 
 
+def test_read_trace_binary_or_a_directory_is_refused_in_one_line(tmp_path):
+    p = tmp_path / "t.csv.gz"
+    p.write_bytes(b"\x1f\x8b\x08\x00\xfd\xff" + bytes(range(256)))  # a gzip header, bytes
+    with pytest.raises(ValueError, match="is not a text CSV .*accepted: a CSV with the header "
+                                         "arrival_s,prompt_len,output_len"):
+        read_trace(str(p))
+    with pytest.raises(ValueError, match="cannot read the trace .*directory"):
+        read_trace(str(tmp_path))
+
+
+def test_speculation_needs_a_budget_of_one_verification():
+    """Issue 52: a token budget below k + 1 left every decode unscheduled ("a bug")."""
+    step = LinearStep()
+    with pytest.raises(ValueError, match="max_num_batched_tokens 3 is below one speculative "
+                                         "decode's 4 tokens.*accepted: at least 4"):
+        run_engine(step, [Request(0.0, 8, 4)], _config(max_num_batched_tokens=3), spec_k=3)
+
+
+def test_a_draft_of_another_vocabulary_is_refused():
+    from fxshape.serving.speculative import draft_model
+
+    with pytest.raises(ValueError, match="vocabulary of 2,000 tokens and the target "
+                                         "LlamaForCausalLM 1,000"):
+        draft_model(_llama(), _llama(vocab_size=2000))
+    assert draft_model(_llama(), _llama(layers=1))[1] == "LlamaForCausalLM"
+
+
+def test_a_block_larger_than_the_positions_names_block_size():
+    with pytest.raises(ValueError, match=r"block_size=1024 \(--block-size\) exceeds the "
+                                         "model's 512 positions"):
+        simulate_serving(_llama(), requests=[Request(0.0, 8, 4)], block_size=1024)
+
+
 # --- a server under load, end to end -----------------------------------------------------
 
 def test_one_request_under_load_is_fxshape_serve_with_vllms_fused_gemms():

@@ -123,7 +123,7 @@ def run_engine(step, requests, config: EngineConfig, *, spec_k: int = 0,
 
     Raises:
         ValueError: no requests; a request whose KV cache alone exceeds the blocks; a bad
-            ``spec_k`` or acceptance.
+            ``spec_k`` or acceptance; a token budget below one speculative decode.
     """
     if not requests:
         raise ValueError("no requests to serve")
@@ -134,6 +134,11 @@ def run_engine(step, requests, config: EngineConfig, *, spec_k: int = 0,
             not 0 <= acceptance <= 1:
         raise ValueError(f"acceptance must be in [0, 1], got {acceptance!r}")
     width = spec_k + 1
+    if spec_k and config.max_num_batched_tokens < width:
+        raise ValueError(f"max_num_batched_tokens {config.max_num_batched_tokens} is below "
+                         f"one speculative decode's {width} tokens (its last token and "
+                         f"{spec_k} drafts, scheduled all or nothing): no request could "
+                         f"ever decode; accepted: at least {width}")
     rng = random.Random(seed)
     drafts = accepted = 0
     bs, total_blocks = config.block_size, config.kv_blocks

@@ -232,6 +232,11 @@ class Server:
         self.positions = max_positions(model.config)
         self.tp, self.allreduce, self.utilization = tp, allreduce, float(u)
         context = min(1024, self.positions) if self.positions else 1024
+        if isinstance(block_size, int) and not isinstance(block_size, bool) and \
+                self.positions and block_size > self.positions:
+            raise ValueError(f"block_size={block_size} (--block-size) exceeds the model's "
+                             f"{self.positions} positions: no block could ever fill; "
+                             f"accepted: 1 to {self.positions} (vLLM uses 16)")
         capture = dict(mode="decode", batch_size=_BASE_BATCH, gpu=spec, dtype=dtype, tp=tp,
                        topology=topology, attention=attention, kv_dtype=kv_dtype,
                        page_size=block_size, allreduce=allreduce, provenance=None)

@@ -197,6 +197,14 @@ def draft_model(model, draft):
         return _eagle_draft(model), "EAGLE (one layer)"
     if isinstance(draft, torch.nn.Module):
         check_decoder(draft)
+        mine = getattr(getattr(model, "config", None), "vocab_size", None)
+        theirs = getattr(getattr(draft, "config", None), "vocab_size", None)
+        if isinstance(mine, int) and isinstance(theirs, int) and mine != theirs:
+            raise ValueError(f"the draft {type(draft).__name__} has a vocabulary of "
+                             f"{theirs:,} tokens and the target {type(model).__name__} "
+                             f"{mine:,}: a draft proposes the target's tokens, so it must "
+                             "share its tokenizer (vLLM refuses such a pair); accepted: a "
+                             "draft of the same vocabulary, or 'eagle'")
         return draft, type(draft).__name__
     raise ValueError(f"draft must be 'eagle' or a draft causal LM, got {type(draft).__name__}")
 

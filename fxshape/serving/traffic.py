@@ -12,6 +12,7 @@
 from __future__ import annotations
 
 import csv
+import io
 import math
 import random
 from dataclasses import dataclass
@@ -101,10 +102,18 @@ def read_trace(path: str) -> tuple:
             row whose values are not what the column takes (named by line), no rows.
     """
     try:
-        f = open(path, newline="")
+        with open(path, newline="", encoding="utf-8") as f:
+            text = f.read()
     except OSError as exc:
         raise ValueError(f"cannot read the trace {path!r}: {exc.strerror}") from None
-    with f:
+    except UnicodeDecodeError:
+        raise ValueError(f"trace {path!r} is not a text CSV (it is not UTF-8: a binary or "
+                         "compressed file?); accepted: a CSV with the header "
+                         + ",".join(TRACE_COLUMNS)) from None
+    if "\0" in text:
+        raise ValueError(f"trace {path!r} is not a text CSV (it holds NUL bytes); accepted: a "
+                         "CSV with the header " + ",".join(TRACE_COLUMNS))
+    with io.StringIO(text, newline="") as f:
         reader = csv.reader(f)
         header = next(reader, None)
         if header is None:
