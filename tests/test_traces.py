@@ -473,7 +473,10 @@ def test_memory_bound_and_attention_operators_priced_by_their_bytes(tmp_path):
 
 
 def test_sdpa_causal_flag_read_where_each_signature_has_it():
-    from fxshape.traces.price import _is_causal_at
+    from fxshape.traces.price import _arg_at
+
+    def _is_causal_at(name):
+        return _arg_at(name, "is_causal")
 
     # aten's own schemas, counted by hand from native_functions.yaml: flash (q, k, v,
     # dropout_p, is_causal, ...) -> 4; efficient (q, k, v, attn_bias, compute_log_sumexp,
@@ -483,6 +486,92 @@ def test_sdpa_causal_flag_read_where_each_signature_has_it():
     assert _is_causal_at("aten::_scaled_dot_product_flash_attention_backward") == 11
     assert _is_causal_at("aten::_scaled_dot_product_efficient_attention_backward") == 11
     assert _is_causal_at("aten::mm") is None
+    # the kernels' own ops (query, key, value, cum_seq_q, cum_seq_k, max_q, max_k,
+    # dropout_p, is_causal): 8; the memory-efficient kernel's mask type after its 9 others
+    assert _is_causal_at("aten::_flash_attention_forward") == 8
+    assert _arg_at("aten::_efficient_attention_forward", "custom_mask_type") == 9
+
+
+def test_the_attention_kernels_own_ops_are_priced(tmp_path):
+    """Issue 52: real traces pair flash attention's kernel with aten::_flash_attention_forward
+    (under SDPA's op), whose q, k, v are [batch, seq, heads, dim]: it was priced nowhere."""
+    from fxshape.cost.attention import AttentionShape, predict_attention
+
+    bf = "c10::BFloat16"
+    # _flash_attention_forward's Concrete Inputs: q, k, v, cum_seq_q, cum_seq_k, max_q,
+    # max_k, dropout_p, is_causal, ... (as PyTorch 2.x records them)
+    flash = {"Concrete Inputs": ["", "", "", "", "", "559", "559", "0.", "True", "False",
+                                 "0.125"]}
+    eff = {"Concrete Inputs": ["", "", "", "", "", "", "", "", "0.", "1", "True"]}
+    ops = [
+        ("aten::scaled_dot_product_attention", [(16, 16, 559, 64)] * 3, [bf] * 3, {}),
+        ("aten::_flash_attention_forward", [(16, 559, 16, 64)] * 3 + [[], []], [bf] * 3, flash),
+        # the memory-efficient kernel's own op, custom_mask_type 1 (causal from the top left)
+        ("aten::_efficient_attention_forward", [(2, 1024, 8, 64)] * 3, [bf] * 3, eff),
+    ]
+    ev = [_op(ops[0][0], 0, 500, ops[0][1], ops[0][2]),
+          _op(ops[1][0], 10, 100, *ops[1][1:3], **ops[1][3]), _launch(1, 20),
+          _kernel("flash_fwd_kernel", 1, 10_000, 115),
+          _op(ops[2][0], 200, 100, *ops[2][1:3], **ops[2][3]), _launch(2, 210),
+          _kernel("fmha_cutlassF", 2, 11_000, 80)]
+    c = compare_trace(_write(tmp_path, events=ev,
+                             props=({"id": 0, "name": "NVIDIA H100 80GB HBM3"},)))
+    (fa,) = _by_name(c, "aten::_flash_attention_forward")
+    # [16, 559, 16, 64] read as 16 sequences x 16 heads x 559 tokens x 64 dims, causal; FA2
+    # is what PyTorch's flash op runs on Hopper
+    want = predict_attention(AttentionShape(16, 16, 16, 559, 559, 64, 64, causal=True),
+                             dtype="bf16", gpu="h100", attention="fa2").time_s
+    assert fa.cls == "attention" and fa.predicted_s == pytest.approx(want)
+    assert "B=16 H=16 S=559x559 D=64 bf16 causal forward" in fa.what
+    (me,) = _by_name(c, "aten::_efficient_attention_forward")
+    want = predict_attention(AttentionShape(2, 8, 8, 1024, 1024, 64, 64, causal=True),
+                             dtype="bf16", gpu="h100", attention="fa2").time_s
+    assert me.predicted_s == pytest.approx(want)
+    # SDPA's own op launched nothing: its kernel is its child's, priced once
+    assert not _by_name(c, "aten::scaled_dot_product_attention")
+
+
+def test_graph_replayed_kernels_are_attributed_to_their_launch(tmp_path):
+    """Issue 52: vLLM's and SGLang's decode steps replay CUDA/HIP graphs; their kernels ran
+    outside any operator and were counted unattributed (1-4% of such traces attributed)."""
+    graph = {"ph": "X", "cat": "cuda_runtime", "name": "hipGraphLaunch", "pid": 10, "tid": 1,
+             "ts": 600, "dur": 20, "args": {"correlation": 50}}
+    ev = _events() + [graph, _kernel("graph_gemm", 50, 2000, 300),
+                      _kernel("graph_norm", 50, 2300, 100)]
+    c = compare_trace(_write(tmp_path, events=ev))
+    base = compare_trace(_write(tmp_path, events=_events()))
+    # the replay's 400 us go to the graph launch, not to the unattributed
+    assert c.graph_s == pytest.approx(400e-6)
+    assert {(u.kernel, u.reason) for u in c.graphed} == {
+        ("graph_gemm", "replayed by hipGraphLaunch"), ("graph_norm", "replayed by hipGraphLaunch")}
+    assert c.unattributed == base.unattributed and c.attributed_s == base.attributed_s
+    assert c.accounted_fraction == pytest.approx((base.attributed_s + 400e-6) / c.kernel_s)
+    assert "to CUDA/HIP graph launches" in c.to_markdown()
+
+
+@pytest.mark.parametrize("edit,match", [
+    (lambda ev: ev[3]["args"].update(correlation="abc"), "has correlation 'abc', not an "
+                                                         "integer id"),
+    (lambda ev: ev[4]["args"].update(correlation=float("inf")), "has correlation inf"),
+    (lambda ev: ev[4].update(dur=-349), "dur -349.*durations of 0 or more"),
+    (lambda ev: ev[4].update(ts=float("nan")), "has ts nan"),
+])
+def test_broken_events_are_refused_naming_the_event(tmp_path, edit, match):
+    """Issue 52: a non-integer or infinite correlation id raised ValueError/OverflowError,
+    and negative durations were read ("device time -349 s ... attributed 100%")."""
+    ev = _events()
+    edit(ev)
+    with pytest.raises(ValueError, match=r"event \d+ .*" + match):
+        read_trace(_write(tmp_path, events=ev))
+
+
+def test_a_truncated_gzip_is_refused(tmp_path):
+    path = _write(tmp_path, gz=True)
+    data = open(path, "rb").read()
+    with open(path, "wb") as f:
+        f.write(data[: len(data) // 2])
+    with pytest.raises(ValueError, match="not a PyTorch profiler trace \(a truncated gzip"):
+        read_trace(path)
 
 
 def test_inductor_kernels_are_grouped_without_a_model(tmp_path):

@@ -161,10 +161,20 @@ class TraceComparison:
     #: collective"`` (priced on the SMs it left), and ``"model's kernel choice"`` (every
     #: GEMM with the model's own tile and split on the whole GPU, as ``analyze`` predicts)
     gemm_by_setting: tuple = ()
+    #: device time of the kernels graph replays ran (attributed to their graph launches,
+    #: not to operators: ``fxshape.traces.pairing``), and those kernels by name
+    graph_s: float = 0.0
+    graphed: tuple = ()
 
     @property
     def attributed_fraction(self) -> float:
+        """Of the device time, what operators account for (graph replays not counted)."""
         return self.attributed_s / self.kernel_s if self.kernel_s else 0.0
+
+    @property
+    def accounted_fraction(self) -> float:
+        """Of the device time, what operators and graph launches account for."""
+        return (self.attributed_s + self.graph_s) / self.kernel_s if self.kernel_s else 0.0
 
     @property
     def modelled_fraction(self) -> float:
@@ -204,6 +214,8 @@ class TraceComparison:
             "gemm_by_bound": [c.as_dict() for c in self.gemm_by_bound],
             "gemm_by_setting": [c.as_dict() for c in self.gemm_by_setting],
             "unattributed": [u.__dict__ for u in self.unattributed],
+            "graph_s": self.graph_s, "accounted_fraction": self.accounted_fraction,
+            "graphed": [u.__dict__ for u in self.graphed],
             "no_model": [{"name": n, "reason": r, "count": c, "measured_s": t}
                          for n, r, c, t in self.no_model()],
             "ops": [o.as_dict() for o in self.ops], "notes": list(self.notes)}
@@ -236,7 +248,11 @@ class TraceComparison:
         out.append(f"device time {us(self.kernel_s)} us over a {us(self.window_s)} us window "
                    f"(idle {us(self.idle_s)} us); attributed to operators "
                    f"{100 * self.attributed_fraction:.1f}%, to operators with a model "
-                   f"{100 * self.modelled_fraction:.1f}%")
+                   f"{100 * self.modelled_fraction:.1f}%"
+                   + (f"; to CUDA/HIP graph launches {100 * self.graph_s / self.kernel_s:.1f}%"
+                      f" (replayed kernels: their operators ran at capture, not in this "
+                      f"trace; {100 * self.accounted_fraction:.1f}% accounted for)"
+                      if self.graph_s else ""))
         out.append("")
         rows = [(c.cls, c.ops, us(c.measured_s), us(c.predicted_s),
                  f"{100 * c.median:.1f}", f"{100 * c.p90:.1f}", f"{100 * c.signed_median:+.1f}",
@@ -278,6 +294,12 @@ class TraceComparison:
             out.append(tabulate([(u.kernel[:80], u.reason, u.count, us(u.time_s))
                                  for u in self.unattributed[:worst]],
                                 headers=("kernel", "why", "count", "us"), tablefmt="github",
+                                disable_numparse=True))
+        if self.graphed and worst > 0:
+            out += ["", "device time graph replays ran (attributed to the graph launch):"]
+            out.append(tabulate([(u.kernel[:80], u.reason, u.count, us(u.time_s))
+                                 for u in self.graphed[:worst]],
+                                headers=("kernel", "how", "count", "us"), tablefmt="github",
                                 disable_numparse=True))
         out += [f"note: {n}" for n in self.notes]
         return "\n".join(out) + "\n"
@@ -376,6 +398,13 @@ def compare_trace(path, gpu=None, *, params_path: str | None = None) -> TraceCom
         a[1] += ev.dur * 1e-6
     unattributed = sorted((Unattributed(w, k, c, t) for (w, k), (c, t) in loose.items()),
                           key=lambda u: (-u.time_s, u.kernel, u.reason))
+    graph = defaultdict(lambda: [0, 0.0])
+    for ev, launch in pairing.graphed:
+        a = graph[(f"replayed by {launch}", ev.name)]
+        a[0] += 1
+        a[1] += ev.dur * 1e-6
+    graphed = sorted((Unattributed(w, k, c, t) for (w, k), (c, t) in graph.items()),
+                     key=lambda u: (-u.time_s, u.kernel, u.reason))
     kernel_s = sum(ev.dur for ev in trace.device_events) * 1e-6
     attributed = sum(r.measured_s for r in records)
     modelled = sum(r.measured_s for r in records if r.predicted_s is not None)
@@ -405,7 +434,8 @@ def compare_trace(path, gpu=None, *, params_path: str | None = None) -> TraceCom
                      "= False)")
     return TraceComparison(trace.path, spec.name, how, tuple(records), tuple(by_class),
                            kernel_s, attributed, modelled, tuple(unattributed), idle, window,
-                           tuple(notes), tuple(by_bound), tuple(by_setting))
+                           tuple(notes), tuple(by_bound), tuple(by_setting),
+                           sum(u.time_s for u in graphed), tuple(graphed))
 
 
 def _price_ops(trace, spec, pairing, beside, params_path) -> list:

@@ -20,7 +20,9 @@ from __future__ import annotations
 
 import gzip
 import json
+import math
 import os
+import zlib
 from dataclasses import dataclass
 
 __all__ = ["TraceOp", "Launch", "DeviceEvent", "Trace", "read_trace", "RECORD_HINT"]
@@ -134,9 +136,12 @@ def _load_json(path: str):
     try:
         with opener(path, "rt", encoding="utf-8") as f:
             return json.load(f)
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise ValueError(f"{path!r} is not a PyTorch profiler trace (not JSON: "
-                         f"{type(exc).__name__}); {RECORD_HINT}") from None
+    except (OSError, EOFError, zlib.error, UnicodeDecodeError, json.JSONDecodeError,
+            RecursionError) as exc:
+        cut = isinstance(exc, (EOFError, zlib.error)) or "Compressed file ended" in str(exc)
+        raise ValueError(f"{path!r} is not a PyTorch profiler trace ("
+                         + ("a truncated gzip file" if cut else f"not JSON: "
+                            f"{type(exc).__name__}") + f"); {RECORD_HINT}") from None
 
 
 def _num(v, default=None):
@@ -148,6 +153,22 @@ def _num(v, default=None):
         return float(v)
     except (TypeError, ValueError):
         return default
+
+
+def _corr(v, i: int, name: str, path) -> int | None:
+    """A correlation id: an integer (a whole float too, as some writers store it), None
+    when absent; anything else is a broken trace, refused naming the event."""
+    if v is None:
+        return None
+    if isinstance(v, bool) or not isinstance(v, (int, float, str)):
+        ok = None
+    else:
+        f = _num(v)
+        ok = int(f) if f is not None and math.isfinite(f) and f == int(f) else None
+    if ok is None:
+        raise ValueError(f"{os.fspath(path)!r}: event {i} ({name[:60]}) has correlation "
+                         f"{v!r}, not an integer id; {RECORD_HINT}")
+    return ok
 
 
 def _tup(v):
@@ -183,6 +204,10 @@ def read_trace(path) -> Trace:
         ts, dur = _num(e.get("ts")), _num(e.get("dur"), 0.0)
         if not isinstance(name, str) or ts is None:
             continue
+        if not (math.isfinite(ts) and math.isfinite(dur)) or dur < 0:
+            raise ValueError(f"{os.fspath(path)!r}: event {i} ({name[:60]}) has ts {ts!r} and "
+                             f"dur {dur!r}: a profiler writes finite times and durations of "
+                             f"0 or more; {RECORD_HINT}")
         a = e.get("args") if isinstance(e.get("args"), dict) else {}
         if cat == "operator" and "#" in name and "::" not in name:
             continue  # the first traces' record_function ranges (ProfilerStep#3,
@@ -198,16 +223,17 @@ def read_trace(path) -> Trace:
                 tuple((k, _tup(a[k])) for k in _SCALAR_ARGS if k in a)))
         elif cat in _RUNTIME_CATS and "correlation" in a:
             launches.append(Launch(name, e.get("pid"), e.get("tid"), float(ts), float(dur),
-                                   int(a["correlation"])))
+                                   _corr(a["correlation"], i, name, path)))
         elif cat in _DEVICE_CATS:
-            corr = a.get("correlation")
+            corr = _corr(a.get("correlation"), i, name, path)
             grid, block = a.get("grid"), a.get("block")
             dev.append(DeviceEvent(
                 len(dev), name, _DEVICE_CATS[cat], a.get("device"), a.get("stream"),
-                float(ts), float(dur), int(corr) if _num(corr) is not None else None,
+                float(ts), float(dur), corr,
                 tuple(grid) if isinstance(grid, list) else None,
                 tuple(block) if isinstance(block, list) else None,
-                int(a["bytes"]) if _num(a.get("bytes")) is not None else None))
+                int(nb) if (nb := _num(a.get("bytes"))) is not None and math.isfinite(nb)
+                and nb >= 0 else None))
     where = repr(os.fspath(path))
     if not any(d.kind == "kernel" for d in dev):
         raise ValueError(f"{where} has no GPU kernels (a CPU-only trace?); {RECORD_HINT}")

@@ -9,7 +9,10 @@ each operator's enclosing one.
 
 A device event is *unattributed* when its correlation id has no launch in the trace (the
 launch fell outside the recording window) or when no operator encloses its launch (work
-started by Python code outside any ``aten`` op, or a library thread).
+started by Python code outside any ``aten`` op, or a library thread). A kernel that a graph
+replay ran (its launch a ``cudaGraphLaunch`` / ``hipGraphLaunch`` outside any operator:
+vLLM's and SGLang's decode steps) is attributed to that graph launch (``graphed``): its
+operators ran when the graph was captured, which the replay's trace does not hold.
 """
 
 from __future__ import annotations
@@ -24,6 +27,11 @@ __all__ = ["Pairing", "pair"]
 #: why a device event has no operator
 NO_LAUNCH = "its launch is not in the trace"
 OUTSIDE = "launched outside any operator"
+#: the runtime calls that replay a captured graph: each kernel of the replay names the
+#: graph launch's correlation id (vLLM's and SGLang's decode steps, torch.compile's
+#: "reduce-overhead")
+GRAPH_LAUNCHES = ("cudaGraphLaunch", "cudaGraphLaunch_v10000", "cuGraphLaunch",
+                  "hipGraphLaunch")
 
 
 @dataclass(frozen=True)
@@ -36,6 +44,9 @@ class Pairing:
     by_op: dict
     unattributed: tuple
     parent: dict = field(default_factory=dict)
+    #: ``(device event, the graph launch's name)`` for the kernels a graph replay ran
+    #: outside any operator: attributed to the launch (their operators ran at capture)
+    graphed: tuple = ()
 
 
 def pair(trace: Trace) -> Pairing:
@@ -73,13 +84,15 @@ def pair(trace: Trace) -> Pairing:
                 stack.append(item)
             elif stack:
                 owner[item.correlation] = stack[-1].index
-    by_op, loose = defaultdict(list), []
+    by_op, loose, graphed = defaultdict(list), [], []
     for ev in trace.device_events:
         ln = launch_of.get(ev.correlation) if ev.correlation is not None else None
         if ln is None:
             loose.append((ev, NO_LAUNCH))
         elif ln.correlation in owner:
             by_op[owner[ln.correlation]].append(ev)
+        elif ln.name in GRAPH_LAUNCHES:
+            graphed.append((ev, ln.name))
         else:
             loose.append((ev, OUTSIDE))
-    return Pairing(dict(by_op), tuple(loose), parent)
+    return Pairing(dict(by_op), tuple(loose), parent, tuple(graphed))

@@ -352,25 +352,52 @@ def _aten(name: str):
 
 
 @functools.lru_cache(maxsize=None)
-def _is_causal_at(name: str):
-    """Where aten operator ``name``'s ``is_causal`` argument is in its schema (what its
+def _arg_at(name: str, arg: str):
+    """Where aten operator ``name``'s argument ``arg`` is in its schema (what its
     ``Concrete Inputs`` follow), or None."""
     packet = _aten(name)
     schema = getattr(getattr(packet, "default", None), "_schema", None)
     names = [a.name for a in schema.arguments] if schema is not None else []
-    return names.index("is_causal") if "is_causal" in names else None
+    return names.index(arg) if arg in names else None
 
 
-def _attention(op, ctx, direction, first):
-    dims = op.dims[first:first + 3]
-    if len(dims) < 3 or not all(_is_shape(d) and len(d) == 4 for d in dims):
-        raise NoModel("q, k and v shapes are not recorded as [batch, heads, seq, dim]")
-    (b, h, sq, d), (_, hk, sk, _), (_, _, _, dv) = dims
-    causal = False
+def _concrete(op, arg: str):
+    """The recorded value (a string) of scalar argument ``arg`` of ``op``, or None."""
     concrete = op.arg("Concrete Inputs")
-    at = _is_causal_at(op.name)
+    at = _arg_at(op.name, arg)
     if isinstance(concrete, tuple) and at is not None and at < len(concrete):
-        causal = concrete[at] == "True"
+        return concrete[at]
+    return None
+
+
+def _bhsd(op, first, layout):
+    """``((b, h, s, d) of q, k, v), note``: the recorded shapes as [batch, heads, seq, dim].
+    FlashAttention's and the memory-efficient kernel's own ops take [batch, seq, heads,
+    dim]; a variable-length call ([tokens, heads, dim] with cumulative sequence lengths) is
+    priced as its sequences at equal length."""
+    dims = op.dims[first:first + 3]
+    if len(dims) < 3 or not all(_is_shape(d) for d in dims):
+        raise NoModel("q, k and v shapes are not recorded")
+    if layout == "bshd" and all(len(d) == 3 for d in dims):
+        cum = op.dims[first + 3] if len(op.dims) > first + 3 else ()
+        if not (_is_shape(cum) and len(cum) == 1 and cum[0] > 1):
+            raise NoModel("a variable-length call without its sequence offsets recorded")
+        b = cum[0] - 1
+        return (tuple((b, h, max(1, round(t / b)), d) for t, h, d in dims),
+                f" (variable length: {b} sequences of equal length assumed)")
+    if not all(len(d) == 4 for d in dims):
+        raise NoModel("q, k and v shapes are not recorded as [batch, heads, seq, dim]")
+    if layout == "bshd":
+        return tuple((b, h, s, d) for b, s, h, d in dims), ""
+    return tuple(tuple(d) for d in dims), ""
+
+
+def _attention(op, ctx, direction, first, layout="bhsd"):
+    ((b, h, sq, d), (_, hk, sk, _), (_, _, _, dv)), varlen = _bhsd(op, first, layout)
+    causal = _concrete(op, "is_causal") == "True"
+    mask = _concrete(op, "custom_mask_type")  # the memory-efficient kernel's: 1, 2 causal
+    if isinstance(mask, str) and mask.strip() in ("1", "2"):
+        causal = True
     key, _ = trace_dtype(op.types[first] if first < len(op.types) else "")
     if key not in ("fp16", "bf16"):
         raise NoModel(f"fused attention in {key or op.types[first]!r}")
@@ -382,7 +409,7 @@ def _attention(op, ctx, direction, first):
     except ValueError as exc:
         raise NoModel(str(exc)) from None
     return Priced("attention", p.time_s, f"B={b} H={h} S={sq}x{sk} D={d} {key} "
-                  f"{'causal ' if causal else ''}{direction} ({p.kernel})",
+                  f"{'causal ' if causal else ''}{direction} ({p.kernel}){varlen}",
                   attention=(shape, direction, key, choice))
 
 
@@ -411,6 +438,30 @@ def _sdpa(op, ctx):
                         "aten::_scaled_dot_product_cudnn_attention_backward")
 def _sdpa_bwd(op, ctx):
     return _attention(op, ctx, "backward", 1)  # grad_out first, then q, k, v
+
+
+# the kernels' own ops, which SDPA's ops call and which launch the kernels (so a trace's
+# kernels pair with them): FlashAttention's and the memory-efficient kernel's take q, k, v
+# as [batch, seq, heads, dim], cuDNN's as SDPA does
+@register_trace_handler("aten::_flash_attention_forward", "aten::_efficient_attention_forward")
+def _kernel_attention(op, ctx):
+    return _attention(op, ctx, "forward", 0, "bshd")
+
+
+@register_trace_handler("aten::_flash_attention_backward",
+                        "aten::_efficient_attention_backward")
+def _kernel_attention_bwd(op, ctx):
+    return _attention(op, ctx, "backward", 1, "bshd")
+
+
+@register_trace_handler("aten::_cudnn_attention_forward")
+def _cudnn_attention(op, ctx):
+    return _attention(op, ctx, "forward", 0)
+
+
+@register_trace_handler("aten::_cudnn_attention_backward")
+def _cudnn_attention_bwd(op, ctx):
+    return _attention(op, ctx, "backward", 1)
 
 
 # ---------------------------------------------------------------------------------------
