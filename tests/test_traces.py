@@ -411,6 +411,22 @@ def test_calibrating_from_a_trace_refuses_what_it_cannot_fit(tmp_path):
         calibrate_from_trace(_write(tmp_path), dtype="fp32", out=str(tmp_path / "p.json"))
 
 
+def test_calibrating_refuses_another_gpus_trace_and_a_directory(tmp_path):
+    """Issue 52: a trace of an A100 calibrated with gpu='h100' wrote H100 constants from A100
+    kernels without a word; an output path that is a directory failed after the fit."""
+    from fxshape.traces.calibrate import calibrate_from_trace
+
+    shapes = [(1, m, n, 1024) for m in (128, 512, 2048) for n in (1024, 4096, 8192)]
+    path = _gemm_trace(tmp_path, shapes, None, gpu_name="NVIDIA A100-SXM4-80GB")
+    with pytest.raises(ValueError, match="the trace ran on a100-sxm4-80gb .*not h100-sxm"):
+        calibrate_from_trace(path, gpu="h100", out=str(tmp_path / "p.json"))
+    assert not (tmp_path / "p.json").exists()
+    with pytest.raises(ValueError, match="is a directory; give the parameter file's path"):
+        calibrate_from_trace(path, out=str(tmp_path))
+    with pytest.raises(ValueError, match="does not exist"):
+        calibrate_from_trace(path, out=str(tmp_path / "no" / "p.json"))
+
+
 def test_calibrate_trace_on_the_command_line(tmp_path, capsys):
     from fxshape import cli
 

@@ -20,6 +20,7 @@ fp32 SIMT constants need the kernel names of a profiler trace (``bench/fit_fp32.
 from __future__ import annotations
 
 import json
+import os
 import statistics
 import sys
 import time
@@ -110,6 +111,20 @@ def fit_rows(rows, gpu, *, start: ModelParams | None = None, hold=()):
     return params, summary
 
 
+def check_out_path(path) -> None:
+    """A parameter file's path a fit may write to, checked before the fit runs: not a
+    directory, in a directory that exists (one line naming what is wrong)."""
+    if not isinstance(path, (str, os.PathLike)) or not os.fspath(path):
+        raise ValueError(f"the parameter file's path must be a file path, got {path!r}")
+    path = os.fspath(path)
+    if os.path.isdir(path):
+        raise ValueError(f"{path!r} is a directory; give the parameter file's path (e.g. "
+                         f"{os.path.join(path, 'fxshape_params.json')!r})")
+    parent = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(parent):
+        raise ValueError(f"cannot write {path!r}: its directory {parent!r} does not exist")
+
+
 def write_params(path: str, params: ModelParams, summary: dict, device: str = "",
                  extra: dict | None = None, sections: dict | None = None) -> None:
     """Write a parameter file holding one GPU (it overlays the packaged constants);
@@ -154,6 +169,7 @@ def calibrate(*, quick: bool = False, out: str = "fxshape_params.json", gpu: str
 
     from .measure import CudaEventTimer, measure
 
+    check_out_path(out)  # before the sweep, not after it
     if not torch.cuda.is_available():
         raise RuntimeError("fxshape calibrate measures GEMMs on a GPU and needs one visible "
                            "to PyTorch (torch.cuda.is_available() is False: no CUDA/ROCm "

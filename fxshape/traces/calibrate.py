@@ -375,10 +375,15 @@ def calibrate_from_trace(path, *, gpu=None, out: str = "fxshape_params.json",
             dtype to fit (fp32 without TF32 runs SIMT kernels: ``bench/fit_fp32.py``), or
             with fewer than :data:`MIN_ROWS` distinct shapes.
     """
-    from ..fit.calibrate import fit_rows, write_params
+    from ..fit.calibrate import check_out_path, fit_rows, write_params
 
+    check_out_path(out)  # before the fit, not after it
     c = compare_trace(path, gpu=gpu)
     spec = get_gpu(c.gpu)
+    if c.trace_gpu:
+        raise ValueError(f"the trace ran on {c.trace_gpu} (its deviceProperties), not "
+                         f"{spec.name}: its kernels would be written as {spec.name}'s "
+                         f"constants; drop --gpu (gpu=) or give {c.trace_gpu}")
     rows = trace_rows(c)
     counts = Counter(r.dtype for r in rows)
     if not counts:

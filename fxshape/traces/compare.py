@@ -165,6 +165,9 @@ class TraceComparison:
     #: not to operators: ``fxshape.traces.pairing``), and those kernels by name
     graph_s: float = 0.0
     graphed: tuple = ()
+    #: the GPU the trace's deviceProperties name, where they name one that differs from
+    #: ``gpu`` (a GPU given other than the trace's): "" otherwise
+    trace_gpu: str = ""
 
     @property
     def attributed_fraction(self) -> float:
@@ -417,12 +420,14 @@ def compare_trace(path, gpu=None, *, params_path: str | None = None) -> TraceCom
         window += w * 1e-6
         idle += (w - _union_length(ivs)) * 1e-6
     notes = []
+    other = ""
     if how == "given" and trace.device_properties:
         try:
             seen, _ = resolve_trace_gpu(trace)
         except ValueError:
             seen = None
         if seen is not None and seen.name != spec.name:
+            other = seen.name
             notes.append(f"the trace's device is {seen.name}; predicted on {spec.name} as "
                          "asked")
     if len(by_device) > 1:
@@ -435,7 +440,7 @@ def compare_trace(path, gpu=None, *, params_path: str | None = None) -> TraceCom
     return TraceComparison(trace.path, spec.name, how, tuple(records), tuple(by_class),
                            kernel_s, attributed, modelled, tuple(unattributed), idle, window,
                            tuple(notes), tuple(by_bound), tuple(by_setting),
-                           sum(u.time_s for u in graphed), tuple(graphed))
+                           sum(u.time_s for u in graphed), tuple(graphed), other)
 
 
 def _price_ops(trace, spec, pairing, beside, params_path) -> list:
