@@ -547,6 +547,39 @@ def test_the_attention_kernels_own_ops_are_priced(tmp_path):
     assert not _by_name(c, "aten::scaled_dot_product_attention")
 
 
+def test_convolutions_are_priced_as_implicit_gemms(tmp_path):
+    """Issue 52: convolutions had no model (ViT patch embeddings, ResNets: 5-15% of such
+    traces unpriced)."""
+    bf = "c10::BFloat16"
+    # cudnn_convolution(self, weight, padding, stride, dilation, groups, ...): a ViT-B/16
+    # patch embedding, [8, 3, 224, 224] through [768, 3, 16, 16] at stride 16
+    fwd = {"Concrete Inputs": ["", "", "[0, 0]", "[16, 16]", "[1, 1]", "1", "False", "False",
+                               "True"]}
+    # convolution_backward(grad_output, input, weight, bias_sizes, stride, padding,
+    # dilation, transposed, output_padding, groups, output_mask): a 3x3 ResNet conv
+    bwd = {"Concrete Inputs": ["", "", "", "[0]", "[1, 1]", "[1, 1]", "[1, 1]", "False",
+                               "[0, 0]", "1", "[True, True, False]"]}
+    ev = [_op("aten::cudnn_convolution", 0, 50, [(8, 3, 224, 224), (768, 3, 16, 16)],
+              [bf, bf], **fwd), _launch(1, 10), _kernel("cudnn_conv_fprop", 1, 10_000, 40),
+          _op("aten::convolution_backward", 100, 50,
+              [(32, 64, 56, 56), (32, 64, 56, 56), (64, 64, 3, 3)], [bf, bf, bf], **bwd),
+          _launch(2, 110), _kernel("cudnn_dgrad", 2, 11_000, 60), _launch(3, 120),
+          _kernel("cudnn_wgrad", 3, 11_100, 70)]
+    c = compare_trace(_write(tmp_path, events=ev))
+    (f,) = _by_name(c, "aten::cudnn_convolution")
+    # (224 - 16) / 16 + 1 = 14: M = 8 x 14 x 14 = 1568, N = 768, K = 3 x 16 x 16 = 768
+    want = fxshape.predict_matmul(1568, 768, 768, dtype="bf16", gpu="a100-sxm4-40gb").time_s
+    assert f.cls == "conv" and f.predicted_s == pytest.approx(want)
+    assert "fprop M=1568 N=768 K=768 bf16" in f.what
+    (b,) = _by_name(c, "aten::convolution_backward")
+    # dgrad: M = 32 x 56 x 56 = 100352, N = 64, K = 64 x 9 = 576; wgrad: M = 64,
+    # N = 64 x 9 = 576, K = 32 x 56 x 56 = 100352; the bias gradient not asked for
+    want = (fxshape.predict_matmul(100352, 64, 576, dtype="bf16", gpu="a100-sxm4-40gb").time_s
+            + fxshape.predict_matmul(64, 576, 100352, dtype="bf16", gpu="a100-sxm4-40gb").time_s)
+    assert b.predicted_s == pytest.approx(want) and b.measured_s == pytest.approx(130e-6)
+    assert "conv" in {e.cls for e in c.by_class}
+
+
 def test_graph_replayed_kernels_are_attributed_to_their_launch(tmp_path):
     """Issue 52: vLLM's and SGLang's decode steps replay CUDA/HIP graphs; their kernels ran
     outside any operator and were counted unattributed (1-4% of such traces attributed)."""

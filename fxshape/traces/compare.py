@@ -34,7 +34,7 @@ from .price import NoModel, PriceContext, price_op
 __all__ = ["TraceOpRecord", "ClassError", "Unattributed", "TraceComparison", "compare_trace",
            "resolve_trace_gpu"]
 
-CLASSES = ("gemm", "attention", "memory", "communication")
+CLASSES = ("gemm", "conv", "attention", "memory", "communication")
 _HOST_COPY = ("HtoD", "DtoH", "HtoH", "Pageable", "Pinned")
 
 

@@ -95,8 +95,8 @@ class NoModel(Exception):
 
 @dataclass(frozen=True)
 class Priced:
-    """One operator's prediction: ``cls`` (``"gemm"``, ``"attention"``, ``"memory"``,
-    ``"communication"``), ``time_s`` (device time of its kernels) and ``what`` (the sizes
+    """One operator's prediction: ``cls`` (``"gemm"``, ``"conv"``, ``"attention"``,
+    ``"memory"``, ``"communication"``), ``time_s`` (device time of its kernels) and ``what`` (the sizes
     and dtype it was priced at)."""
 
     cls: str
@@ -335,6 +335,96 @@ def _mv(op, ctx):
         strides = strides[:ia + 1] + ((1, 1),) + strides[ia + 2:]
     return _gemm(dataclasses.replace(op, dims=dims, strides=strides), ctx, ia, ia + 1,
                  False)
+
+
+# ---------------------------------------------------------------------------------------
+# convolutions (cuDNN's and MIOpen's implicit GEMMs)
+# ---------------------------------------------------------------------------------------
+
+def _ints(op, arg: str, n: int):
+    """Integer list argument ``arg`` of ``op`` from its ``Concrete Inputs`` (``"[2, 2]"``;
+    one value stands for every spatial dimension), or None where not recorded."""
+    import re
+
+    v = _concrete(op, arg)
+    if not isinstance(v, str) or not v.strip():
+        return None
+    got = [int(x) for x in re.findall(r"-?\d+", v)]
+    if len(got) == 1:
+        got = got * n
+    return tuple(got) if len(got) == n else None
+
+
+def _conv_gemms(op, ctx, direction):
+    """The implicit GEMMs of a convolution as cuDNN runs it (``fxshape.analysis.ops``'s
+    convention): forward M = batch x output pixels, N = out channels / groups, K = in
+    channels / groups x kernel elements; backward the input gradient (M = batch x input
+    pixels) and the weight gradient (reducing over batch x output pixels)."""
+    if direction == "forward":
+        x, w = (op.dims + ((), ()))[:2]
+    else:
+        dy, x, w = (op.dims + ((), (), ()))[:3]
+    if not (_is_shape(x) and _is_shape(w)) or len(x) < 3 or len(x) != len(w):
+        raise NoModel("its input and weight shapes are not recorded as [N, C, spatial...]")
+    nd = len(x) - 2
+    groups = _concrete(op, "groups")
+    try:
+        g = int(groups) if isinstance(groups, str) and groups.strip() else 1
+    except ValueError:
+        g = 1
+    if _concrete(op, "transposed") == "True":
+        raise NoModel("a transposed convolution (not modelled)")
+    kernel = _numel(w[2:])
+    n, c_out, c_in = x[0], w[0], w[1]  # w: [out, in / groups, k...]
+    if direction == "forward":
+        stride, pad = _ints(op, "stride", nd), _ints(op, "padding", nd)
+        dil = _ints(op, "dilation", nd) or (1,) * nd
+        if stride is None or pad is None:
+            raise NoModel("its stride and padding are not recorded (Concrete Inputs)")
+        out = [(i + 2 * p - d * (k - 1) - 1) // s + 1
+               for i, k, s, p, d in zip(x[2:], w[2:], stride, pad, dil)]
+        if min(out) <= 0:
+            raise NoModel(f"an empty output {out}")
+        return [("fprop", g, n * _numel(out), c_out // g, c_in * kernel)]
+    if not _is_shape(dy) or len(dy) != len(x):
+        raise NoModel("its output gradient's shape is not recorded")
+    mask = _concrete(op, "output_mask")
+    want = [t == "True" for t in mask.strip("[]").replace(" ", "").split(",")] \
+        if isinstance(mask, str) and mask.strip() else [True, True]
+    gemms = []
+    if want and want[0]:
+        gemms.append(("dgrad", g, n * _numel(x[2:]), c_in, (c_out // g) * kernel))
+    if len(want) > 1 and want[1]:
+        gemms.append(("wgrad", g, c_out // g, c_in * kernel, n * _numel(dy[2:])))
+    if not gemms:
+        raise NoModel("a backward that computes only the bias gradient (a reduction)")
+    return gemms
+
+
+def _conv(op, ctx, direction):
+    gemms = _conv_gemms(op, ctx, direction)
+    first = 1 if direction == "backward" else 0
+    dkey = _gemm_dtype(op, ctx, first)
+    t, what = 0.0, []
+    try:
+        for name, g, m, n, k in gemms:
+            t += predict_matmul(m, n, k, batch=g, dtype=dkey, gpu=ctx.gpu,
+                                params_path=ctx.params_path).time_s
+            what.append(f"{name} {'B=' + str(g) + ' ' if g > 1 else ''}M={m} N={n} K={k}")
+    except ValueError as exc:
+        raise NoModel(str(exc)) from None
+    return Priced("conv", t, f"{', '.join(what)} {dkey} (implicit GEMM)")
+
+
+@register_trace_handler("aten::cudnn_convolution", "aten::miopen_convolution",
+                        "aten::convolution", "aten::_convolution")
+def _conv_fwd(op, ctx):
+    return _conv(op, ctx, "forward")
+
+
+@register_trace_handler("aten::convolution_backward")
+def _conv_bwd(op, ctx):
+    return _conv(op, ctx, "backward")
 
 
 # ---------------------------------------------------------------------------------------
