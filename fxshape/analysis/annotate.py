@@ -1945,7 +1945,7 @@ def _plan_step(records, opt_records, model, spec, dkey, execution, optimizer, to
                 stages=tuple(stages) if plan.pp > 1 else (),
                 critical=f"stage {slowest} of {plan.pp}, {stages[slowest].holds}"
                 if plan.pp > 1 else "",
-                microbatches=m)
+                microbatches=m, timeline=tuple(stages) if plan.pp == 1 else ())
 
 
 def _workload(model, example_inputs, example_kwargs, *, batch_size, seq_len, mode, tp,

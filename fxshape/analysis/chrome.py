@@ -12,8 +12,10 @@ under the host's gaps), its exposed part after them, which the compute stream wa
 Under a plan (``step.stages``) each pipeline rank is a process: its forward and backward
 passes of every micro-batch as the schedule ran them (``fxshape.parallelism.schedule.play``),
 then its tail: the exposed gradient synchronisation on a communication stream, then the
-optimizer. No host thread is drawn under a plan: a pass is one wall-clock event, not its
-ops.
+optimizer. A plan without a pipeline that the eager timeline is not (ZeRO's sharded
+collectives, micro-batches: ``step.timeline``) is drawn the same way, its one rank's
+micro-batches one after another. No host thread is drawn under a plan: a pass is one
+wall-clock event, not its ops.
 
 Times are microseconds from the step's start; the same report gives the same bytes.
 """
@@ -127,11 +129,11 @@ _PASS_NAMES = {"F": "forward", "B": "backward", "I": "backward (input gradient)"
                "W": "backward (weight gradient)"}
 
 
-def _pipeline(report) -> list:
+def _pipeline(report, stages) -> list:
     step = report.step
     ev = []
     m = max(1, step.microbatches)
-    for st in step.stages:
+    for st in stages:
         pid = st.rank
         ev.append(_meta(pid, 0, "process_name", f"rank {st.rank}: {report.gpu} (predicted; "
                                                 f"{st.holds})"))
@@ -174,7 +176,8 @@ def chrome_trace(report) -> dict:
     if step is None:
         raise ValueError("this report has no predicted step to draw (fxshape.analyze makes "
                          "one)")
-    events = _pipeline(report) if step.stages else _single(report)
+    events = _pipeline(report, step.stages or step.timeline) \
+        if step.stages or step.timeline else _single(report)
     return {"schemaVersion": 1, "displayTimeUnit": "ms",
             "deviceProperties": [{"id": 0, "name": report.gpu}],
             "otherData": {"producer": "fxshape (predicted step)", "gpu": report.gpu,

@@ -129,6 +129,11 @@ class Step:
     #: the expected error of ``time_s`` from the held-out validation of its GPU and regime
     #: (``fxshape.hardware.validation.ErrorBand``); None where there is none (unvalidated)
     error_band: object = None
+    #: a plan without a pipeline (ZeRO, micro-batches): its one rank's times as ``stages``
+    #: holds a pipeline's (``StageTime``: the micro-batches' passes, then the exposed
+    #: communication and the optimizer), which ``Report.to_chrome_trace`` draws; not in
+    #: ``as_dict``
+    timeline: tuple = field(default=(), compare=False)
 
     @property
     def mfu(self) -> float:
