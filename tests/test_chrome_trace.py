@@ -151,6 +151,10 @@ def test_a_plan_without_a_pipeline_draws_the_reported_step(tmp_path, plan, micro
     assert max(e["ts"] + e["dur"] for e in ev) == pytest.approx(r.step.time_s * 1e6,
                                                                  abs=1e-3)
     assert [e["name"] for e in ev][-1] == "optimizer"
+    # FSDP2 gathers the parameters in the compute dtype: its ops run no autocast casts,
+    # as its step prices none (ZeRO-1 keeps them)
+    casts = [o for o in r.ops if o.op == "autocast weight casts"]
+    assert (casts == []) == (plan.zero == 3)
 
 
 def test_the_command_line_and_bad_input(tmp_path, capsys):

@@ -1789,7 +1789,8 @@ def _step(records, model, spec, dkey, mode, tp, execution, optimizer, workload, 
         return _plan_step(records, opt_records, model, spec, dkey, execution, optimizer,
                           tokens, notes, plan=plan, topology=topology, groups=groups,
                           stacks=stacks, workload=workload, units=kept[3]), \
-            records + opt_records
+            records + ([r for r in opt_records if r.cls == "optimizer"] if plan.zero == 3
+                       else opt_records)  # FSDP2 gathers in the compute dtype: no casts
     step = step_of(records, execution=execution, mode=mode, optimizer=optimizer, spec=spec,
                    dkey=dkey, tokens=tokens, notes=notes)
     colls = communication_of(records, tp)
