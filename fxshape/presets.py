@@ -118,6 +118,11 @@ def _from_config_file(path: str) -> torch.nn.Module:
             data = json.load(f)
     except json.JSONDecodeError as exc:
         raise ValueError(f"{path} is not valid JSON: {exc}") from None
+    except (UnicodeDecodeError, RecursionError) as exc:
+        raise ValueError(f"{path} is not JSON text ({type(exc).__name__}: a binary or "
+                         "compressed file?)") from None
+    except OSError as exc:
+        raise ValueError(f"cannot read {path}: {exc.strerror}") from None
     if not isinstance(data, dict) or "model_type" not in data:
         raise ValueError(f"{path} has no 'model_type': not a Hugging Face config")
     return _from_config_dict(tf, data, path)

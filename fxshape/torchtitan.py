@@ -128,9 +128,16 @@ def _load(path: str) -> dict:
     if str(path).endswith(".json"):
         try:
             data = json.loads(text)
-        except ValueError as exc:
-            raise ValueError(f"torchtitan config {path}: not valid JSON ({exc})") from None
+        except (ValueError, RecursionError) as exc:
+            raise ValueError(f"torchtitan config {path}: not valid JSON "
+                             f"({type(exc).__name__})") from None
+        if not isinstance(data, dict):
+            raise ValueError(f"torchtitan config {path}: not a job (a JSON object of "
+                             f"sections, got {type(data).__name__})")
         spec = data.get("model_spec") or {}
+        if not isinstance(spec, dict):
+            raise ValueError(f"torchtitan config {path}: model_spec must be an object, got "
+                             f"{type(spec).__name__}")
         data.setdefault("model", {"name": spec.get("name"), "flavor": spec.get("flavor")})
         return data
     try:

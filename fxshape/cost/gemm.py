@@ -280,6 +280,14 @@ def _load_params(path: str) -> dict:
                          f"with 'gpus' (and optionally 'families', 'fp32'), as written by "
                          f"fxshape calibrate or bench/fit_model.py")
     need = set(ModelParams.FIELDS)
+    for sec, where in ((user, ""), (user.get("fp32") or {}, "fp32.")):
+        if not isinstance(sec, dict):
+            raise ValueError(f"{path!r}: its {where.rstrip('.') or 'top level'} is not a JSON "
+                             "object")
+        for key in _SECTIONS:
+            if not isinstance(sec.get(key) or {}, dict):
+                raise ValueError(f"{path!r}: its {where}{key} section is not an object of "
+                                 f"entries by name, got {type(sec.get(key)).__name__}")
     for sec in (user, user.get("fp32") or {}):
         for name, entry in (sec.get("gpus") or {}).items():
             missing = sorted(need - set(entry)) if isinstance(entry, dict) else ["all"]

@@ -16,6 +16,9 @@ def read_json(path: str, what: str):
         raise ValueError(f"cannot read {what} {path!r}: {exc.strerror}") from None
     except json.JSONDecodeError as exc:
         raise ValueError(f"{what} {path!r} is not JSON: {exc}") from None
+    except (UnicodeDecodeError, RecursionError) as exc:
+        raise ValueError(f"{what} {path!r} is not JSON text ({type(exc).__name__}: a "
+                         "binary or compressed file?)") from None
 
 
 def gpu_section(path: str, key: str, check) -> dict | None:

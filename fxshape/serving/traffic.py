@@ -113,6 +113,14 @@ def read_trace(path: str) -> tuple:
     if "\0" in text:
         raise ValueError(f"trace {path!r} is not a text CSV (it holds NUL bytes); accepted: a "
                          "CSV with the header " + ",".join(TRACE_COLUMNS))
+    try:
+        return _parse_trace(text, path)
+    except csv.Error as exc:
+        raise ValueError(f"trace {path!r} is not a CSV this reader takes ({exc}); accepted: "
+                         "a CSV with the header " + ",".join(TRACE_COLUMNS)) from None
+
+
+def _parse_trace(text: str, path: str) -> tuple:
     with io.StringIO(text, newline="") as f:
         reader = csv.reader(f)
         header = next(reader, None)
