@@ -23,8 +23,10 @@ from ..hardware.dtypes import canonical_dtype, kv_format
 from ..hardware.gpus import get_gpu
 from ..parallelism.experts import apportion, sharded_share
 from ..parallelism.plan import chunk_of_layer, layer_chunks, stage_layer_counts
-from ..tracing.configs import HEAD_FIELDS, check_config
+from ..tracing.configs import check_config
 from ..tracing.dedup import check_reduction, expand_rows, find_stacks, reduced_model, structure_key
+from ..tracing.facts import (expert_params, head_counts, hidden_size, input_embedding,
+                             routed_experts, tied_embedding_elements)
 from ..tracing.export import (DEFAULT_BATCH_SIZE, CaptureError, _is_hf, _seq_len, capture,
                               check_module, check_size, forward_arguments)
 from . import lowprec
@@ -198,7 +200,7 @@ def _with_traced_provenance(gm, rows, model, args, stacks):
         for bn, fn in pairs:
             fn.meta["fxshape_module"] = module_of(bn)[0]
         got, _ = annotate(fast, features=_features(target) if tp > 1 else None,
-                          heads=_head_counts(target), windows=_windows(target), **opts)
+                          heads=head_counts(target), windows=_windows(target), **opts)
         mine = _by_node(got)
         out = {}
         for bn, fn in pairs:
@@ -471,7 +473,7 @@ def _annotated(target, example_inputs, example_kwargs, kw, spec, dkey, tp, model
     gm = capture(target, example_inputs, example_kwargs, **kw)
     rows, unsupported = annotate(gm, gpu=spec, dtype=dkey, tp=tp,
                                  features=_features(target) if tp > 1 else None,
-                                 heads=_head_counts(target), windows=_windows(target),
+                                 heads=head_counts(target), windows=_windows(target),
                                  causal_decoder=_is_decoder(model), moe_routing=moe_routing,
                                  attention=attention, kv_dtype=kv[0], page_size=kv[1], cp=cp,
                                  ep=moe[0], capacity_factor=moe[1])
@@ -534,21 +536,8 @@ def _is_decoder(model) -> bool:
                 or name.endswith(("ForCausalLM", "LMHeadModel")))
 
 
-def _heads(model):
-    cfg = getattr(model, "config", None)
-    for attr in HEAD_FIELDS:
-        v = getattr(cfg, attr, None)
-        if isinstance(v, int):
-            return v
-    return None
 
 
-def _head_counts(model):
-    """(query heads, KV heads) from a model's config; either None when unknown."""
-    if not isinstance(model, torch.nn.Module):
-        return None, None
-    kv = getattr(getattr(model, "config", None), "num_key_value_heads", None)
-    return _heads(model), kv if isinstance(kv, int) and not isinstance(kv, bool) else None
 
 
 def _row(node, g: Gemm, fqn, cls, phase, dkey, spec) -> GemmRow:
@@ -724,7 +713,7 @@ def analyze(model, example_inputs=None, example_kwargs=None, *, gpu="h100",
                          "one of them")
     quant = lowprec.check_quantize(quantize, group_size, mode, dtype, gpu)
     state = None if quant is None else lowprec.QuantState(
-        quant, lowprec.quant_keep(model, quant, _input_embedding(model)[1]))
+        quant, lowprec.quant_keep(model, quant, input_embedding(model)[1]))
     if float8 is not None:
         lowprec.check_float8(float8, mode, dtype, gpu, execution)
         state = lowprec.float8_state(model, float8, plan)
@@ -955,7 +944,7 @@ def _analyze(model, example_inputs, example_kwargs, *, gpu, dtype, batch_size, s
                          "used): drop one or the other")
     if _is_hf(model):
         check_config(model.config)
-    heads, kv_heads = _head_counts(model)
+    heads, kv_heads = head_counts(model)
     check_tp(tp, heads, kv_heads)
     spec = get_gpu(gpu)
     dkey = canonical_dtype(dtype)
@@ -975,7 +964,7 @@ def _analyze(model, example_inputs, example_kwargs, *, gpu, dtype, batch_size, s
     if plan.ep > 1:
         from ..parallelism.experts import check_ep
 
-        experts = _n_experts(model)
+        experts = routed_experts(model)
         if not experts:
             raise ValueError(f"ep={plan.ep} spreads MoE experts over ranks, but "
                              f"{type(model).__name__} has no routed experts in its config "
@@ -1065,7 +1054,7 @@ def _analyze(model, example_inputs, example_kwargs, *, gpu, dtype, batch_size, s
 
             records, a2a_note = all_to_all_records(records, rows, ep=plan.ep, tp=tp, topology=topo,
                                                    item=run_dtype(dkey).itemsize,
-                                                   hidden=_hidden(model))
+                                                   hidden=hidden_size(model))
             step_notes = tuple(step_notes) + (a2a_note,)
         walk = _liveness(gm, dkey, mode, rows, tp, sequence_parallel,
                          unfused=attention == "math", grad_bytes=plan.grad_bytes,
@@ -1106,7 +1095,7 @@ def _analyze(model, example_inputs, example_kwargs, *, gpu, dtype, batch_size, s
                                        plan.grad_dtype == "fp32" else plan.describe(),
                                        microbatches=plan.microbatches, dp=plan.dp)
     if "shards" not in memo:  # the step's and the memory's
-        memo["shards"] = _shards(model, tp, rows, _head_counts(model), plan.ep)
+        memo["shards"] = _shards(model, tp, rows, head_counts(model), plan.ep)
     shards = memo["shards"]
     # the plan's parameters by stage and FSDP unit, for the step and the memory of a plan
     # played out (or selective recomputation's memory): computed once
@@ -1202,7 +1191,8 @@ def _analyze_decode(model, example_inputs, example_kwargs, *, gpu, dtype, batch_
     (``fxshape.tracing.decode``), analyzed as a forward of one token per sequence."""
     from ..cost.decode_attention import check_page_size
     from ..tracing.decode import (check_decoder, decode_capture, decode_target,
-                                  kv_cache_bytes, kv_heads_of, latent_kv, max_positions)
+                                  kv_cache_bytes, latent_kv)
+    from ..tracing.facts import kv_heads_of, max_positions
     from .rows import Workload
     from .serving import capacity_of
     from .step import run_dtype
@@ -1229,7 +1219,7 @@ def _analyze_decode(model, example_inputs, example_kwargs, *, gpu, dtype, batch_
     if kv_key == "nvfp4" and spec.arch != "blackwell":
         raise ValueError(f"kv_dtype='nvfp4' needs Blackwell (TensorRT-LLM's NVFP4 KV cache); "
                          f"{spec.name} is not; accepted here: 'fp8', 'int8'")
-    heads, kv_heads = _head_counts(model)
+    heads, kv_heads = head_counts(model)
     kv_heads = kv_heads or kv_heads_of(model.config)
     check_tp(tp, heads, kv_heads)
     wrapper, kwargs, length = decode_target(model, batch_size, context_len)
@@ -1342,8 +1332,8 @@ def _unrouted_expert_bytes(model, rows, tp, item, routing=None) -> int:
     expert GEMM reads only the experts that get rows (balanced routing: ``min(E, rows)`` of
     the ``E``; routing given: those with a share), as its rows are priced. 0 for a dense
     model or when every expert gets rows."""
-    experts = _expert_params(model)
-    e = _n_experts(model)
+    experts = expert_params(model)
+    e = routed_experts(model)
     if not experts or not e:
         return 0
     touched, total = {}, {}
@@ -1360,28 +1350,17 @@ def _unrouted_expert_bytes(model, rows, tp, item, routing=None) -> int:
     share = min(1.0, sum(touched.values()) / sum(total.values()))
     if share >= 1.0:
         return 0
-    shards = _shards(model, tp, rows, _head_counts(model))  # as memory.parameters holds them
+    shards = _shards(model, tp, rows, head_counts(model))  # as memory.parameters holds them
     held = sum(n for p, (n, _, _) in zip(model.parameters(), shards) if id(p) in experts)
     return int(held * item * (1.0 - share))
 
 
-def _input_embedding(model):
-    """``(weight, tied)``: the input embedding's weight (None without one) and whether the
-    output layer shares it."""
-    get_in = getattr(model, "get_input_embeddings", None)
-    get_out = getattr(model, "get_output_embeddings", None)
-    emb = get_in() if callable(get_in) else None
-    w = getattr(emb, "weight", None)
-    if not isinstance(w, torch.Tensor):
-        return None, False
-    out = get_out() if callable(get_out) else None
-    return w, out is not None and getattr(out, "weight", None) is w
 
 
 def _input_embedding_bytes(model, tp, item) -> int:
     """Bytes per GPU of the input embedding a decode step gathers a row a token of (0 when
     the output layer shares it: then all of it is read)."""
-    w, tied = _input_embedding(model)
+    w, tied = input_embedding(model)
     if w is None or tied:
         return 0
     return w.numel() // (tp if w.dim() >= 2 else 1) * item
@@ -1456,9 +1435,9 @@ def _shards(model, tp, rows=(), heads=(None, None), ep=1) -> list:
     row-parallel layer's weight (its bias is whole), and the vocabulary-parallel input
     embedding; everything else (norms, position embeddings, layers it does not know) is
     replicated, as its GEMMs are. With expert parallelism (``ep`` > 1) each GPU holds
-    ``1 / ep`` of every expert tensor (:func:`_expert_params`)."""
+    ``1 / ep`` of every expert tensor (``fxshape.tracing.facts.expert_params``)."""
     params = list(model.parameters())
-    experts = _expert_params(model) if ep > 1 else set()
+    experts = expert_params(model) if ep > 1 else set()
     if tp == 1:
         return [(p.numel() // (ep if id(p) in experts else 1), p.dim() >= 2, p.requires_grad)
                 for p in params]
@@ -1489,31 +1468,8 @@ def _shards(model, tp, rows=(), heads=(None, None), ep=1) -> list:
     return out
 
 
-def _n_experts(model) -> int:
-    """Routed experts per MoE layer from the model's config (0: not a MoE model)."""
-    cfg = getattr(model, "config", None)
-    return next((v for a in ("num_local_experts", "n_routed_experts", "num_experts",
-                             "moe_num_experts")
-                 if isinstance(v := getattr(cfg, a, None), int) and v > 1), 0)
 
 
-def _expert_params(model) -> set:
-    """``id``s of the routed experts' parameters: tensors of ``E`` stacked experts (leading
-    dimension ``E``, Transformers' fused expert layers) and the parameters of a module list
-    of ``E`` experts."""
-    e = _n_experts(model)
-    if not e:
-        return set()
-    out = set()
-    for name, mod in model.named_modules():
-        if name.split(".")[-1] != "experts":
-            continue
-        if isinstance(mod, torch.nn.ModuleList) and len(mod) == e:
-            out.update(id(p) for p in mod.parameters())
-            continue
-        out.update(id(p) for p in mod.parameters(recurse=False)
-                   if p.dim() >= 2 and p.shape[0] == e)
-    return out
 
 
 def _stack_layers(stacks) -> tuple:
@@ -1828,7 +1784,7 @@ def _param_groups(model, shards, stacks, plan):
     for name, mod in model.named_modules():
         for p in mod.parameters(recurse=False):
             owner.setdefault(id(p), name)
-    experts = _expert_params(model) if plan.ep > 1 else set()
+    experts = expert_params(model) if plan.ep > 1 else set()
     trained = [(p, n) for p, (n, _, trainable) in zip(model.parameters(), shards) if trainable]
     layer_units = [dict() for _ in range(stages)]
     layer_experts = [dict() for _ in range(stages)]
@@ -1843,7 +1799,7 @@ def _param_groups(model, shards, stacks, plan):
             layer_units[s][i] = layer_units[s].get(i, 0) + n
         if id(p) in experts:
             layer_experts[s][i] = layer_experts[s].get(i, 0) + n
-    tied = _tied_embedding(model)
+    tied = tied_embedding_elements(model)
     if tied and stages > 1:  # Megatron keeps a copy of a tied embedding on the last stage
         root[-1] += tied // plan.tp
     units = [{**{k: u[k] for k in sorted(u)}, None: root[s]} for s, u in enumerate(layer_units)]
@@ -1851,24 +1807,15 @@ def _param_groups(model, shards, stacks, plan):
             [sum(e.values()) for e in layer_experts], layer_experts)
 
 
-def _tied_embedding(model) -> int:
-    """Elements of an input embedding the output layer shares (0 when not tied)."""
-    w, tied = _input_embedding(model)
-    return w.numel() if tied else 0
 
 
-def _hidden(model) -> int:
-    """The model's hidden size from its config (0 when it has none)."""
-    cfg = getattr(model, "config", None)
-    return next((getattr(cfg, a) for a in ("hidden_size", "n_embd", "d_model")
-                 if isinstance(getattr(cfg, a, None), int)), 0)
 
 
 def _layer_input_bytes(model, workload, item) -> int:
     """One micro-batch's tokens x hidden in ``item`` bytes: what a checkpointed layer keeps
     (0 when the inputs were given, not synthesized)."""
     tokens = (workload.batch_size or 0) * (workload.seq_len or 0) if workload else 0
-    return tokens * _hidden(model) * item
+    return tokens * hidden_size(model) * item
 
 
 def _stack_info(stacks) -> list:
@@ -1888,7 +1835,7 @@ def _plan_step(records, opt_records, model, spec, dkey, execution, optimizer, to
     b = workload.batch_size or 1
     seq = workload.seq_len or 1
     # one rank's activation between stages: its 1/cp of each sequence
-    hidden_bytes = b * seq * _hidden(model) * item // (
+    hidden_bytes = b * seq * hidden_size(model) * item // (
         plan.tp if plan.sequence_parallel else 1) // plan.cp
     layers = max((s.length for s in stacks), default=0)
     if units is None:

@@ -376,7 +376,7 @@ def quantized_report(report, state, model):
         workload=dataclasses.replace(report.workload, quantize=q.label))
     if report.workload.mode == "decode" and report.capacity is not None:
         from .serving import capacity_of
-        from ..tracing.decode import max_positions
+        from ..tracing.facts import max_positions
 
         report = dataclasses.replace(report, capacity=capacity_of(
             report, max_positions=max_positions(model.config)))

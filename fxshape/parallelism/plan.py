@@ -206,7 +206,7 @@ class Parallel:
             elif not isinstance(sl, (tuple, list)) or len(sl) != self.stages or any(
                     isinstance(c, bool) or not isinstance(c, numbers.Integral) or c < 1
                     for c in sl):
-                raise ValueError(f"Parallel.stage_layers must be None, "
+                raise ValueError("Parallel.stage_layers must be None, "
                                  + ", ".join(repr(x) for x in STAGE_SPLITS)
                                  + f" or {self.stages} layer counts of at least 1 (one per "
                                  f"chunk: pp × virtual_stages = {self.stages}), got {sl!r}")

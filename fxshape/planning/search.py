@@ -87,15 +87,14 @@ class PlanSearch:
                 "notes": list(self.notes)}
 
 
-def model_shape(model) -> ModelShape:
-    """Layers, heads, KV heads and experts of ``model`` (what the plan rules need)."""
-    from ..analysis.annotate import _head_counts, _n_experts
-    from ..tracing.dedup import find_stacks
+def model_shape(model, facts=None) -> ModelShape:
+    """Layers, heads, KV heads and experts of ``model`` (what the plan rules need), from its
+    ``fxshape.tracing.facts.ModelFacts`` (``facts``, or read here)."""
+    from ..tracing.facts import model_facts
 
-    layers = max((s.length for s in find_stacks(model)), default=0)
-    heads, kv = _head_counts(model)
-    return ModelShape(layers=layers, heads=heads or 1, kv_heads=kv or heads or 1,
-                      experts=_n_experts(model))
+    f = facts or model_facts(model)
+    return ModelShape(layers=f.layers, heads=f.heads or 1, kv_heads=f.kv_heads or f.heads or 1,
+                      experts=f.experts)
 
 
 def _positive(v) -> bool:
@@ -151,7 +150,7 @@ def plan(model, *, gpus: int, global_batch: int, seq_len: int, gpu="h100", dtype
         ValueError: sizes that are not positive integers, more GPUs than the topology holds,
             a GPU or dtype fxshape does not know, or a model with nothing to plan.
     """
-    from ..analysis.annotate import _expert_params
+    from ..tracing.facts import model_facts
     from ..hardware.gpus import get_gpu
     from ..hardware.topology import get_topology, topology_for
     from ..tracing.export import _seq_len, check_module
@@ -188,7 +187,8 @@ def plan(model, *, gpus: int, global_batch: int, seq_len: int, gpu="h100", dtype
     if topo.gpus < gpus:
         raise ValueError(f"{gpus} GPUs exceed the {topo.gpus} of the topology "
                          f"{topo.name}:{topo.nodes}")
-    shape = model_shape(model)
+    facts = model_facts(model)
+    shape = model_shape(model, facts)
     plans, dropped = candidates(shape, gpus=gpus, global_batch=global_batch, seq_len=seq_len,
                                 gpus_per_node=topo.gpus_per_node,
                                 micro_batches=tuple(micro_batches),
@@ -199,8 +199,7 @@ def plan(model, *, gpus: int, global_batch: int, seq_len: int, gpu="h100", dtype
                          f"{shape.heads} heads) and {gpus} GPUs with a global batch of "
                          f"{global_batch}: " + "; ".join(f"{r} ({n})" for r, n in
                                                          sorted(dropped.items())))
-    expert_ids = _expert_params(model)
-    experts = sum(p.numel() for p in model.parameters() if id(p) in expert_ids)
+    experts = facts.expert_elements
     dense = sum(p.numel() for p in model.parameters()) - experts
     capacity = int(spec.memory_gb * 1024 ** 3)
     show = sys.stderr.isatty() if progress is None else progress

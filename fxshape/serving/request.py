@@ -126,7 +126,8 @@ def serve(model, *, gpu="h100", prompt_len: int, output_len: int, batch_size: in
     from ..analysis.annotate import analyze
     from ..cost.allreduce import check_algorithm
     from ..cost.gemv import check_gemv
-    from ..tracing.decode import check_decoder, max_positions
+    from ..tracing.decode import check_decoder
+    from ..tracing.facts import max_positions
     from ..tracing.export import check_size
 
     prompt_len = check_size("prompt_len", prompt_len, optional=False)

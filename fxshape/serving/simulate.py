@@ -204,7 +204,8 @@ class Server:
         from ..analysis.serving import capacity_of
         from ..cost.allreduce import check_algorithm
         from ..hardware.gpus import get_gpu
-        from ..tracing.decode import check_decoder, max_positions
+        from ..tracing.decode import check_decoder
+        from ..tracing.facts import max_positions
 
         check_algorithm(allreduce)
         if attention == "math":

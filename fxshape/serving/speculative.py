@@ -256,7 +256,8 @@ def speculate(model, *, prompt_len: int, output_len: int, draft="eagle", k: int 
     from ..analysis.annotate import analyze
     from ..analysis.serving import capacity_of
     from ..cost.allreduce import check_algorithm
-    from ..tracing.decode import check_decoder, max_positions
+    from ..tracing.decode import check_decoder
+    from ..tracing.facts import max_positions
     from ..tracing.export import check_size
 
     prompt_len = check_size("prompt_len", prompt_len, optional=False)

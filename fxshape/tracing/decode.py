@@ -22,9 +22,10 @@ import warnings
 import torch
 
 from .export import _seq_len, check_size
+from .facts import kv_heads_of
 
 __all__ = ["decode_target", "kv_cache_bytes", "check_decoder", "decode_capture",
-           "max_positions", "kv_heads_of"]
+           "latent_kv"]
 
 
 def check_decoder(model) -> None:
@@ -135,27 +136,6 @@ def _latent_cache(wrapper, model, batch) -> None:
                                   torch.zeros(batch, 1, 0, rope, dtype=dtype, device="meta"))
         setattr(wrapper, f"key_cache_{i}", layer.keys)
         setattr(wrapper, f"value_cache_{i}", layer.values)
-
-
-def kv_heads_of(cfg) -> int | None:
-    """The KV heads a config's attention makes, where the config does not name them
-    ``num_key_value_heads``: Falcon's ``multi_query`` (one KV head, or ``num_kv_heads``
-    with the new decoder architecture) and ``num_kv_heads``."""
-    if isinstance(getattr(cfg, "num_key_value_heads", None), int):
-        return cfg.num_key_value_heads
-    if getattr(cfg, "multi_query", False):
-        return cfg.num_kv_heads if getattr(cfg, "new_decoder_architecture", False) else 1
-    v = getattr(cfg, "num_kv_heads", None)
-    return v if isinstance(v, int) else None
-
-
-def max_positions(cfg) -> int | None:
-    """The positions a config allows (``max_position_embeddings``, ``n_positions``), or None."""
-    for attr in ("max_position_embeddings", "n_positions"):
-        v = getattr(cfg, attr, None)
-        if isinstance(v, int) and not isinstance(v, bool):
-            return v
-    return None
 
 
 def kv_cache_bytes(wrapper, itemsize: float, windows=None) -> int:
