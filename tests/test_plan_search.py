@@ -172,8 +172,8 @@ def test_states_bound_follows_the_optimizer():
                           recompute=(None,), zero=(0,))
     n = 1_000_000
     # one GPU, no sharding: fp32 master 4 + fp32 gradient 4 + state (AdamW 8, SGD 0) a param
-    assert _states_lower_bound(plans[0], n, 0, 8) == 16 * n
-    assert _states_lower_bound(plans[0], n, 0, 0) == 8 * n
+    assert _states_lower_bound(plans[0], n, 0, "adamw") == 16 * n
+    assert _states_lower_bound(plans[0], n, 0, "sgd") == 8 * n
 
 
 def test_sgd_plans_are_not_pruned_with_adamw_state():

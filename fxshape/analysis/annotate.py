@@ -1549,8 +1549,8 @@ def _plan_memory(model, walk, spec, dkey, optimizer, layers, workload, *, shards
     parameters (its stages'), ZeRO's shards of the fp32 master weights, gradients and
     optimizer state, FSDP's gathered blocks, and the activations of the micro-batches its
     schedule holds in flight."""
-    from ..cost.optimizer import state_bytes_per_param
     from ..parallelism.schedule import frozen_orders, in_flight, stages_of_rank
+    from ..parallelism.state import training_state
     from .memory import Memory
     from .pipeline import placed
     from .step import run_dtype
@@ -1605,7 +1605,6 @@ def _plan_memory(model, walk, spec, dkey, optimizer, layers, workload, *, shards
     p, v = plan.pp, plan.virtual_stages
     flight = in_flight(frozen_orders(plan.schedule, p, plan.microbatches, v)) \
         if p > 1 else [1]
-    state_b = state_bytes_per_param(optimizer)
     z, sh = plan.zero, plan.shard
     best = None
     for d in range(p):
@@ -1616,10 +1615,10 @@ def _plan_memory(model, walk, spec, dkey, optimizer, layers, workload, *, shards
         def sharded(by):
             return sharded_share(P, X, by, plan.ep)
 
-        params = int(4 * sharded(sh if z >= 3 else 1))
-        grads = int(plan.grad_bytes * sharded(sh if z >= 2 else 1))
-        state = int(state_b * sharded(sh if z >= 1 else 1))
-        opt_temp = int(4 * sharded(sh if z >= 1 else 1)) if optimizer == "adamw" else 0
+        st = training_state(sharded, optimizer=optimizer, grad_bytes=plan.grad_bytes,
+                            zero=z, shard=sh)
+        params, grads, state, opt_temp = (int(st.master), int(st.grads), int(st.state),
+                                          int(st.temp))
         if z == 3:  # the gathered blocks: the one computing, the one prefetched, the root
             units = sorted((u for s in mine for k, u in unit_params[s].items()
                             if k is not None), reverse=True)

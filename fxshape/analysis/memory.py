@@ -33,7 +33,7 @@ from dataclasses import dataclass
 
 import torch
 
-from ..cost.optimizer import state_bytes_per_param
+from ..parallelism.state import training_state
 from .opcost import Sizes
 
 __all__ = ["Memory", "liveness", "memory_of", "SavedBytes", "unfused_attention_saved",
@@ -238,15 +238,13 @@ def memory_of(*, numels, mode, dkey, optimizer, run_item, capacity, peak_walk,
     total = sum(numels)
     notes = list(notes)
     if mode == "train":
-        params = 4 * total  # fp32 master weights
-        grads = grad_bytes * total
-        state = state_bytes_per_param(optimizer) * total
+        st = training_state(lambda by: total, optimizer=optimizer, grad_bytes=grad_bytes)
+        params, grads, state, opt_temp = st.master, st.grads, st.state, st.temp
         mixed = run_item < 4
         copies = run_item * gemm_weight_numel if mixed else 0
         if copies:
             notes.append("autocast: a half-precision copy of each GEMM weight is held from "
                          "its cast in the forward to its backward")
-        opt_temp = 4 * total if optimizer == "adamw" else 0
         # the optimizer's state is there from the first step on: under the forward and
         # backward of every later step too
         peak = max(params + state + copies + peak_walk, params + grads + state + opt_temp)

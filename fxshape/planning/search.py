@@ -16,8 +16,9 @@ import sys
 from collections import Counter
 from dataclasses import dataclass, field
 
-from ..cost.optimizer import state_bytes_per_param
+from ..cost.optimizer import check_optimizer
 from ..parallelism.plan import RECOMPUTE
+from ..parallelism.state import training_state
 from .space import Candidate, ModelShape, candidates
 
 __all__ = ["PlanResult", "PlanSearch", "plan", "model_shape"]
@@ -115,20 +116,15 @@ def _choices(name: str, values, ok, accepted: str) -> tuple:
     return out
 
 
-def _states_lower_bound(c: Candidate, dense: int, experts: int, state_bytes: int) -> float:
-    """Bytes of fp32 master weights, gradients (the plan's ``grad_bytes``) and the
-    optimizer's state (``state_bytes`` a parameter: ``fxshape.cost.optimizer``, as the
-    analysis counts them) per GPU if every parameter split over ``tp × pp`` (and experts
-    over ``ep``) and ZeRO sharded its part: no GPU holds less."""
+def _states_lower_bound(c: Candidate, dense: int, experts: int, optimizer) -> float:
+    """Bytes of master weights, gradients and optimizer state per GPU
+    (``fxshape.parallelism.state``, as the analysis counts them) if every parameter split
+    over ``tp × pp`` (and experts over ``ep``) and ZeRO sharded its part: no GPU holds
+    less."""
     p = c.parallel
-    grad_bytes = p.grad_bytes
     per = (dense + experts / p.ep) / (p.tp * p.pp)
-    sh = p.shard
-
-    def by(stage):
-        return sh if p.zero >= stage else 1
-
-    return 4 * per / by(3) + grad_bytes * per / by(2) + state_bytes * per / by(1)
+    return training_state(lambda by: per / by, optimizer=optimizer, grad_bytes=p.grad_bytes,
+                          zero=p.zero, shard=p.shard).resident
 
 
 def plan(model, *, gpus: int, global_batch: int, seq_len: int, gpu="h100", dtype="bf16",
@@ -204,9 +200,9 @@ def plan(model, *, gpus: int, global_batch: int, seq_len: int, gpu="h100", dtype
     capacity = int(spec.memory_gb * 1024 ** 3)
     show = sys.stderr.isatty() if progress is None else progress
     todo = []
-    state_b = state_bytes_per_param(optimizer)  # (an unknown optimizer refused here)
+    check_optimizer(optimizer)  # an unknown optimizer refused before any capture
     for c in plans:
-        if _states_lower_bound(c, dense, experts, state_b) > capacity:
+        if _states_lower_bound(c, dense, experts, optimizer) > capacity:
             dropped["does not fit: parameters, gradients and optimizer state alone"] += 1
         else:
             todo.append(c)
