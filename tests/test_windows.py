@@ -34,13 +34,13 @@ def _attn(report, op="sdpa.qk"):
 
 
 def test_windows_are_read_per_layer():
-    from fxshape.analysis.annotate import _windows
+    from fxshape.tracing.facts import attention_windows as windows
 
-    w = _windows(_gemma3())
+    w = windows(_gemma3())
     # layer_types: 5 x sliding_attention, then full_attention
     assert w == {f"model.layers.{i}.self_attn": 128 for i in range(5)}
-    assert _windows(_mistral(64)) == {f"model.layers.{i}.self_attn": 64 for i in range(2)}
-    assert _windows(_mistral(None)) == {}
+    assert windows(_mistral(64)) == {f"model.layers.{i}.self_attn": 64 for i in range(2)}
+    assert windows(_mistral(None)) == {}
 
 
 def test_prefill_prices_the_band():

@@ -16,8 +16,9 @@ import dataclasses
 from ..hardware.dtypes import canonical_dtype, kv_format
 from ..hardware.gpus import get_gpu
 from ..tracing.export import CaptureError, _seq_len, check_module
-from ..tracing.facts import expert_params, head_counts, input_embedding, routed_experts
-from .annotate import _shards, _windows, _with_params
+from ..tracing.facts import (attention_windows, expert_params, head_counts, input_embedding,
+                             routed_experts)
+from .execute import _shards
 from .parallel import check_tp, kv_heads_per_gpu
 
 __all__ = ["analyze_decode"]
@@ -26,9 +27,10 @@ __all__ = ["analyze_decode"]
 def analyze_decode(model, example_inputs, example_kwargs, *, gpu, dtype, batch_size,
                    seq_len, tp, attention, params, execution, context_len, dp, topology,
                    kv_dtype, page_size, sequence_parallel, dedup=True, moe_routing=None,
-                   optimizer="adamw", ctx=None, allreduce="auto"):
+                   optimizer="adamw", ctx=None, allreduce="auto", run):
     """One decode step (``mode="decode"``): the model wrapped with a static KV cache
-    (``fxshape.tracing.decode``), analyzed as a forward of one token per sequence."""
+    (``fxshape.tracing.decode``), analyzed as a forward of one token per sequence by
+    ``run`` (``analyze``'s body for the other modes, passed in: this module sits below it)."""
     from ..cost.decode_attention import check_page_size
     from ..tracing.decode import (check_decoder, decode_capture, decode_target,
                                   kv_cache_bytes, latent_kv)
@@ -71,13 +73,12 @@ def analyze_decode(model, example_inputs, example_kwargs, *, gpu, dtype, batch_s
     execution = "cudagraphs" if execution is None else execution
     with decode_capture():
         try:
-            report = _with_params(params, wrapper, None, kwargs, gpu=gpu, dtype=dtype,
-                                  batch_size=None, seq_len=None, mode="inference", tp=tp,
-                                  moe_routing=moe_routing, attention=attention, dedup=dedup,
-                                  provenance=None, execution=execution, optimizer=optimizer,
-                                  dp=dp, topology=topology,
-                                  sequence_parallel=sequence_parallel,
-                                  kv=(kv_key, page_size), ctx=ctx, allreduce=allreduce)
+            report = run(params, wrapper, None, kwargs, gpu=gpu, dtype=dtype,
+                         batch_size=None, seq_len=None, mode="inference", tp=tp,
+                         moe_routing=moe_routing, attention=attention, dedup=dedup,
+                         provenance=None, execution=execution, optimizer=optimizer, dp=dp,
+                         topology=topology, sequence_parallel=sequence_parallel,
+                         kv=(kv_key, page_size), ctx=ctx, allreduce=allreduce)
         except CaptureError as exc:
             raise CaptureError(f"could not capture one decode step of {type(model).__name__} "
                                "through transformers' static KV cache\n"
@@ -88,7 +89,7 @@ def analyze_decode(model, example_inputs, example_kwargs, *, gpu, dtype, batch_s
     # each GPU holds its KV heads' share (one whole head each when tp exceeds them)
     # (an MLA cache holds one latent a token, whole on every GPU of the TP group)
     all_kv = 1 if latent_kv(model.config) is not None else (kv_heads or heads or 1)
-    by_name = _windows(wrapper)
+    by_name = attention_windows(wrapper)
     windows = {mod.layer_idx: by_name[name] for name, mod in wrapper.named_modules()
                if name in by_name}
     read = kv_cache_bytes(wrapper, item, windows) * kv_heads_per_gpu(all_kv, tp) // all_kv

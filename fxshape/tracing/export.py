@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import inspect
 import logging
+import re
 import traceback
 
 import torch
@@ -19,7 +20,7 @@ import torch
 from .attnops import keep_attention_fused
 
 __all__ = ["CaptureError", "capture", "example_inputs_for", "DEFAULT_SEQ_LEN",
-           "DEFAULT_BATCH_SIZE"]
+           "DEFAULT_BATCH_SIZE", "module_of", "position_offset", "OFFSET_POSITIONS"]
 
 DEFAULT_BATCH_SIZE = 1
 #: Tokens per sequence when none is given: 1024, or the model's max_position_embeddings if
@@ -557,3 +558,16 @@ def _label_joint(gm, params: dict, grad_of: dict, loss) -> None:
                 nxt.extend(m.all_input_nodes)
             frontier = nxt
         n.meta["fxshape_module"] = found.rsplit(".", 1)[0] if found and "." in found else ""
+
+
+def module_of(node) -> tuple[str, str]:
+    """(fully qualified name, class name) of the innermost module that owns ``node``."""
+    if "fxshape_module" in node.meta:  # joint training graphs (see capture(train=True))
+        return node.meta["fxshape_module"], ""
+    stack = node.meta.get("nn_module_stack")
+    if not stack:
+        return "", ""
+    fqn, cls = list(stack.values())[-1]
+    cls = cls if isinstance(cls, str) else getattr(cls, "__name__", str(cls))
+    fqn = re.sub(r"^L\['self'\]\.?", "", str(fqn))
+    return fqn, cls.rsplit(".", 1)[-1]

@@ -16,6 +16,7 @@ import torch
 from .configs import HEAD_FIELDS, HIDDEN_FIELDS
 
 __all__ = ["ModelFacts", "model_facts", "query_heads", "head_counts", "routed_experts",
+           "linear_features", "attention_windows",
            "expert_params", "hidden_size", "input_embedding", "tied_embedding_elements",
            "max_positions", "kv_heads_of"]
 
@@ -97,6 +98,47 @@ def tied_embedding_elements(model) -> int:
     """Elements of an input embedding the output layer shares (0 when not tied)."""
     w, tied = input_embedding(model)
     return w.numel() if tied else 0
+
+
+def linear_features(model) -> dict:
+    """module name -> (out_features, in_features) for linear-like layers."""
+    out = {}
+    for name, mod in model.named_modules():
+        w = getattr(mod, "weight", None)
+        if not isinstance(w, torch.Tensor) or w.dim() != 2:
+            continue
+        if type(mod).__name__ == "Conv1D":  # GPT-2 stores (in, out)
+            out[name] = (w.shape[1], w.shape[0])
+        else:
+            out[name] = (w.shape[0], w.shape[1])
+    return out
+
+
+def attention_windows(model) -> dict:
+    """Attention module name -> its sliding window (keys), for the layers that have one: the
+    module's own ``sliding_window`` (Gemma 2/3, Qwen2/3's ``layer_types``, gpt-oss), else the
+    config's ``layer_types`` at its ``layer_idx``, else the config's ``sliding_window`` for
+    every attention layer (Mistral). Empty for a model without windows."""
+    cfg = getattr(model, "config", None)
+    if cfg is None:
+        return {}
+    sw = getattr(cfg, "sliding_window", None)
+    sw = sw if isinstance(sw, int) and not isinstance(sw, bool) and sw > 0 else None
+    types = getattr(cfg, "layer_types", None)
+    out = {}
+    for name, mod in model.named_modules():
+        idx = getattr(mod, "layer_idx", None)
+        if not type(mod).__name__.endswith("Attention") or not isinstance(idx, int):
+            continue
+        if hasattr(mod, "sliding_window"):
+            w = mod.sliding_window
+        elif isinstance(types, (list, tuple)) and idx < len(types):
+            w = sw if types[idx] == "sliding_attention" else None
+        else:
+            w = sw
+        if isinstance(w, int) and not isinstance(w, bool) and w > 0:
+            out[name] = w
+    return out
 
 
 def max_positions(cfg) -> int | None:
