@@ -110,6 +110,47 @@ def test_the_package_keeps_its_layout():
     assert layout_problems(PKG_DIR, "fxshape") == []
 
 
+def private_imports(pkg_dir: str, pkg: str) -> list:
+    """Every import of a private name (``_x``, not a dunder) from another wing, as
+    sentences: what one wing takes from another is its public surface (issue 53)."""
+    modules = _modules(pkg_dir, pkg)
+    wings = {m.split(".")[1] for m, p in modules.items()
+             if m.count(".") == 1 and p.endswith("__init__.py")}
+    out = []
+    for name, path in modules.items():
+        src = _wing(name, wings)
+        is_pkg = path.endswith("__init__.py")
+        base = name.split(".") if is_pkg else name.split(".")[:-1]
+        for node in ast.walk(ast.parse(open(path).read(), filename=path)):
+            if not isinstance(node, ast.ImportFrom) or not node.level:
+                continue
+            anchor = base[:len(base) - node.level + 1]
+            mod = ".".join(anchor + ([node.module] if node.module else []))
+            dst = _wing(mod, wings)
+            for a in node.names:
+                private = a.name.startswith("_") and not a.name.startswith("__")
+                if private and dst != src:
+                    out.append(f"{name} imports {a.name} from {mod}: private to wing "
+                               f"{dst or 'the top level'}")
+    return sorted(out)
+
+
+def test_no_wing_takes_another_wings_private_names():
+    assert private_imports(PKG_DIR, "fxshape") == []
+
+
+def test_the_private_import_checker(tmp_path):
+    root = tmp_path / "pkg"
+    _write(str(root), {"__init__.py": "", "a/__init__.py": '"""A.\n\nMay import: b.\n"""\n',
+                       "b/__init__.py": '"""B.\n\nMay import: nothing of pkg.\n"""\n',
+                       "b/m.py": "_x = 1\ny = 2\n",
+                       "a/n.py": "from ..b.m import _x, y\nfrom ..b import m as _m\n",
+                       "b/k.py": "from .m import _x\n"})
+    # a's private import from b is named; b's own, a public name, a private alias are not
+    assert private_imports(str(root), "pkg") == [
+        "pkg.a.n imports _x from pkg.b.m: private to wing b"]
+
+
 def test_at_most_six_plain_modules_at_the_top():
     plain = sorted(f for f in os.listdir(PKG_DIR) if f.endswith(".py"))
     assert len(plain) <= 6, plain

@@ -14,19 +14,19 @@ transformers = pytest.importorskip("transformers")
 
 
 def test_roberta_default_seq_len_is_its_usable_positions():
-    from fxshape.tracing.export import _seq_len, position_offset
+    from fxshape.tracing.export import resolve_seq_len, position_offset
 
     cfg = transformers.RobertaConfig(max_position_embeddings=514, pad_token_id=1)
     assert position_offset(cfg) == 2  # pad_token_id 1 + 1
-    assert _seq_len(cfg, None) == 512  # min(1024, 514 - 2)
-    assert _seq_len(cfg, 512) == 512
+    assert resolve_seq_len(cfg, None) == 512  # min(1024, 514 - 2)
+    assert resolve_seq_len(cfg, 512) == 512
     with pytest.raises(ValueError, match=r"exceeds the 512 positions the model can use.*"
                                          r"accepted: 1 to 512"):
-        _seq_len(cfg, 514)
+        resolve_seq_len(cfg, 514)
     # a family without the offset keeps its whole table
-    assert _seq_len(transformers.BertConfig(max_position_embeddings=512), None) == 512
+    assert resolve_seq_len(transformers.BertConfig(max_position_embeddings=512), None) == 512
     with pytest.raises(ValueError, match="accepted: 1 to 512"):
-        _seq_len(transformers.BertConfig(max_position_embeddings=512), 513)
+        resolve_seq_len(transformers.BertConfig(max_position_embeddings=512), 513)
 
 
 def test_config_alone_builds_the_class_it_names():

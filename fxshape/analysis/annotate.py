@@ -25,8 +25,9 @@ from ..tracing.configs import check_config
 from ..tracing.dedup import check_reduction, expand_rows, find_stacks, reduced_model, structure_key
 from ..tracing.facts import (attention_windows, head_counts, hidden_size, input_embedding,
                              linear_features, routed_experts)
-from ..tracing.export import (DEFAULT_BATCH_SIZE, CaptureError, _is_hf, _seq_len, capture,
-                              check_module, check_size, forward_arguments, module_of)
+from ..tracing.export import (DEFAULT_BATCH_SIZE, CaptureError, capture, check_module,
+                              check_size, forward_arguments, is_hf_model, module_of,
+                              resolve_seq_len)
 from . import lowprec
 from .execute import (_checkpointed_layers, _liveness, _memory, _op_records, _param_groups,
                       _shards, _stack_layers, _step, _topology_of)
@@ -404,7 +405,7 @@ def _ring(pred, gemms, cp, call, attention, dkey, spec):
 #: while a plan search runs (``fxshape.planning``): a dict of captured graphs, their rows, op
 #: records and liveness walk by everything they depend on, so that plans sharing one rank's
 #: shapes (tp, cp, ep, micro-batch) are captured once and only re-costed
-_CAPTURE_CACHE: contextvars.ContextVar = contextvars.ContextVar("fxshape_capture_cache",
+CAPTURE_CACHE: contextvars.ContextVar = contextvars.ContextVar("fxshape_capture_cache",
                                                                 default=None)
 
 #: the two-layer check's verdicts ("" = the reduction holds), by fxshape.tracing.dedup.structure_key
@@ -451,7 +452,7 @@ def _rank_seq_len(model, example_inputs, example_kwargs, seq_len, cp):
     if example_inputs is not None or example_kwargs is not None:
         raise ValueError(f"cp={cp} captures one rank's share of each sequence from synthesized "
                          "inputs: give seq_len (and batch_size), not example inputs")
-    full = _seq_len(getattr(model, "config", None), seq_len)
+    full = resolve_seq_len(getattr(model, "config", None), seq_len)
     check_cp_seq(full, cp)
     return full // cp
 
@@ -890,7 +891,7 @@ def _analyze(model, example_inputs, example_kwargs, *, gpu, dtype, batch_size, s
                          f"{'set the sizes' if len(given) > 1 else 'sets the size'} of "
                          "synthesized inputs, but example inputs were given (their sizes are "
                          "used): drop one or the other")
-    if _is_hf(model):
+    if is_hf_model(model):
         check_config(model.config)
     heads, kv_heads = head_counts(model)
     check_tp(tp, heads, kv_heads)
@@ -900,7 +901,7 @@ def _analyze(model, example_inputs, example_kwargs, *, gpu, dtype, batch_size, s
     _check_attention(attention, spec, dkey)
     topo = _topology_of(topology, spec)
     plan = plan or Parallel(tp=tp, dp=dp, sequence_parallel=sequence_parallel)
-    cache = _CAPTURE_CACHE.get()
+    cache = CAPTURE_CACHE.get()
     if cache is not None:  # a plan search: the model's layer stacks found once
         if ("stacks", id(model)) not in cache:
             cache[("stacks", id(model))] = find_stacks(model)
@@ -930,7 +931,7 @@ def _analyze(model, example_inputs, example_kwargs, *, gpu, dtype, batch_size, s
                      "Megatron and the serving engines do")
     args = (example_inputs, example_kwargs, kw, spec, dkey, tp, model, moe_routing, attention,
             kv, plan.cp, (plan.ep, plan.capacity_factor))
-    cache = _CAPTURE_CACHE.get()
+    cache = CAPTURE_CACHE.get()
     ckey = None
     if cache is not None and example_inputs is None and example_kwargs is None:
         ckey = (id(model), mode, tp, plan.cp, plan.ep, plan.capacity_factor, batch_size,

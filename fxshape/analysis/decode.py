@@ -15,7 +15,7 @@ import dataclasses
 
 from ..hardware.dtypes import canonical_dtype, kv_format
 from ..hardware.gpus import get_gpu
-from ..tracing.export import CaptureError, _seq_len, check_module
+from ..tracing.export import CaptureError, resolve_seq_len, check_module
 from ..tracing.facts import (attention_windows, expert_params, head_counts, input_embedding,
                              routed_experts)
 from .execute import _shards
@@ -69,7 +69,7 @@ def analyze_decode(model, example_inputs, example_kwargs, *, gpu, dtype, batch_s
     if ctx is not None:
         ctx["default_execution"] = "cudagraphs"
         ctx["default_allreduce"] = "auto"
-        ctx["default_context_len"] = _seq_len(model.config, None)
+        ctx["default_context_len"] = resolve_seq_len(model.config, None)
     execution = "cudagraphs" if execution is None else execution
     with decode_capture():
         try:
@@ -169,10 +169,11 @@ def _decode_attention_note(model, report) -> str:
 
 
 def _unrouted_expert_bytes(model, rows, tp, item, routing=None) -> int:
-    """``model`` as captured (``rows`` name its modules). Bytes per GPU of the routed experts' weights one decode step does not read: a grouped
-    expert GEMM reads only the experts that get rows (balanced routing: ``min(E, rows)`` of
-    the ``E``; routing given: those with a share), as its rows are priced. 0 for a dense
-    model or when every expert gets rows."""
+    """Bytes per GPU of the routed experts' weights one decode step does not read
+    (``model`` as captured: ``rows`` name its modules): a grouped expert GEMM reads only the
+    experts that get rows (balanced routing: ``min(E, rows)`` of the ``E``; routing given:
+    those with a share), as its rows are priced. 0 for a dense model or when every expert
+    gets rows."""
     experts = expert_params(model)
     e = routed_experts(model)
     if not experts or not e:

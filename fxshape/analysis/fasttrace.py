@@ -66,15 +66,15 @@ def gemm_graph(model, args=(), kwargs=None, *, train: bool = False) -> torch.fx.
 
 
 def _run(model, args, kwargs, train, mode) -> torch.fx.GraphModule:
-    from ..tracing.export import _float_outputs, _preserve_training_flags
+    from ..tracing.export import float_outputs, preserve_training_flags
 
     rec = _Recorder()
     grad = torch.enable_grad() if train else torch.no_grad()
-    with _as_exported(), _preserve_training_flags(model, train), keep_attention_fused(), \
+    with _as_exported(), preserve_training_flags(model, train), keep_attention_fused(), \
             grad, mode, rec:
         out = model(*args, **kwargs)
         if train:
-            outs = _float_outputs(out)
+            outs = float_outputs(out)
             if not outs:
                 raise ValueError("the model returned no floating-point tensor to put a "
                                  "loss on")

@@ -30,7 +30,7 @@ import inspect
 import torch
 
 from ..tracing.dedup import find_stacks, reduced_model
-from ..tracing.export import DEFAULT_BATCH_SIZE, _is_hf, _seq_len
+from ..tracing.export import DEFAULT_BATCH_SIZE, is_hf_model, resolve_seq_len
 from .provenance import Knob, agrees, catalog, config_knobs, confirmed, environment, name_by_cause
 
 __all__ = ["traced_sources", "row_keys"]
@@ -104,7 +104,7 @@ def _structure(model) -> tuple:
 
 def _trace(model, structure, rows, observe, example_inputs, example_kwargs, batch_size,
            seq_len, stacks, tp):
-    config = getattr(model, "config", None) if _is_hf(model) else None
+    config = getattr(model, "config", None) if is_hf_model(model) else None
     synthesized = example_inputs is None and example_kwargs is None
     notes, knobs, unvaried = [], [], False
     if config is not None:
@@ -117,11 +117,11 @@ def _trace(model, structure, rows, observe, example_inputs, example_kwargs, batc
         else:
             knobs += config_knobs(config)
     inputs = None
-    if synthesized and _is_hf(model):
+    if synthesized and is_hf_model(model):
         knobs += _synthesized_knobs(model, batch_size, seq_len)
     else:
         target = reduced_model(model, stacks, 1) if stacks else model
-        inputs = _Inputs(target, example_inputs, example_kwargs, hf=_is_hf(model))
+        inputs = _Inputs(target, example_inputs, example_kwargs, hf=is_hf_model(model))
         knobs += inputs.knobs
         notes += inputs.notes
     env0, labels = environment(config, knobs)
@@ -200,7 +200,7 @@ def _synthesized_knobs(model, batch_size, seq_len) -> list:
     main = getattr(model, "main_input_name", "input_ids")
     if main != "pixel_values":  # images: the sequence is set by image and patch size
         attrs = ("max_target_positions",) if main == "input_features" else ()
-        knobs.append(Knob("seq_len", "seq_len", _seq_len(cfg, seq_len, *attrs)))
+        knobs.append(Knob("seq_len", "seq_len", resolve_seq_len(cfg, seq_len, *attrs)))
     return knobs
 
 

@@ -38,7 +38,7 @@ import networkx as nx
 import torch
 
 from ..tracing.configs import HEAD_FIELDS, HIDDEN_FIELDS
-from ..tracing.export import _VIEW_OPS, _op_name
+from ..tracing.export import VIEW_OPS, node_op_name
 
 __all__ = ["hyperparameters", "expressions", "dimension_sources", "input_sizes", "Knob",
            "config_knobs", "environment", "catalog", "confirmed", "agrees", "name_by_cause",
@@ -161,7 +161,7 @@ def _weight_of(node) -> tuple[str, tuple] | None:
         if name is not None:
             val = node.meta.get("val")
             return name, tuple(val.shape) if val is not None else ()
-        if node.op != "call_function" or _op_name(node) not in _VIEW_OPS:
+        if node.op != "call_function" or node_op_name(node) not in VIEW_OPS:
             return None
         tensors = [a for a in node.args if isinstance(a, torch.fx.Node)]
         if len(tensors) != 1:

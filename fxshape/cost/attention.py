@@ -88,7 +88,7 @@ _FUSED_DTYPES = {"fa2": ("fp16", "bf16"), "mem_efficient": ("fp16", "bf16", "fp3
 _KERNEL_TABLE_KERNELS = ("fa3", "trtllm")
 # architectures whose native tensor-core instruction is not Ampere's mma.sync (FA2 and the
 # memory-efficient kernel use mma.sync there, at a fraction of the dense peak)
-_NEWER_MMA = ("hopper", "blackwell")
+NEWER_MMA = ("hopper", "blackwell")
 # the data in ../shared/calibration/attention/: (kernel, architecture) pairs measured
 # Shared-memory bandwidth per SM (CU): 32 banks x 4 bytes per clock on every NVIDIA SM since
 # Volta (CUDA C++ Programming Guide, "Shared Memory"); AMD CDNA's LDS also serves 128 bytes
@@ -603,7 +603,7 @@ def _fused(shape: AttentionShape, direction: str, kernel: str, spec: GPUSpec, dk
     elif fa3:
         mma_eff = gp.e_max * ap.fa3_mma_frac
     else:  # mma.sync: the native instruction before Hopper, a fraction of wgmma's rate after
-        mma_eff = gp.e_max * (ap.sync_mma_frac if spec.arch in _NEWER_MMA else 1.0)
+        mma_eff = gp.e_max * (ap.sync_mma_frac if spec.arch in NEWER_MMA else 1.0)
     if direction == "backward":
         mma_eff *= ap.fa3_bwd_mma_frac if fa3 else ap.bwd_mma_frac
     rate = peak / sms / clock * mma_eff  # FLOP per clock per SM

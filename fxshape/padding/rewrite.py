@@ -26,7 +26,7 @@ from torch import nn
 
 from ..analysis.annotate import analyze, module_of
 from ..analysis.ops import gemm_handler
-from ..tracing.export import _VIEW_OPS, _op_name
+from ..tracing.export import VIEW_OPS, node_op_name
 from .plan import DEFAULT_MIN_GAIN, DEFAULT_MULTIPLES, plan_padding
 
 __all__ = ["pad", "PaddedLinear", "PaddedConv1D"]
@@ -197,7 +197,7 @@ def _parameter_uses(gm: torch.fx.GraphModule, model: nn.Module) -> dict:
             if n.name in seen:
                 continue
             seen.add(n.name)
-            if n.op == "call_function" and _op_name(n) in _VIEW_OPS:
+            if n.op == "call_function" and node_op_name(n) in VIEW_OPS:
                 stack.extend(n.users)
             elif n.op != "output":
                 found.append(n)
@@ -216,7 +216,7 @@ def _used_elsewhere(uses: dict, layer: nn.Module, fqn: str) -> str:
         for n in uses.get(id(p), []):
             own = (n.op == "call_function" and gemm_handler(n.target) is not None
                    and module_of(n)[0] == fqn)
-            lookup = (leaf == "weight" and _op_name(n) == "embedding" and n.args
+            lookup = (leaf == "weight" and node_op_name(n) == "embedding" and n.args
                       and getattr(n.args[0], "op", None) in ("get_attr", "placeholder"))
             if not (own or lookup):
                 where = module_of(n)[0] or "(top)"

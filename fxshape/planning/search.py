@@ -5,7 +5,7 @@
 state alone exceed a GPU (a lower bound, no capture needed), costs the rest with
 :func:`fxshape.analyze` — each distinct per-rank shape set (tensor, context and expert
 parallelism, micro-batch size) captured once, every plan that shares it only re-costed
-(``fxshape.analysis.annotate._CAPTURE_CACHE``) — drops those that do not fit in memory, and
+(``fxshape.analysis.annotate.CAPTURE_CACHE``) — drops those that do not fit in memory, and
 ranks the rest by predicted step time. Every number is the one ``fxshape analyze`` prints
 for that plan.
 """
@@ -149,7 +149,7 @@ def plan(model, *, gpus: int, global_batch: int, seq_len: int, gpu="h100", dtype
     from ..tracing.facts import model_facts
     from ..hardware.gpus import get_gpu
     from ..hardware.topology import get_topology, topology_for
-    from ..tracing.export import _seq_len, check_module
+    from ..tracing.export import check_module, resolve_seq_len
     from ..tracing.configs import check_config
 
     for name, v in (("gpus", gpus), ("global_batch", global_batch), ("seq_len", seq_len)):
@@ -173,7 +173,8 @@ def plan(model, *, gpus: int, global_batch: int, seq_len: int, gpu="h100", dtype
     check_module(model)
     if getattr(model, "config", None) is not None:
         check_config(model.config)
-        _seq_len(model.config, seq_len)  # a sequence beyond the positions: said, not "no fit"
+        # a sequence beyond the positions: said here, not as "no plan fits"
+        resolve_seq_len(model.config, seq_len)
     spec = get_gpu(gpu)
     spec.peak_tflops(dtype)
     topo = topology_for(spec, topology)
@@ -247,13 +248,13 @@ def plan(model, *, gpus: int, global_batch: int, seq_len: int, gpu="h100", dtype
 
 def _cost_group(group, job) -> tuple:
     """Cost one capture's plans with ``analyze`` (one capture, the rest re-costed from it:
-    ``fxshape.analysis.annotate._CAPTURE_CACHE``); ``(results, Counter of refusals)``."""
+    ``fxshape.analysis.annotate.CAPTURE_CACHE``); ``(results, Counter of refusals)``."""
     import contextlib
 
-    from ..analysis.annotate import _CAPTURE_CACHE, analyze
+    from ..analysis.annotate import CAPTURE_CACHE, analyze
 
     results, refused = [], Counter()
-    token = _CAPTURE_CACHE.set(dict(_SHARED))
+    token = CAPTURE_CACHE.set(dict(_SHARED))
     try:
         for c in group:
             try:
@@ -277,11 +278,11 @@ def _cost_group(group, job) -> tuple:
                 exposed_comm_s=step.by_class.get("communication", 0.0)))
         # what holds for every capture of the model (its layer stacks, the verdict that one
         # layer stands for its group) goes on to the next group
-        cache = _CAPTURE_CACHE.get()
+        cache = CAPTURE_CACHE.get()
         _SHARED.update({k: v for k, v in cache.items()
                         if isinstance(k, tuple) and k and k[0] in ("stacks", "sound")})
     finally:
-        _CAPTURE_CACHE.reset(token)
+        CAPTURE_CACHE.reset(token)
     return results, refused
 
 

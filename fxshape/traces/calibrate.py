@@ -266,7 +266,7 @@ def fit_attention(rows, gpu) -> KernelCalibration:
     import numpy as np
     from scipy.optimize import least_squares
 
-    from ..cost.attention import (_NEWER_MMA, attention_params, predict_with,
+    from ..cost.attention import (NEWER_MMA, attention_params, predict_with,
                                   resolve_kernel)
 
     spec = get_gpu(gpu)
@@ -290,7 +290,7 @@ def fit_attention(rows, gpu) -> KernelCalibration:
     for (kernel, direction), names in _ATTENTION_GROUPS.items():
         if kernel != sdpa:
             continue
-        names = tuple(n for n in names if n != "sync_mma_frac" or spec.arch in _NEWER_MMA)
+        names = tuple(n for n in names if n != "sync_mma_frac" or spec.arch in NEWER_MMA)
         rs = groups.get((kernel, direction), [])
         if len({r[:3] for r in rs}) < MIN_ROWS:
             kept += [(n, f"distinct {kernel} {direction} calls") for n in names]

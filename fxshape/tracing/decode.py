@@ -21,7 +21,7 @@ import warnings
 
 import torch
 
-from .export import _seq_len, check_size
+from .export import resolve_seq_len, check_size
 from .facts import kv_heads_of
 
 __all__ = ["decode_target", "kv_cache_bytes", "check_decoder", "decode_capture",
@@ -83,7 +83,7 @@ def decode_target(model, batch_size=None, context_len=None):
     check_decoder(model)
     b = check_size("batch_size", batch_size) or 1
     try:
-        length = _seq_len(model.config, context_len)
+        length = resolve_seq_len(model.config, context_len)
     except ValueError as exc:
         raise ValueError(str(exc).replace("seq_len", "context_len")) from None
     shallow = copy.copy(model)

@@ -62,7 +62,7 @@ def _model_device(model: torch.nn.Module) -> torch.device:
     return torch.device("cpu")
 
 
-def _is_hf(model) -> bool:
+def is_hf_model(model) -> bool:
     return hasattr(model, "config") and hasattr(model.config, "to_dict") and \
         type(model).__module__.startswith("transformers")
 
@@ -90,7 +90,7 @@ def example_inputs_for(model, *, batch_size=None, seq_len=None, device=None) -> 
     Raises:
         ValueError: not a Hugging Face model, or ``seq_len`` beyond ``max_position_embeddings``.
     """
-    if not _is_hf(model):
+    if not is_hf_model(model):
         raise ValueError(
             f"{type(model).__name__} is not a Hugging Face model: pass example_inputs "
             "(a tuple of tensors) or example_kwargs to say what its forward takes")
@@ -110,7 +110,7 @@ def example_inputs_for(model, *, batch_size=None, seq_len=None, device=None) -> 
                              "example_kwargs={'input_features': ...}")
         kwargs["input_features"] = torch.zeros(b, mels, 2 * positions, device=device)
         if getattr(cfg, "is_encoder_decoder", False):
-            s = _seq_len(cfg, seq_len, "max_target_positions")
+            s = resolve_seq_len(cfg, seq_len, "max_target_positions")
             kwargs["decoder_input_ids"] = torch.zeros(b, s, dtype=torch.long, device=device)
     elif main == "pixel_values":
         size = getattr(cfg, "image_size", 224)
@@ -118,7 +118,7 @@ def example_inputs_for(model, *, batch_size=None, seq_len=None, device=None) -> 
         ch = getattr(cfg, "num_channels", 3)
         kwargs["pixel_values"] = torch.zeros(b, ch, size, size, device=device)
     else:
-        s = _seq_len(cfg, seq_len)
+        s = resolve_seq_len(cfg, seq_len)
         ids = torch.zeros(b, s, dtype=torch.long, device=device)
         kwargs["input_ids"] = ids
         if getattr(cfg, "is_encoder_decoder", False):
@@ -144,7 +144,7 @@ def position_offset(cfg) -> int:
     return pad + 1 if isinstance(pad, int) and not isinstance(pad, bool) and pad >= 0 else 0
 
 
-def _seq_len(cfg, seq_len, *position_attrs) -> int:
+def resolve_seq_len(cfg, seq_len, *position_attrs) -> int:
     """``seq_len``, or the default (1024, capped at the model's positions), checked against
     the positions the config allows (``position_attrs`` first, then the usual names; less the
     RoBERTa family's offset, :func:`position_offset`)."""
@@ -194,7 +194,7 @@ def set_labelled_ops(is_labelled, before_capture=None) -> None:
 
 
 @contextlib.contextmanager
-def _preserve_training_flags(model: torch.nn.Module, train: bool):
+def preserve_training_flags(model: torch.nn.Module, train: bool):
     flags = [(m, m.training) for m in model.modules()]
     model.train(train)
     try:
@@ -270,7 +270,7 @@ def forward_arguments(model, example_inputs=None, example_kwargs=None, *, batch_
         example_inputs = (example_inputs,)
     args = tuple(example_inputs or ())
     kwargs = dict(example_kwargs or {})
-    if "use_cache" not in kwargs and _is_hf(model) and _accepts(model, "use_cache") and \
+    if "use_cache" not in kwargs and is_hf_model(model) and _accepts(model, "use_cache") and \
             getattr(model.config, "use_cache", None) is not None:
         kwargs["use_cache"] = False  # a KV-cache object in the output breaks export
     if device.type == "meta":  # keep everything on meta: no real memory anywhere
@@ -296,14 +296,14 @@ def _capture(model, args, kwargs, train):
     """Try the capture paths in order; CaptureError lists every failure."""
     errors = []
     if train:
-        with _preserve_training_flags(model, True), keep_attention_fused():
+        with preserve_training_flags(model, True), keep_attention_fused():
             try:
                 return _joint(model, args, kwargs)
             except Exception as exc:  # noqa: BLE001 - reported below
                 errors.append(("torch.export + joint forward/backward (make_fx + autograd)",
                                exc))
         raise CaptureError(_failure_text(model, errors))
-    with _preserve_training_flags(model, train), keep_attention_fused():
+    with preserve_training_flags(model, train), keep_attention_fused():
         for name, fn in (("torch.export (non-strict)", lambda: _export(model, args, kwargs,
                                                                         strict=False)),
                          ("torch.export (strict)", lambda: _export(model, args, kwargs,
@@ -344,7 +344,7 @@ def _make_fx(model, args, kwargs):
 # training: the joint forward + backward graph
 # ---------------------------------------------------------------------------------------
 
-_VIEW_OPS = {"permute", "t", "transpose", "view", "reshape", "_unsafe_view", "expand", "clone",
+VIEW_OPS = {"permute", "t", "transpose", "view", "reshape", "_unsafe_view", "expand", "clone",
              "detach", "alias", "contiguous", "_to_copy", "squeeze", "unsqueeze", "slice",
              "select", "to", "type_as", "_reshape_alias", "as_strided"}
 
@@ -361,13 +361,13 @@ class _ScalarLoss(torch.nn.Module):
         self.static = static_kwargs
 
     def forward(self, *args, **kwargs):
-        outs = _float_outputs(self.m(*args, **kwargs, **self.static))
+        outs = float_outputs(self.m(*args, **kwargs, **self.static))
         if not outs:
             raise ValueError("the model returned no floating-point tensor to put a loss on")
         return (outs[0].float().sum(), *(o.detach() for o in outs[1:]))
 
 
-def _float_outputs(out) -> list:
+def float_outputs(out) -> list:
     """Floating-point tensors of a (nested) model output, in order, without repeats."""
     if isinstance(out, torch.Tensor):
         return [out] if out.is_floating_point() else []
@@ -379,13 +379,13 @@ def _float_outputs(out) -> list:
         return []
     found = []
     for v in values:
-        for t in _float_outputs(v):
+        for t in float_outputs(v):
             if not any(t is f for f in found):
                 found.append(t)
     return found
 
 
-def _op_name(node) -> str:
+def node_op_name(node) -> str:
     return getattr(node.target, "__name__", str(node.target)).split(".")[0]
 
 
@@ -503,7 +503,7 @@ def _label_joint(gm, params: dict, grad_of: dict, loss) -> None:
         stack.extend(n.users)
     forward = {n.name for n in gm.graph.nodes} - backward
 
-    def first_hit(starts, step, hit, through=_VIEW_OPS):
+    def first_hit(starts, step, hit, through=VIEW_OPS):
         """Walk from ``starts`` through view-like ops (``step``: next nodes); the first
         value ``hit`` returns for a node, else None."""
         seen, stack = set(), list(starts)
@@ -515,7 +515,7 @@ def _label_joint(gm, params: dict, grad_of: dict, loss) -> None:
             found = hit(n)
             if found is not None:
                 return found
-            if n.op == "call_function" and _op_name(n) in through:
+            if n.op == "call_function" and node_op_name(n) in through:
                 stack.extend(step(n))
         return None
 
@@ -529,7 +529,7 @@ def _label_joint(gm, params: dict, grad_of: dict, loss) -> None:
             if found is None:
                 # through views and the adds that sum a tied weight's gradients (T5)
                 found = first_hit(node.users, lambda n: n.users,
-                                  lambda n: grad_of.get(n.name), _VIEW_OPS | {"add"})
+                                  lambda n: grad_of.get(n.name), VIEW_OPS | {"add"})
         return found
 
     gemm_nodes = [n for n in gm.graph.nodes
