@@ -48,7 +48,10 @@ import json
 import os
 from dataclasses import dataclass, field
 
+from .parallelism.plan import Parallel
+
 __all__ = ["TitanJob", "read_torchtitan", "TITAN_MODELS"]
+
 
 def _llama3(dim, layers, heads, kv_heads, vocab, multiple_of, multiplier=None) -> dict:
     """A Llama 3 flavor as torchtitan 0.3 defines it (``torchtitan/models/llama3/__init__.py``),
@@ -88,7 +91,7 @@ class TitanJob:
     source: str
     name: str
     flavor: str
-    parallel: object
+    parallel: Parallel
     gpus: int
     micro_batch: int
     global_batch: int
@@ -271,8 +274,6 @@ def read_torchtitan(path, *, gpus: int | None = None) -> TitanJob:
             definition of, degrees that do not multiply to ``gpus``, batch sizes that do not
             divide, or settings fxshape cannot express (named, with what is accepted).
     """
-    from .parallelism.plan import Parallel
-
     path = str(path)
     cfg = _load(path)
     notes = []

@@ -15,10 +15,14 @@ import re
 from collections import OrderedDict
 from dataclasses import dataclass, field
 
+import torch
 from tabulate import tabulate
 
 from ..hardware.gpus import get_gpu
-from .rows import kernel_figures, misaligned
+from .memory import Memory
+from .rows import Workload, kernel_figures, misaligned
+from .serving import Capacity
+from .step import Step
 
 __all__ = ["Report"]
 
@@ -46,24 +50,25 @@ class Report:
     gpu: str
     dtype: str
     model_name: str = ""
-    graph_module: object = field(default=None, compare=False, repr=False)
+    graph_module: torch.fx.GraphModule | None = field(default=None, compare=False,
+                                                       repr=False)
     #: how the model was traced (one layer per group of identical layers, or all of them)
     notes: tuple = ()
     #: what the report describes (mode, inputs, tp, attention; ``fxshape.analysis.rows``)
-    workload: object = None
+    workload: Workload | None = None
     #: every costed op of the step, GEMMs included, in program order
     #: (``fxshape.analysis.step.OpRecord``)
     ops: tuple = ()
     #: the predicted step: time, its split by class, tokens/s, MFU
     #: (``fxshape.analysis.step.Step``); None for a report built by hand
-    step: object = None
+    step: Step | None = None
     #: non-GEMM ops without a cost model (listed, never counted as zero)
     unsupported_ops: tuple = ()
     #: memory per GPU: parameters, gradients, optimizer state, activations, peak, fits
     #: (``fxshape.analysis.memory.Memory``); None for a report built by hand
-    memory: object = None
+    memory: Memory | None = None
     #: decode: what fits a GPU (``fxshape.analysis.serving.Capacity``); None otherwise
-    capacity: object = None
+    capacity: Capacity | None = None
     #: every option given with a value other than its default, and what it did
     #: (``fxshape.analysis.options.OptionEffect``)
     options: tuple = ()

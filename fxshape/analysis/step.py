@@ -23,6 +23,7 @@ from ..cost.host import eager_timeline, host_params, launch_gap_s
 from ..cost.memops import kernel_time, memop_family
 from ..cost.optimizer import optimizer_passes
 from ..hardware.gpus import get_gpu
+from ..hardware.validation import ErrorBand
 from .opcost import Kernel, Sizes, _is_view, dropout_chains, matmul_copies, node_kernels
 from .rows import Unsupported
 
@@ -128,7 +129,7 @@ class Step:
     microbatches: int = 1
     #: the expected error of ``time_s`` from the held-out validation of its GPU and regime
     #: (``fxshape.hardware.validation.ErrorBand``); None where there is none (unvalidated)
-    error_band: object = None
+    error_band: ErrorBand | None = None
     #: a plan without a pipeline (ZeRO, micro-batches): its one rank's times as ``stages``
     #: holds a pipeline's (``StageTime``: the micro-batches' passes, then the exposed
     #: communication and the optimizer), which ``Report.to_chrome_trace`` draws; not in

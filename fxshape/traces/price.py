@@ -36,6 +36,7 @@ from ..cost.gemm import predict_matmul
 from ..cost.gemm_kernels import (AUXILIARY_ROLES, gemm_kernel_role, parse_gemm_tile,
                                  vector_kernel_family)
 from ..cost.memops import kernel_time, memop_bytes, memop_family
+from ..hardware.gpus import GPUSpec
 from ..hardware.topology import default_topology, get_topology
 
 __all__ = ["Priced", "NoModel", "PriceContext", "price_op", "register_trace_handler",
@@ -127,7 +128,7 @@ class PriceContext:
     where the trace has none) and the SMs its kernels had (None: all; fewer while a
     collective's kernel held some)."""
 
-    gpu: object
+    gpu: GPUSpec
     kernels: tuple
     parent: str = ""
     world_size: int | None = None
