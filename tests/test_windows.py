@@ -94,3 +94,24 @@ def test_gemma2_eager_decode_says_it_is_unfused():
     assert "masks the scores of the whole context" in notes
     # layer 0 slides (64 tokens held), layer 1 is full (1024): K and V x 2 heads x 32 x 2 x 2 B
     assert rep.memory.kv_cache == 2 * 2 * 32 * 2 * 2 * (64 + 1024)
+
+
+def test_what_fits_follows_the_windows():
+    """A window layer holds at most its window: the longest context that fits is not the
+    average bytes a token at the captured context scaled up (it was, before issue 52)."""
+    from fxshape.analysis.serving import _windowed_tokens
+
+    rep = fxshape.analyze(_gemma3(), mode="decode", context_len=4096, batch_size=4, gpu="h100")
+    # a token of one sequence: 2 (K, V) x 2 KV heads x 64 x 2 bytes = 512 a layer; one full
+    # layer, five of window 128
+    assert rep.workload.kv_layout == ((0, 512.0), (128, 2560.0))
+    # by hand: 1 MB a sequence holds 128 tokens in all six layers (6 x 512 x 128 = 393,216
+    # bytes), then 512 bytes a token: 128 + (1,000,000 - 393,216) / 512 = 1,313.1
+    assert _windowed_tokens(((0, 512.0), (128, 2560.0)), 1_000_000, None) == 1313
+    # all layers windowed (Mistral): the cache stops growing, so the positions bound it
+    assert _windowed_tokens(((64, 1024.0),), 1e9, 4096) == 4097
+    assert _windowed_tokens(((64, 1024.0),), 1000.0, 4096) == 0  # not one token's 1,024
+    cap = rep.capacity
+    budget = (cap.usable - cap.weights - rep.memory.activations) / 4
+    want = min(int(128 + (budget - 6 * 512 * 128) / 512), 8192)
+    assert cap.max_context == want and cap.capped_by_positions == (want == 8192)

@@ -33,7 +33,7 @@ def analyze_decode(model, example_inputs, example_kwargs, *, gpu, dtype, batch_s
     ``run`` (``analyze``'s body for the other modes, passed in: this module sits below it)."""
     from ..cost.decode_attention import check_page_size
     from ..tracing.decode import (check_decoder, decode_capture, decode_target,
-                                  kv_cache_bytes, latent_kv)
+                                  kv_bytes_by_layer, kv_cache_bytes, latent_kv)
     from ..tracing.facts import kv_heads_of, max_positions
     from .rows import Workload
     from .serving import capacity_of
@@ -92,8 +92,14 @@ def analyze_decode(model, example_inputs, example_kwargs, *, gpu, dtype, batch_s
     by_name = attention_windows(wrapper)
     windows = {mod.layer_idx: by_name[name] for name, mod in wrapper.named_modules()
                if name in by_name}
+    share = kv_heads_per_gpu(all_kv, tp) / all_kv
     read = kv_cache_bytes(wrapper, item, windows) * kv_heads_per_gpu(all_kv, tp) // all_kv
     kv = read * pages // length  # what is held: whole pages
+    layout = {}
+    if windows:  # what each window's layers hold a token of one sequence, on one GPU
+        for i, nbytes in kv_bytes_by_layer(wrapper, item).items():
+            w = windows.get(i, 0)
+            layout[w] = layout.get(w, 0.0) + nbytes * share / b
     def strip(r):
         return dataclasses.replace(r, module=r.module[len("model."):]
                                    if r.module.startswith("model.") else r.module)
@@ -101,7 +107,8 @@ def analyze_decode(model, example_inputs, example_kwargs, *, gpu, dtype, batch_s
     workload = Workload(mode="decode", inputs=report.workload.inputs, batch_size=b,
                         seq_len=1, tp=tp, attention=attention,
                         kernels=report.workload.kernels, context_len=length,
-                        kv_dtype=kv_key, page_size=page_size)
+                        kv_dtype=kv_key, page_size=page_size,
+                        kv_layout=tuple(sorted(layout.items())))
     cache = (f"{kv_key} " if kv_key else "") + (f"paged ({page_size} tokens a page) "
                                                  if page_size else "")
     step = dataclasses.replace(report.step, mode="decode", tokens=b,

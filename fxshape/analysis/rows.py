@@ -112,6 +112,10 @@ class Workload:
     dp: int = 1
     #: quantized linear layers (``fxshape.cost.quant.Quantization.label``); empty: none
     quantize: str = ""
+    #: decode with sliding-window layers: ``((window, bytes), ...)``, the bytes a token of
+    #: one sequence holds on one GPU in the layers of each window (0: the whole context), so
+    #: that what fits follows the windows (``fxshape.analysis.serving``); empty otherwise
+    kv_layout: tuple = ()
 
     @property
     def global_batch(self) -> int | None:

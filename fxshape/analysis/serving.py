@@ -12,6 +12,8 @@ the limits are lower bounds, tight when the KV cache dominates, as it does for r
 - ``max_batch``: ``⌊(capacity − weights) / (KV + activations per sequence)⌋``;
 - ``max_context``: ``⌊(capacity − weights − activations) / (KV per token)⌋``, rounded down to
   whole pages of a paged cache, and capped at the model's positions (said in the result).
+  With sliding-window layers (``Workload.kv_layout``) a layer holds at most its window, so
+  the cache is piecewise linear in the context and the longest context solves that.
 
 ``capacity`` is the GPU's memory (``report.memory.capacity``), the same rule as
 ``report.memory.fits``. Serving engines keep a margin (vLLM's ``gpu_memory_utilization``
@@ -50,6 +52,30 @@ class Capacity:
                 f"{self.batch_size}: {ctx}; KV cache {self.kv_bytes_per_token:,} bytes per token")
 
 
+def _windowed_tokens(layout, per_seq: float, positions) -> int:
+    """The longest context whose cache fits ``per_seq`` bytes: ``layout`` is ``((window,
+    bytes a token), ...)`` (window 0: the whole context), so a context ``c`` holds
+    ``Σ bytes × min(c, window)``, piecewise linear in ``c``. Without a whole-context layer
+    the cache stops growing at the largest window: then the positions bound it (or, with
+    none known, 2^31 tokens)."""
+    if per_seq <= 0:
+        return 0
+    full = sum(v for w, v in layout if w == 0)
+    wins = sorted((w, v) for w, v in layout if w > 0)
+    start, held = 0, 0.0  # the context at the start of the segment and the bytes held there
+    for k, (w, _) in enumerate(wins + [(None, 0.0)]):
+        rate = full + sum(v for x, v in wins[k:])  # bytes a token while c < w
+        end = w
+        if rate <= 0:
+            return positions + 1 if positions is not None else 2 ** 31
+        reach = start + (per_seq - held) / rate
+        if end is None or reach <= end:
+            return max(0, int(reach))
+        held += rate * (end - start)
+        start = end
+    return max(0, int(start))
+
+
 def capacity_of(report, *, utilization: float = 1.0,
                 max_positions: int | None = None) -> Capacity:
     """The serving limits of a ``mode="decode"`` report (see the module docstring).
@@ -71,7 +97,11 @@ def capacity_of(report, *, utilization: float = 1.0,
     usable = int(mem.capacity * utilization)
     per_seq = kv_token * stored + mem.activations // b
     max_batch = max(0, (usable - weights) // per_seq)
-    tokens = max(0, (usable - weights - mem.activations) // (kv_token * b))
+    budget = usable - weights - mem.activations
+    if wl.kv_layout:  # sliding-window layers hold at most their window
+        tokens = _windowed_tokens(wl.kv_layout, budget / b, max_positions)
+    else:
+        tokens = max(0, budget // (kv_token * b))
     if page_size:
         tokens -= tokens % page_size
     capped = max_positions is not None and tokens > max_positions

@@ -24,8 +24,8 @@ import torch
 from .export import resolve_seq_len, check_size
 from .facts import kv_heads_of
 
-__all__ = ["decode_target", "kv_cache_bytes", "check_decoder", "decode_capture",
-           "latent_kv"]
+__all__ = ["decode_target", "kv_cache_bytes", "kv_bytes_by_layer", "check_decoder",
+           "decode_capture", "latent_kv"]
 
 
 def check_decoder(model) -> None:
@@ -136,6 +136,19 @@ def _latent_cache(wrapper, model, batch) -> None:
                                   torch.zeros(batch, 1, 0, rope, dtype=dtype, device="meta"))
         setattr(wrapper, f"key_cache_{i}", layer.keys)
         setattr(wrapper, f"value_cache_{i}", layer.values)
+
+
+def kv_bytes_by_layer(wrapper, itemsize: float) -> dict:
+    """``{layer index: bytes a token of the batch holds in that layer's keys and values}``
+    (the static cache's buffers over their length)."""
+    out: dict = {}
+    for name, buf in wrapper.named_buffers():
+        if not name.startswith(("key_cache_", "value_cache_")) or buf.dim() != 4 \
+                or not buf.shape[2]:
+            continue
+        i = int(name.rsplit("_", 1)[1])
+        out[i] = out.get(i, 0.0) + buf.numel() / buf.shape[2] * itemsize
+    return out
 
 
 def kv_cache_bytes(wrapper, itemsize: float, windows=None) -> int:
