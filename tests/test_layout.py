@@ -159,7 +159,7 @@ LONG_FUNCTIONS = {
     ("serving/scheduler.py", "run_engine"): 186, ("torchtitan.py", "read_torchtitan"): 143,
     ("analysis/fusion.py", "fusion_groups"): 136, ("codesign/advise.py", "advise"): 131,
     ("cost/attention.py", "_fused"): 129, ("cost/gemm.py", "_core"): 128,
-    ("analysis/decode.py", "analyze_decode"): 126, ("planning/search.py", "plan"): 117,
+    ("analysis/decode.py", "analyze_decode"): 109, ("planning/search.py", "plan"): 117,
     ("analysis/execute.py", "_plan_memory"): 113, ("serving/request.py", "serve"): 107,
     ("serving/capacity.py", "plan_capacity"): 107, ("serving/speculative.py", "speculate"): 104,
     ("analysis/step.py", "comm_records"): 101}

@@ -15,7 +15,8 @@ import dataclasses
 
 from ..hardware.dtypes import canonical_dtype, kv_format
 from ..hardware.gpus import get_gpu
-from ..tracing.export import CaptureError, resolve_seq_len, check_module
+from ..tracing.decode import kv_bytes_by_layer, latent_kv
+from ..tracing.export import CaptureError, check_module, resolve_seq_len
 from ..tracing.facts import (attention_windows, expert_params, head_counts, input_embedding,
                              routed_experts)
 from .execute import _shards
@@ -32,8 +33,7 @@ def analyze_decode(model, example_inputs, example_kwargs, *, gpu, dtype, batch_s
     (``fxshape.tracing.decode``), analyzed as a forward of one token per sequence by
     ``run`` (``analyze``'s body for the other modes, passed in: this module sits below it)."""
     from ..cost.decode_attention import check_page_size
-    from ..tracing.decode import (check_decoder, decode_capture, decode_target,
-                                  kv_bytes_by_layer, kv_cache_bytes, latent_kv)
+    from ..tracing.decode import check_decoder, decode_capture, decode_target, kv_cache_bytes
     from ..tracing.facts import kv_heads_of, max_positions
     from .rows import Workload
     from .serving import capacity_of
@@ -95,11 +95,8 @@ def analyze_decode(model, example_inputs, example_kwargs, *, gpu, dtype, batch_s
     share = kv_heads_per_gpu(all_kv, tp) / all_kv
     read = kv_cache_bytes(wrapper, item, windows) * kv_heads_per_gpu(all_kv, tp) // all_kv
     kv = read * pages // length  # what is held: whole pages
-    layout = {}
-    if windows:  # what each window's layers hold a token of one sequence, on one GPU
-        for i, nbytes in kv_bytes_by_layer(wrapper, item).items():
-            w = windows.get(i, 0)
-            layout[w] = layout.get(w, 0.0) + nbytes * share / b
+    layout = _kv_layout(wrapper, item, windows, share / b)
+
     def strip(r):
         return dataclasses.replace(r, module=r.module[len("model."):]
                                    if r.module.startswith("model.") else r.module)
@@ -108,7 +105,7 @@ def analyze_decode(model, example_inputs, example_kwargs, *, gpu, dtype, batch_s
                         seq_len=1, tp=tp, attention=attention,
                         kernels=report.workload.kernels, context_len=length,
                         kv_dtype=kv_key, page_size=page_size,
-                        kv_layout=tuple(sorted(layout.items())))
+                        kv_layout=layout)
     cache = (f"{kv_key} " if kv_key else "") + (f"paged ({page_size} tokens a page) "
                                                  if page_size else "")
     step = dataclasses.replace(report.step, mode="decode", tokens=b,
@@ -125,29 +122,8 @@ def analyze_decode(model, example_inputs, example_kwargs, *, gpu, dtype, batch_s
     unread = _unrouted_expert_bytes(wrapper, report.rows, tp, item_w, moe_routing)
     floor = (mem.parameters - _input_embedding_bytes(model, tp, item_w) - unread
              + read) / (spec.memory_bandwidth_gbs * 1e9)
-    if windows and min(windows.values()) < length:
-        layers = sum(1 for w in windows.values() if w < length)
-        ws = ", ".join(str(w) for w in sorted(set(windows.values())))
-        fused = any(r.kernel for r in report.rows if r.op.startswith("sdpa"))
-        what = ("attend to and cache only their last" if fused else
-                "cache only their last")
-        step = dataclasses.replace(step, notes=step.notes + (
-            f"sliding window: {layers} layer{'s' if layers > 1 else ''} {what} {ws} "
-            "tokens (as a serving engine's sliding-window cache holds them)"
-            + ("" if fused else "; the eager attention priced here masks the scores of the "
-               "whole context instead")
-            + (f"; the other {others} the whole {length}"
-               if (others := (getattr(model.config, "num_hidden_layers", layers) or layers)
-                   - layers) > 0 else ""),))
-    if latent_kv(model.config) is not None:
-        r, rope = latent_kv(model.config)
-        step = dataclasses.replace(step, notes=step.notes + (
-            f"MLA as transformers runs it: the cache holds the {r}-wide latent and the "
-            f"{rope}-wide rotary key a token, and every step expands the whole context's "
-            "latents through kv_b_proj (a GEMM of M = batch x context) before attention; "
-            "serving engines (FlashMLA in vLLM and SGLang) absorb kv_b_proj into the query "
-            "and output projections and attend over the latent, which this step does not "
-            "model: it is slower than theirs",))
+    step = dataclasses.replace(step, notes=step.notes + _window_and_latent_notes(
+        model, report, windows, length))
     if unread:
         step = dataclasses.replace(step, notes=step.notes + (
             f"MoE: the bandwidth floor reads the routed experts only ("
@@ -157,6 +133,45 @@ def analyze_decode(model, example_inputs, example_kwargs, *, gpu, dtype, batch_s
                                  ops=tuple(strip(o) for o in report.ops), workload=workload,
                                  step=step, memory=memory, model_name=type(model).__name__)
     return dataclasses.replace(report, capacity=capacity_of(report, max_positions=positions))
+
+
+def _kv_layout(wrapper, item, windows, per_sequence_gpu) -> tuple:
+    """``Workload.kv_layout``: ``((window, bytes), ...)``, the bytes a token of one sequence
+    holds on one GPU in the layers of each window (0: the whole context); empty without
+    windows."""
+    layout: dict = {}
+    if windows:
+        for i, nbytes in kv_bytes_by_layer(wrapper, item).items():
+            w = windows.get(i, 0)
+            layout[w] = layout.get(w, 0.0) + nbytes * per_sequence_gpu
+    return tuple(sorted(layout.items()))
+
+
+def _window_and_latent_notes(model, report, windows, length) -> tuple:
+    """The decode step's notes on its sliding windows and on MLA as transformers runs it."""
+    notes = []
+    if windows and min(windows.values()) < length:
+        layers = sum(1 for w in windows.values() if w < length)
+        ws = ", ".join(str(w) for w in sorted(set(windows.values())))
+        fused = any(r.kernel for r in report.rows if r.op.startswith("sdpa"))
+        what = "attend to and cache only their last" if fused else "cache only their last"
+        total = getattr(model.config, "num_hidden_layers", layers) or layers
+        notes.append(
+            f"sliding window: {layers} layer{'s' if layers > 1 else ''} {what} {ws} "
+            "tokens (as a serving engine's sliding-window cache holds them)"
+            + ("" if fused else "; the eager attention priced here masks the scores of the "
+               "whole context instead")
+            + (f"; the other {total - layers} the whole {length}" if total > layers else ""))
+    if latent_kv(model.config) is not None:
+        r, rope = latent_kv(model.config)
+        notes.append(
+            f"MLA as transformers runs it: the cache holds the {r}-wide latent and the "
+            f"{rope}-wide rotary key a token, and every step expands the whole context's "
+            "latents through kv_b_proj (a GEMM of M = batch x context) before attention; "
+            "serving engines (FlashMLA in vLLM and SGLang) absorb kv_b_proj into the query "
+            "and output projections and attend over the latent, which this step does not "
+            "model: it is slower than theirs")
+    return tuple(notes)
 
 
 def _decode_attention_note(model, report) -> str:
