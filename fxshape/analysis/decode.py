@@ -92,10 +92,10 @@ def analyze_decode(model, example_inputs, example_kwargs, *, gpu, dtype, batch_s
     by_name = attention_windows(wrapper)
     windows = {mod.layer_idx: by_name[name] for name, mod in wrapper.named_modules()
                if name in by_name}
-    share = kv_heads_per_gpu(all_kv, tp) / all_kv
-    read = kv_cache_bytes(wrapper, item, windows) * kv_heads_per_gpu(all_kv, tp) // all_kv
+    per_gpu = kv_heads_per_gpu(all_kv, tp)
+    read = kv_cache_bytes(wrapper, item, windows) * per_gpu // all_kv
     kv = read * pages // length  # what is held: whole pages
-    layout = _kv_layout(wrapper, item, windows, share / b)
+    layout = _kv_layout(wrapper, item, windows, per_gpu / all_kv / b)
 
     def strip(r):
         return dataclasses.replace(r, module=r.module[len("model."):]
@@ -153,7 +153,7 @@ def _window_and_latent_notes(model, report, windows, length) -> tuple:
     if windows and min(windows.values()) < length:
         layers = sum(1 for w in windows.values() if w < length)
         ws = ", ".join(str(w) for w in sorted(set(windows.values())))
-        fused = any(r.kernel for r in report.rows if r.op.startswith("sdpa"))
+        fused = _runs_fused(report)
         what = "attend to and cache only their last" if fused else "cache only their last"
         total = getattr(model.config, "num_hidden_layers", layers) or layers
         notes.append(
@@ -174,10 +174,16 @@ def _window_and_latent_notes(model, report, windows, length) -> tuple:
     return tuple(notes)
 
 
+def _runs_fused(report) -> bool:
+    """Whether the step's attention ran as a fused kernel (its rows name one), not as the
+    model's eager matmuls."""
+    return any(r.kernel for r in report.rows if r.op.startswith("sdpa"))
+
+
 def _decode_attention_note(model, report) -> str:
     """What the decode step's attention runs as: a fused kernel's split-KV decode path, or,
     where the model's attention ran unfused (its eager code), its matmuls as captured."""
-    if any(r.kernel for r in report.rows if r.op.startswith("sdpa")):
+    if _runs_fused(report):
         return ("attention on the split-KV decode path (fxshape.cost.decode_attention), each "
                 "KV head read once per group")
     cap = getattr(model.config, "attn_logit_softcapping", None)

@@ -292,18 +292,16 @@ class TraceComparison:
             out.append(tabulate([(n, r, c, us(t)) for n, r, c, t in nm[:worst]],
                                 headers=("op", "why", "count", "measured us"),
                                 tablefmt="github", disable_numparse=True))
-        if self.unattributed and worst > 0:
-            out += ["", "device time no operator launched:"]
-            out.append(tabulate([(u.kernel[:80], u.reason, u.count, us(u.time_s))
-                                 for u in self.unattributed[:worst]],
-                                headers=("kernel", "why", "count", "us"), tablefmt="github",
-                                disable_numparse=True))
-        if self.graphed and worst > 0:
-            out += ["", "device time graph replays ran (attributed to the graph launch):"]
-            out.append(tabulate([(u.kernel[:80], u.reason, u.count, us(u.time_s))
-                                 for u in self.graphed[:worst]],
-                                headers=("kernel", "how", "count", "us"), tablefmt="github",
-                                disable_numparse=True))
+        for kernels, title, why in (
+                (self.unattributed, "device time no operator launched:", "why"),
+                (self.graphed, "device time graph replays ran (attributed to the graph "
+                               "launch):", "how")):
+            if kernels and worst > 0:
+                out += ["", title]
+                out.append(tabulate([(u.kernel[:80], u.reason, u.count, us(u.time_s))
+                                     for u in kernels[:worst]],
+                                    headers=("kernel", why, "count", "us"),
+                                    tablefmt="github", disable_numparse=True))
         out += [f"note: {n}" for n in self.notes]
         return "\n".join(out) + "\n"
 
@@ -347,6 +345,17 @@ def resolve_trace_gpu(trace: Trace, gpu=None):
                      + (f"{' and '.join(cands)} of the GPU table" if cands else
                         "no GPU of the table")
                      + ": pass gpu= (fxshape compare --gpu NAME)")
+
+
+def _by_kernel(events) -> list:
+    """``(device event, reason)`` pairs summed by reason and kernel name, most time first."""
+    acc = defaultdict(lambda: [0, 0.0])
+    for ev, why in events:
+        a = acc[(why, ev.name)]
+        a[0] += 1
+        a[1] += ev.dur * 1e-6
+    return sorted((Unattributed(w, k, c, t) for (w, k), (c, t) in acc.items()),
+                  key=lambda u: (-u.time_s, u.kernel, u.reason))
 
 
 def _union_length(intervals) -> float:
@@ -394,20 +403,8 @@ def compare_trace(path, gpu=None, *, params_path: str | None = None) -> TraceCom
         _errors("model's kernel choice",
                 [dataclasses.replace(r, predicted_s=r.chosen_s) for r in gemms]))
         if e is not None]
-    loose = defaultdict(lambda: [0, 0.0])
-    for ev, why in pairing.unattributed:
-        a = loose[(why, ev.name)]
-        a[0] += 1
-        a[1] += ev.dur * 1e-6
-    unattributed = sorted((Unattributed(w, k, c, t) for (w, k), (c, t) in loose.items()),
-                          key=lambda u: (-u.time_s, u.kernel, u.reason))
-    graph = defaultdict(lambda: [0, 0.0])
-    for ev, launch in pairing.graphed:
-        a = graph[(f"replayed by {launch}", ev.name)]
-        a[0] += 1
-        a[1] += ev.dur * 1e-6
-    graphed = sorted((Unattributed(w, k, c, t) for (w, k), (c, t) in graph.items()),
-                     key=lambda u: (-u.time_s, u.kernel, u.reason))
+    unattributed = _by_kernel(pairing.unattributed)
+    graphed = _by_kernel((ev, f"replayed by {launch}") for ev, launch in pairing.graphed)
     kernel_s = sum(ev.dur for ev in trace.device_events) * 1e-6
     attributed = sum(r.measured_s for r in records)
     modelled = sum(r.measured_s for r in records if r.predicted_s is not None)

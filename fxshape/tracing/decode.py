@@ -138,16 +138,22 @@ def _latent_cache(wrapper, model, batch) -> None:
         setattr(wrapper, f"value_cache_{i}", layer.values)
 
 
+def _kv_buffers(wrapper):
+    """``(layer index, elements, length)`` of each of the static cache's key and value
+    buffers (length 0 where the buffer is not ``[batch, heads, length, dim]``)."""
+    for name, buf in wrapper.named_buffers():
+        if name.startswith(("key_cache_", "value_cache_")):
+            yield (int(name.rsplit("_", 1)[1]), buf.numel(),
+                   buf.shape[2] if buf.dim() == 4 else 0)
+
+
 def kv_bytes_by_layer(wrapper, itemsize: float) -> dict:
     """``{layer index: bytes a token of the batch holds in that layer's keys and values}``
     (the static cache's buffers over their length)."""
     out: dict = {}
-    for name, buf in wrapper.named_buffers():
-        if not name.startswith(("key_cache_", "value_cache_")) or buf.dim() != 4 \
-                or not buf.shape[2]:
-            continue
-        i = int(name.rsplit("_", 1)[1])
-        out[i] = out.get(i, 0.0) + buf.numel() / buf.shape[2] * itemsize
+    for i, numel, length in _kv_buffers(wrapper):
+        if length:
+            out[i] = out.get(i, 0.0) + numel / length * itemsize
     return out
 
 
@@ -157,12 +163,9 @@ def kv_cache_bytes(wrapper, itemsize: float, windows=None) -> int:
     only its last ``window`` tokens, as a serving engine's sliding-window cache does
     (transformers' export wrapper gives it the whole context)."""
     n = 0
-    for name, buf in wrapper.named_buffers():
-        if not name.startswith(("key_cache_", "value_cache_")):
-            continue
-        w = (windows or {}).get(int(name.rsplit("_", 1)[1]))
-        length = buf.shape[2] if buf.dim() == 4 else 0
-        n += buf.numel() * min(w, length) // length if w and length else buf.numel()
+    for i, numel, length in _kv_buffers(wrapper):
+        w = (windows or {}).get(i)
+        n += numel * min(w, length) // length if w and length else numel
     return int(round(n * itemsize))
 
 
