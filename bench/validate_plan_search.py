@@ -18,6 +18,7 @@ with like; nothing is fitted to these runs.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import sys
 import time
@@ -39,7 +40,7 @@ def label_of(r) -> str:
     from fxshape.planning.space import Candidate
 
     plan, rec = plan_of(r)
-    return Candidate(plan, int(r["batch"]), rec).label()
+    return Candidate(dataclasses.replace(plan, recompute=rec), int(r["batch"])).label()
 
 
 def main(argv=None):

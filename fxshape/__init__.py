@@ -15,6 +15,7 @@ from .analysis.ops import Gemm, register_gemm_handler
 from .analysis.report import Report
 from .analysis.rows import GemmRow, Unsupported
 from .analysis.step import OpRecord, Step
+from .config.setup import Kernels, Machine, Setup, Workload
 from .codesign.advise import Advice, Recommendation, advise, sweep
 from .cost.attention import AttentionPrediction, AttentionShape, predict_attention
 from .cost.gemm import (DimAlignment, MatmulPrediction, ModelParams, model_params, predict_matmul,
@@ -35,6 +36,10 @@ from .torchtitan import TitanJob, read_torchtitan
 from .traces import TraceComparison, compare_trace
 
 __all__ = [
+    "Setup",
+    "Workload",
+    "Machine",
+    "Kernels",
     "compare_trace",
     "TraceComparison",
     "serve",

@@ -331,8 +331,7 @@ def _analyze_titan(args, job) -> int:
                          batch_size=job.micro_batch, seq_len=job.seq_len, mode="train",
                          attention=args.attention, provenance=None, execution=job.execution,
                          optimizer=None if args.optimizer == "none" else args.optimizer,
-                         topology=args.topology, parallel=job.parallel,
-                         recompute=job.recompute, float8=job.float8)
+                         topology=args.topology, parallel=job.parallel, float8=job.float8)
     except CaptureError as exc:
         raise ValueError(_capture_failure(exc, args.verbose)) from None
     report = dataclasses.replace(report, notes=report.notes + tuple(
@@ -908,7 +907,7 @@ def _job_plan(model, job, found, args) -> dict:
     with contextlib.redirect_stdout(None):
         rep = analyze(model, gpu=args.gpu, dtype=job.dtype, batch_size=job.micro_batch,
                       seq_len=job.seq_len, mode="train", parallel=job.parallel,
-                      recompute=job.recompute, topology=args.topology, provenance=None,
+                      topology=args.topology, provenance=None,
                       execution=job.execution, float8=job.float8)
     step = rep.step
     capacity = int(get_gpu(args.gpu).memory_gb * 1024 ** 3)

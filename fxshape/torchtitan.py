@@ -97,11 +97,15 @@ class TitanJob:
     global_batch: int
     seq_len: int
     dtype: str
-    recompute: str | None
     execution: str
     notes: tuple = field(default=())
     #: torchao's float8 recipe the job trains with (``analyze(float8=)``), None without
     float8: str | None = None
+
+    @property
+    def recompute(self) -> str | None:
+        """The activation recomputation (the plan's: ``parallel.recompute``)."""
+        return self.parallel.recompute
 
     def describe(self) -> str:
         return (f"torchtitan {self.name} {self.flavor} on {self.gpus} GPUs: "
@@ -400,10 +404,10 @@ def read_torchtitan(path, *, gpus: int | None = None) -> TitanJob:
                        dp_shard=shard if zero and rep > 1 else None,
                        reshard_after_forward=reshard_after, grad_dtype=reduce, ep=ep,
                        # torchtitan weighs the embedding and the head as a layer each
-                       stage_layers="torchtitan" if pp > 1 else None)
+                       stage_layers="torchtitan" if pp > 1 else None, recompute=recompute)
     return TitanJob(source=path, name=name, flavor=flavor, parallel=par_obj, gpus=world,
                     micro_batch=micro, global_batch=glob, seq_len=seq, dtype=dtype,
-                    recompute=recompute, execution="compiled" if compiled else "eager",
+                    execution="compiled" if compiled else "eager",
                     notes=tuple(notes), float8=float8)
 
 

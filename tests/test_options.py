@@ -102,9 +102,13 @@ def test_the_matrix_covers_every_option_of_analyze():
     # fxshape.analysis.options) fails this test
     from fxshape.analysis.options import RULES
 
+    from fxshape.config.setup import KEYWORDS
+
     sig = inspect.signature(fxshape.analyze).parameters
-    options = {n for n, p in sig.items() if p.kind == p.KEYWORD_ONLY} - {"mode"}
+    options = {n for n, p in sig.items() if p.kind == p.KEYWORD_ONLY} - {"mode", "setup"}
     assert options == set(VALUES) == set(RULES)
+    # the signature is the setup's keywords (the inputs are positional)
+    assert options | {"mode", "example_inputs", "example_kwargs"} == set(KEYWORDS)
 
 
 @pytest.mark.parametrize("mode", MODES)

@@ -1,6 +1,7 @@
 """The plan search (``fxshape.planning``): only plans that divide the model and the GPUs,
 ranked by the step ``fxshape.analyze`` predicts for each, memory respected; bad input."""
 
+import dataclasses
 import json
 
 import pytest
@@ -71,9 +72,12 @@ def test_search_ranks_the_plans_analyze_predicts():
                               topology="dgx-h100:1")
         assert rep.step.time_s == r.step_s and rep.memory.peak == r.peak_bytes
     # recomputation re-runs forwards: with all else equal it never wins
-    by = {(r.candidate.parallel, r.candidate.micro_batch): {} for r in found.results}
+    def plan_of(c):  # the plan but its recomputation
+        return dataclasses.replace(c.parallel, recompute=None), c.micro_batch
+
+    by = {plan_of(r.candidate): {} for r in found.results}
     for r in found.results:
-        by[(r.candidate.parallel, r.candidate.micro_batch)][r.candidate.recompute] = r.step_s
+        by[plan_of(r.candidate)][r.candidate.recompute] = r.step_s
     pairs = [v for v in by.values() if len(v) == 2]
     assert pairs and all(v[None] < v["full"] for v in pairs)
     # tokens per GPU per second: the global batch's tokens over the step, over 2 GPUs

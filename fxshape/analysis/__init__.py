@@ -10,5 +10,5 @@ the optimizer, communication, memory) grows here; ``pipeline`` plays a step unde
 parallel plan (stages, micro-batches, FSDP) with ``fxshape.parallelism``'s schedules;
 ``lowprec`` prices quantized inference and FP8 training rows (``quantize=``, ``float8=``).
 
-May import: hardware, cost, tracing, parallelism.
+May import: hardware, cost, tracing, parallelism, config.
 """

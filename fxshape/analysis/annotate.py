@@ -26,22 +26,18 @@ from ..tracing.dedup import check_reduction, expand_rows, find_stacks, reduced_m
 from ..tracing.facts import (attention_windows, head_counts, hidden_size, input_embedding,
                              linear_features, routed_experts)
 from ..tracing.export import (DEFAULT_BATCH_SIZE, CaptureError, capture, check_module,
-                              check_size, forward_arguments, is_hf_model, module_of,
+                              forward_arguments, is_hf_model, module_of,
                               resolve_seq_len)
 from . import lowprec
 from .execute import (_checkpointed_layers, _liveness, _memory, _op_records, _param_groups,
                       _shards, _stack_layers, _step, _topology_of)
 from .ops import Gemm, gemm_handler, gemms_for_node, looks_like_matmul
 from .parallel import check_tp, kv_shard, layer_kind, shard_gemm, sharded_modules
-from .rows import GemmRow, Unsupported, Workload
+from .rows import GemmRow, Unsupported, WorkloadRecord
 
 __all__ = ["analyze", "annotate", "module_of"]
 
 META_KEY = "fxshape"
-#: how ``analyze`` decides what sets each GEMM dimension
-PROVENANCE_CHOICES = ("traced", "matched", None)
-#: what ``analyze`` can describe (``"prefill"`` is ``"inference"``: a prompt's forward)
-MODES = ("inference", "prefill", "train", "decode")
 
 
 def annotate(gm: torch.fx.GraphModule, *, gpu="h100", dtype=torch.bfloat16,
@@ -505,175 +501,54 @@ def _row(node, g: Gemm, fqn, cls, phase, dkey, spec) -> GemmRow:
                    prediction=p)
 
 
-def analyze(model, example_inputs=None, example_kwargs=None, *, gpu="h100",
-            dtype=torch.bfloat16, batch_size=None, seq_len=None, mode=None, tp=1,
-            moe_routing=None, attention="flash", dedup=True, params=None,
-            provenance="traced", execution=None, optimizer="adamw", dp=1, topology=None,
-            sequence_parallel=False, context_len=None, kv_dtype=None, page_size=None,
-            parallel=None, recompute=None, allreduce=None, gemv=None, quantize=None,
-            group_size=None, float8=None):
-    """Capture ``model`` and predict every GEMM in it on ``gpu``.
+def analyze(model, example_inputs=None, example_kwargs=None, *, setup=None, **keywords):
+    """Capture ``model`` and predict every GEMM in it, and the step it adds up to.
 
     Args:
         model: an ``nn.Module`` (real or meta parameters; never modified).
         example_inputs, example_kwargs: forward arguments; synthesized for Hugging Face models
             (see ``fxshape.tracing.export.example_inputs_for``).
-        gpu: GPU name or alias (default ``"h100"``).
-        dtype: the dtype the GEMMs run in, as under autocast (default ``torch.bfloat16``).
-        batch_size, seq_len: sizes of synthesized inputs.
-        mode: ``"inference"`` (the default; forward GEMMs; ``"prefill"`` is the same: a prompt of
-            ``seq_len`` tokens), ``"train"`` (forward and backward GEMMs as autograd runs
-            them, from the joint graph; rows carry ``phase``) or ``"decode"`` (one new token
-            per sequence over a static KV cache of ``context_len`` tokens, captured through
-            ``fxshape.tracing.decode``; GEMMs have M = batch; ``report.memory.kv_cache``).
-        context_len: for ``mode="decode"``, the tokens already in the KV cache (default
-            1024, capped at the model's positions).
-        kv_dtype: for ``mode="decode"``, the KV cache's dtype when it is not ``dtype``
-            (``torch.float8_e4m3fn``, ``"fp8"``: half the cache's bytes; ``"int8"``, the
-            same bytes; ``"nvfp4"``, Blackwell only: 0.5625 bytes an element,
-            ``fxshape.hardware.dtypes.kv_format``); the cache's memory and the attention's
-            reads use it.
-        page_size: for ``mode="decode"``, tokens per page of a paged KV cache (vLLM's 16,
-            FlashInfer's 1 to 128); default a contiguous cache. Memory holds whole pages.
-        tp: Megatron-style tensor-parallel degree: per-GPU shapes (``fxshape.analysis.parallel``);
-            must divide the number of attention heads.
-        moe_routing: for MoE layers, the fraction of routed rows each expert gets (one per
-            expert, summing to 1). Default: balanced routing, said in each row's note.
-        attention: the kernel ``scaled_dot_product_attention`` calls are predicted as:
-            ``"flash"`` (default: what PyTorch runs on ``gpu``, FlashAttention-2 on Ampere
-            and Hopper), ``"fa2"``, ``"fa3"`` (FlashAttention-3, Hopper only) or ``"math"``
-            (unfused, as ``attn_implementation="eager"`` runs). Rows carry ``kernel``.
-        dedup: trace one representative of each group of identical layers and give every
-            layer its representative's rows (``fxshape.tracing.dedup``); the rows equal the full
-            trace's. ``False`` traces every layer. ``report.notes`` says which was done.
-        params: a parameter file (e.g. written by ``fxshape calibrate``) whose constants
-            replace the packaged ones for the GPUs it has; default ``$FXSHAPE_PARAMS`` if set.
-            A non-packaged file is named in ``report.notes``.
-        provenance: how each row's ``set_by`` (what sets M, N and K) is decided:
-            ``"traced"`` (default: by cause; the model is re-traced with one hyperparameter
-            or input size changed at a time, at reduced depth, and a dimension is set by what
-            changes it; ``row.causes`` lists those; ``fxshape.analysis.perturb``), ``"matched"``
-            (by value against the config and input sizes, no re-capture: faster, but values
-            that coincide can be confused) or ``None`` (not decided; ``set_by`` empty).
-        execution: how the step runs: ``"eager"`` (the default, but for decode: one kernel
-            per aten op as eager PyTorch launches them, each dispatched by the host;
-            ``fxshape.analysis.step``),
-            ``"compiled"`` (``torch.compile``: Inductor's fusion groups,
-            ``fxshape.analysis.fusion``) or ``"cudagraphs"`` (``torch.compile(mode=
-            "reduce-overhead")``: the same kernels replayed as CUDA graphs; the default for
-            decode, as serving engines run it).
-        optimizer: in ``mode="train"``, the optimizer step included in ``report.step``:
-            ``"adamw"`` (default: ``torch.optim.AdamW``'s foreach implementation),
-            ``"adamw-fused"``, ``"sgd"`` or ``None`` (``fxshape.cost.optimizer``).
-        dp: data-parallel degree: in training, the gradient all-reduce (DDP's 25 MiB
-            buckets, overlapped with the backward; only the exposed part counts).
-        topology: the machine the GPUs are in (``fxshape.hardware.topology.TOPOLOGIES``:
-            ``"dgx-h100"``, ``"dgx-a100"``, ``"pairwise-a100"``, ``"pcie4"`` ...); default:
-            the one ``gpu`` usually comes in. ``tp`` must fit in one of its nodes.
-        sequence_parallel: with ``tp`` > 1, Megatron's sequence parallelism (each all-reduce
-            a reduce-scatter and an all-gather).
-        parallel: the whole parallel plan (:class:`fxshape.Parallel`: tp, pp, dp, ZeRO/FSDP,
-            micro-batches, the pipeline schedule; ``fxshape.parallelism``); ``tp``, ``dp``
-            and ``sequence_parallel`` are its shorthands (not both). ``batch_size`` is then
-            the micro-batch of one data-parallel rank.
-        recompute: in ``mode="train"``, activation recomputation: ``None`` (what the model
-            says: Hugging Face's ``gradient_checkpointing_enable()`` is ``"full"``),
-            ``"full"`` (every layer's forward again in its backward), ``"selective"`` (the
-            attention core only, Megatron's selective recomputation) or ``"op"``
-            (torchtitan's op-level selective checkpointing, ``selective_ac_option = 'op'``:
-            each layer's every second matmul and its memory-bound ops again, the attention
-            kernel's and the other matmuls' outputs saved).
-        allreduce: how tensor parallelism's all-reduces run (``fxshape.cost.allreduce``):
-            ``"auto"`` (what vLLM does: its one-shot / two-shot kernel for small buffers on
-            NVLink, symmetric memory's multimem for larger ones on Hopper and Blackwell
-            NVSwitch, NCCL otherwise; the default of ``mode="decode"``), ``"one-shot"``,
-            ``"two-shot"``, ``"multimem"`` or ``"nccl"`` (NCCL's LL / LL128 / Simple protocol
-            by size), all under CUDA graphs. Default in other modes: NCCL as measured from
-            eager PyTorch (``fxshape.cost.comm``).
-        gemv: how GEMMs with ``M = 1`` or ``N = 1`` run (``fxshape.cost.gemv``):
-            ``"library"`` (the default: the BLAS library's GEMM kernel) or ``"inductor"``
-            (``torch.compile`` with ``coordinate_descent_tuning``, as gpt-fast sets it:
-            Inductor decomposes them into one Triton reduction that streams the weight;
-            needs ``execution="compiled"`` or ``"cudagraphs"``).
-        quantize: the linear layers quantized as an inference engine runs them
-            (``fxshape.cost.quant``): ``"int8"`` or ``"int4"`` (weight-only, as gpt-fast and
-            torchao: activations stay in ``dtype``), ``"fp8"`` (FP8 weights and activations,
-            ``torch._scaled_mm``; Hopper, Ada, Blackwell), ``"nvfp4"`` or ``"mxfp8"``
-            (Blackwell's block-scaled weights and activations) or a
-            :class:`fxshape.cost.quant.Quantization` (fp8 with ``activations="static"``).
-            Inference, prefill and decode only. Each quantized row carries ``quant``; the
-            layers left in bf16 (the LM head under fp8, nvfp4 and mxfp8, dimensions the
-            format cannot take) are in
-            ``report.notes`` with the reason; ``report.memory`` holds the packed weights.
-        group_size: for ``quantize="int4"``, elements of K per scale and zero (32, 64, 128,
-            256; default 128); must divide every quantized layer's K.
-        float8: in ``mode="train"``, FP8 training as torchao's ``convert_to_float8_training``
-            runs it under ``torch.compile`` (``fxshape.cost.float8``): ``"tensorwise"`` or
-            ``"rowwise"``. Every ``nn.Linear`` but the LM head (torchtitan's filter) runs
-            its forward, dgrad and wgrad GEMMs as ``torch._scaled_mm``, with the amax and
-            cast kernels each needs; under FSDP (``Parallel(zero=3)``) the tensorwise recipe
-            gathers the converted weights in FP8. ``"mxfp8"`` (Blackwell): torchao's MX
-            training, e4m3 with an e8m0 scale per 32 elements. Needs ``execution="compiled"`` and a GPU
-            with FP8 tensor cores. Transformer Engine's ``te.Linear`` (eager or compiled: its
-            own kernels): ``"te-delayed"`` (``DelayedScaling``, TE's default),
-            ``"te-current"`` (``Float8CurrentScaling``), ``"te-mxfp8"`` (Blackwell's
-            ``MXFP8BlockScaling``); every linear layer but the LM head, the weights gathered
-            in bf16. Rows carry ``quant`` (``"float8:tensorwise:dgrad"``).
+        setup: what to predict, a :class:`fxshape.Setup` (its workload, plan, machine and
+            kernels); default ``Setup()``. The keywords change its fields.
+        **keywords: each a field of the setup, by name (``fxshape.config.setup.KEYWORDS``):
+
+{KEYWORDS}
 
     Returns:
         A :class:`fxshape.analysis.report.Report`.
     """
-    from .options import check_options, option_effects
+    from ..config.setup import Setup
 
-    mode_default = mode is None
-    mode = "inference" if mode is None else mode
-    from ..parallelism.plan import check_mode, check_recompute, parallel_of
+    setup = (Setup() if setup is None else setup).replace(**keywords) if keywords or \
+        setup is None else setup
+    if example_inputs is not None or example_kwargs is not None:
+        setup = setup.replace(example_inputs=example_inputs, example_kwargs=example_kwargs)
+    return _run(model, setup)
 
-    plan = parallel_of(parallel, tp=tp, dp=dp, sequence_parallel=sequence_parallel)
-    # the options as given (the shorthands, or the plan), for report.options
-    shorthands = dict(tp=tp, dp=dp, sequence_parallel=sequence_parallel)
-    tp, dp, sequence_parallel = plan.tp, plan.dp, plan.sequence_parallel
-    check_options(mode=mode, tp=tp, sequence_parallel=sequence_parallel)
-    check_mode(plan, mode)
-    check_recompute(recompute, mode)
-    if plan.async_tp and execution not in ("compiled", "cudagraphs"):
-        raise ValueError("Parallel(async_tp=True) is torch.compile's micro-pipeline TP pass "
-                         "(torchtitan's async TP): give execution='compiled' (eager PyTorch "
-                         "runs the collectives unfused: async_tp=False)")
-    if allreduce is not None:
-        from ..cost.allreduce import check_algorithm
 
-        check_algorithm(allreduce)
-    if gemv is not None:
-        from ..cost.gemv import check_gemv
+def _run(model, setup):
+    """``analyze``'s body: the setup checked against the model, captured and costed (a
+    decode step, or the other modes), its low-precision rows and its options said."""
+    from .options import given_options, option_effects
 
-        check_gemv(gemv)
-        if gemv == "inductor" and (execution == "eager" or
-                                   (execution is None and mode != "decode")):
-            raise ValueError("gemv='inductor' is torch.compile's decomposition of "
-                             "matrix-vector products; give execution='compiled' or "
-                             "'cudagraphs' (eager PyTorch runs the library's GEMM)")
-    ctx: dict = {"plan": plan, "gemv": gemv or "library"}
-    if float8 is not None and quantize is not None:
-        raise ValueError("float8= trains in FP8, quantize= serves quantized layers: give "
-                         "one of them")
-    quant = lowprec.check_quantize(quantize, group_size, mode, dtype, gpu)
+    k = setup.kernels
+    ctx: dict = {"plan": setup.parallel, "gemv": k.gemv or "library"}
+    mode = setup.workload.run_mode
+    quant = lowprec.check_quantize(k.quantize, k.group_size, mode, k.dtype, setup.machine.gpu)
     state = None if quant is None else lowprec.QuantState(
         quant, lowprec.quant_keep(model, quant, input_embedding(model)[1]))
-    if float8 is not None:
-        lowprec.check_float8(float8, mode, dtype, gpu, execution)
-        state = lowprec.float8_state(model, float8, plan)
+    if k.float8 is not None:
+        lowprec.check_float8(k.float8, mode, k.dtype, setup.machine.gpu, k.execution)
+        state = lowprec.float8_state(model, k.float8, setup.parallel)
     token = lowprec.QUANT.set(state)
     try:
-        report = _analyze_mode(model, example_inputs, example_kwargs, ctx, gpu=gpu,
-                               dtype=dtype, batch_size=batch_size, seq_len=seq_len, mode=mode,
-                               tp=tp, moe_routing=moe_routing, attention=attention,
-                               dedup=dedup, params=params, provenance=provenance,
-                               execution=execution, optimizer=optimizer, dp=dp,
-                               topology=topology, sequence_parallel=sequence_parallel,
-                               context_len=context_len, kv_dtype=kv_dtype,
-                               page_size=page_size, plan=plan, recompute=recompute,
-                               allreduce=allreduce)
+        if mode == "decode":
+            from .decode import analyze_decode
+
+            report = analyze_decode(model, setup, ctx=ctx, run=_with_params)
+        else:
+            report = _with_params(model, setup.replace(
+                execution=k.execution or "eager"), ctx=ctx)
     finally:
         lowprec.QUANT.reset(token)
     if isinstance(state, lowprec.Float8State):
@@ -682,26 +557,33 @@ def analyze(model, example_inputs=None, example_kwargs=None, *, gpu="h100",
     elif state is not None:
         report = lowprec.quantized_report(report, state, model)
         ctx["quant_left"] = state.left
-    given = _given_options(report, ctx, gpu=gpu, dtype=dtype, batch_size=batch_size,
-                           seq_len=seq_len, moe_routing=moe_routing, attention=attention,
-                           dedup=dedup, provenance=provenance, execution=execution,
-                           optimizer=optimizer, topology=topology, context_len=context_len,
-                           kv_dtype=kv_dtype, page_size=page_size, parallel=parallel,
-                           recompute=recompute, allreduce=allreduce, gemv=gemv,
-                           **shorthands)
-    if float8 is not None:
-        given["float8"] = float8
-    if quant is not None:
-        given["quantize"] = quant.key
-        if group_size is not None:
-            given["group_size"] = group_size
+    given = given_options(report, ctx, setup, quant)
     report = dataclasses.replace(report, workload=dataclasses.replace(
-        report.workload, gemv=gemv or "library"))
-    if mode_default:
-        report = dataclasses.replace(report, workload=dataclasses.replace(
-            report.workload, mode_default=True))
-    report = _with_error_band(report, low_precision=quant is not None or float8 is not None)
+        report.workload, gemv=k.gemv or "library", mode_default=setup.workload.mode is None))
+    report = _with_error_band(report, low_precision=state is not None)
     return dataclasses.replace(report, options=option_effects(report, given, ctx))
+
+
+def _keyword_docs() -> str:
+    """analyze's keywords, each with its field's help text, for its docstring."""
+    import textwrap
+
+    from ..config.setup import keyword_docs
+
+    return "\n".join(textwrap.fill(f"{name}: {doc}", 88, initial_indent=" " * 12,
+                                    subsequent_indent=" " * 16)
+                      for name, doc in keyword_docs().items()
+                      if name not in ("example_inputs", "example_kwargs"))
+
+
+def _spelt_out():
+    from ..config.setup import signature_with_keywords
+
+    analyze.__doc__ = analyze.__doc__.replace("{KEYWORDS}", _keyword_docs())
+    analyze.__signature__ = signature_with_keywords(analyze)
+
+
+_spelt_out()
 
 
 def _with_error_band(report, low_precision: bool):
@@ -730,109 +612,14 @@ def _with_error_band(report, low_precision: bool):
                                notes=report.notes + (note,))
 
 
-def _analyze_mode(model, example_inputs, example_kwargs, ctx, *, gpu, dtype, batch_size,
-                  seq_len, mode, tp, moe_routing, attention, dedup, params, provenance,
-                  execution, optimizer, dp, topology, sequence_parallel, context_len,
-                  kv_dtype, page_size, plan, recompute, allreduce):
-    """analyze's body once its options are checked: a decode step, or the other modes."""
-    if mode == "decode":
-        from .decode import analyze_decode
-
-        report = analyze_decode(model, example_inputs, example_kwargs, gpu=gpu, dtype=dtype,
-                                batch_size=batch_size, seq_len=seq_len, tp=tp,
-                                attention=attention, params=params, execution=execution,
-                                context_len=context_len, dp=dp, topology=topology,
-                                kv_dtype=kv_dtype, page_size=page_size,
-                                sequence_parallel=sequence_parallel, dedup=dedup,
-                                moe_routing=moe_routing, optimizer=optimizer, ctx=ctx,
-                                allreduce="auto" if allreduce is None else allreduce,
-                                run=_with_params)
-    else:
-        for name, v, what in (("context_len", context_len, "the tokens in the KV cache"),
-                              ("kv_dtype", kv_dtype, "the KV cache's dtype"),
-                              ("page_size", page_size, "the KV cache's page size")):
-            if v is not None:
-                raise ValueError(f"{name} is for mode='decode' ({what}); mode {mode!r} has no "
-                                 "KV cache")
-        report = _with_params(params, model, example_inputs, example_kwargs, gpu=gpu,
-                              dtype=dtype, batch_size=batch_size, seq_len=seq_len, mode=mode,
-                              tp=tp, moe_routing=moe_routing, attention=attention,
-                              dedup=dedup, provenance=provenance,
-                              execution="eager" if execution is None else execution,
-                              optimizer=optimizer, dp=dp, topology=topology,
-                              sequence_parallel=sequence_parallel, ctx=ctx, plan=plan,
-                              recompute=recompute, allreduce=allreduce)
-    return report
-
-
-def _given_options(report, ctx, *, gpu, dtype, batch_size, seq_len, tp, moe_routing,
-                   attention, dedup, provenance, execution, optimizer, dp, topology,
-                   sequence_parallel, context_len, kv_dtype, page_size, parallel=None,
-                   recompute=None, allreduce=None, gemv=None) -> dict:
-    """The options whose values differ from the defaults the analysis would have used
-    (``fxshape.analysis.options``): name -> value as given."""
-    import os
-
-    from ..hardware.topology import default_topology, get_topology
-
-    spec = get_gpu(report.gpu)
-    given: dict = {}
-    if spec.name != get_gpu("h100").name:
-        given["gpu"] = spec.name
-    if report.dtype != canonical_dtype(torch.bfloat16):
-        given["dtype"] = report.dtype
-    if batch_size not in (None, DEFAULT_BATCH_SIZE):
-        given["batch_size"] = batch_size
-    if seq_len is not None:
-        given["seq_len"] = seq_len
-    if context_len is not None and context_len != ctx.get("default_context_len"):
-        given["context_len"] = context_len
-    if tp != 1:
-        given["tp"] = tp
-    if sequence_parallel:
-        given["sequence_parallel"] = True
-    if dp != 1:
-        given["dp"] = dp
-    if topology is not None and \
-            get_topology(topology).name != default_topology(spec.name).name:
-        given["topology"] = get_topology(topology).name
-    if optimizer != "adamw":
-        given["optimizer"] = str(optimizer)
-    if execution is not None and execution != ctx.get("default_execution", "eager"):
-        given["execution"] = execution
-    if attention != "flash":
-        given["attention"] = attention
-    if moe_routing is not None:
-        given["moe_routing"] = tuple(moe_routing)
-    if dedup is False:
-        given["dedup"] = False
-    path = ctx.get("params_path")  # params=, $FXSHAPE_PARAMS or an enclosing use_params
-    if path and not is_default_params(path):
-        given["params"] = os.fspath(path)
-    if provenance != "traced":
-        given["provenance"] = str(provenance)
-    if report.workload.kv_dtype is not None:
-        given["kv_dtype"] = report.workload.kv_dtype
-    if page_size is not None:
-        given["page_size"] = page_size
-    if parallel is not None and parallel != type(parallel)():
-        given["parallel"] = parallel
-    if recompute is not None:
-        given["recompute"] = recompute
-    if allreduce is not None and allreduce != ctx.get("default_allreduce"):
-        given["allreduce"] = allreduce
-    if gemv not in (None, "library"):
-        given["gemv"] = gemv
-    return given
-
-
-def _with_params(params, *args, ctx=None, **kw):
-    """``_analyze`` under the GEMM constants of ``params``, named in the notes when they are
-    not the packaged ones, and with matrix-vector products priced as ``ctx["gemv"]`` says
-    (``fxshape.cost.gemv``). ``ctx`` (a dict) gets what ``fxshape.analysis.options`` needs."""
+def _with_params(model, setup, *, kv=(None, None), ctx=None):
+    """``_analyze`` under the constants of ``setup.machine.params``, named in the notes
+    when they are not the packaged ones, and with matrix-vector products priced as
+    ``ctx["gemv"]`` says (``fxshape.cost.gemv``). ``ctx`` (a dict) gets what
+    ``fxshape.analysis.options`` needs."""
     ctx = {} if ctx is None else ctx
-    with use_params(params), use_gemv(ctx.get("gemv", "library")):
-        report = _analyze(*args, ctx=ctx, **kw)
+    with use_params(setup.machine.params), use_gemv(ctx.get("gemv", "library")):
+        report = _analyze(model, setup, kv=kv, ctx=ctx)
         path = resolve_params_path()
         ctx["params_path"] = path
         ctx["params_cover_gpu"] = _params_cover(path, report.gpu)
@@ -862,45 +649,31 @@ def _params_cover(path, gpu) -> bool:
     return False
 
 
-def _analyze(model, example_inputs, example_kwargs, *, gpu, dtype, batch_size, seq_len, mode,
-             tp, moe_routing, attention, dedup, provenance, execution, optimizer, dp, topology,
-             sequence_parallel, kv=(None, None), ctx=None, plan=None, recompute=None,
-             allreduce=None):
-    from ..cost.optimizer import check_optimizer
-    from ..parallelism.plan import Parallel, check_plan
+def _analyze(model, setup, *, kv=(None, None), ctx=None):
+    """A prefill, inference or training step of ``model`` under ``setup`` (its execution
+    given): captured (once per capture key within a plan search), annotated, costed."""
+    from ..parallelism.plan import check_plan
     from .report import Report
-    from .step import check_execution
 
-    check_execution(execution)
-    check_optimizer(optimizer)
-
-    if provenance not in PROVENANCE_CHOICES:
-        raise ValueError(f"unknown provenance {provenance!r}; accepted: "
-                         + ", ".join(repr(p) for p in PROVENANCE_CHOICES))
-
-    if mode not in MODES:
-        raise ValueError(f"unknown mode {mode!r}; accepted: "
-                         + ", ".join(repr(m) for m in MODES))
-    shown, mode = mode, ("inference" if mode == "prefill" else mode)
+    w, k, m, plan = setup.workload, setup.kernels, setup.machine, setup.parallel
+    example_inputs, example_kwargs = w.example_inputs, w.example_kwargs
+    batch_size, seq_len, moe_routing = w.batch_size, w.seq_len, w.moe_routing
+    shown, mode = w.run_mode, ("inference" if w.run_mode == "prefill" else w.run_mode)
+    tp, dp, sequence_parallel, recompute = plan.tp, plan.dp, plan.sequence_parallel, \
+        plan.recompute
+    dtype, attention, execution = k.dtype, k.attention, k.execution
+    optimizer, allreduce = k.optimizer, k.allreduce
+    dedup, provenance = setup.dedup, setup.provenance
     check_module(model)
-    check_size("batch_size", batch_size)
-    check_size("seq_len", seq_len)
-    given = [n for n, v in (("batch_size", batch_size), ("seq_len", seq_len)) if v is not None]
-    if given and (example_inputs is not None or example_kwargs is not None):
-        raise ValueError(f"{' and '.join(given)} "
-                         f"{'set the sizes' if len(given) > 1 else 'sets the size'} of "
-                         "synthesized inputs, but example inputs were given (their sizes are "
-                         "used): drop one or the other")
     if is_hf_model(model):
         check_config(model.config)
     heads, kv_heads = head_counts(model)
     check_tp(tp, heads, kv_heads)
-    spec = get_gpu(gpu)
+    spec = m.spec
     dkey = canonical_dtype(dtype)
     spec.peak_tflops(dkey)  # fail before capturing
     _check_attention(attention, spec, dkey)
-    topo = _topology_of(topology, spec)
-    plan = plan or Parallel(tp=tp, dp=dp, sequence_parallel=sequence_parallel)
+    topo = _topology_of(m.topology, spec)
     cache = CAPTURE_CACHE.get()
     if cache is not None:  # a plan search: the model's layer stacks found once
         if ("stacks", id(model)) not in cache:
@@ -934,11 +707,8 @@ def _analyze(model, example_inputs, example_kwargs, *, gpu, dtype, batch_size, s
     cache = CAPTURE_CACHE.get()
     ckey = None
     if cache is not None and example_inputs is None and example_kwargs is None:
-        ckey = (id(model), mode, tp, plan.cp, plan.ep, plan.capacity_factor, batch_size,
-                seq_len, dkey, spec.label, attention, _shapes(moe_routing), execution,
-                sequence_parallel, plan.async_tp, plan.grad_bytes, topo, dedup, kv,
-                getattr(lowprec.QUANT.get(), "q", None),
-                getattr(lowprec.QUANT.get(), "recipe", None))
+        # everything the capture depends on: the setup's fields marked so
+        ckey = (id(model), kv) + setup.capture_key()
     hit = cache.get(ckey) if ckey is not None else None
     if hit is not None:
         gm, rows, unsupported, stacks, got, records, op_unsupported, step_notes, walk = hit
@@ -1133,7 +903,7 @@ _RECOMPUTE_NOTES = {
 
 
 def _workload(model, example_inputs, example_kwargs, *, batch_size, seq_len, mode, tp,
-              attention, rows) -> Workload:
+              attention, rows) -> WorkloadRecord:
     """What the report describes: the forward's tensor inputs as captured, the synthesized
     sizes, mode, tp and the attention kernel (asked for, and what the rows ran as)."""
     args, kwargs = forward_arguments(model, example_inputs, example_kwargs,
@@ -1165,7 +935,7 @@ def _workload(model, example_inputs, example_kwargs, *, batch_size, seq_len, mod
         b = DEFAULT_BATCH_SIZE if batch_size is None else batch_size
         ids = kwargs.get("input_ids", kwargs.get("decoder_input_ids"))
         s = ids.shape[1] if isinstance(ids, torch.Tensor) and ids.dim() == 2 else None
-    return Workload(mode=mode, inputs=tuple(inputs), batch_size=b, seq_len=s,
+    return WorkloadRecord(mode=mode, inputs=tuple(inputs), batch_size=b, seq_len=s,
                     seq_len_default=synthesized and seq_len is None and s is not None, tp=tp,
                     attention=attention, kernels=tuple(sorted({r.kernel for r in rows
                                                                if r.kernel})))

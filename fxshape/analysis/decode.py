@@ -14,7 +14,6 @@ from __future__ import annotations
 import dataclasses
 
 from ..hardware.dtypes import canonical_dtype, kv_format
-from ..hardware.gpus import get_gpu
 from ..tracing.decode import kv_bytes_by_layer, latent_kv
 from ..tracing.export import CaptureError, check_module, resolve_seq_len
 from ..tracing.facts import (attention_windows, expert_params, head_counts, input_embedding,
@@ -25,29 +24,29 @@ from .parallel import check_tp, kv_heads_per_gpu
 __all__ = ["analyze_decode"]
 
 
-def analyze_decode(model, example_inputs, example_kwargs, *, gpu, dtype, batch_size,
-                   seq_len, tp, attention, params, execution, context_len, dp, topology,
-                   kv_dtype, page_size, sequence_parallel, dedup=True, moe_routing=None,
-                   optimizer="adamw", ctx=None, allreduce="auto", run):
+def analyze_decode(model, setup, *, ctx=None, run):
     """One decode step (``mode="decode"``): the model wrapped with a static KV cache
     (``fxshape.tracing.decode``), analyzed as a forward of one token per sequence by
-    ``run`` (``analyze``'s body for the other modes, passed in: this module sits below it)."""
-    from ..cost.decode_attention import check_page_size
+    ``run`` (``analyze``'s body for the other modes, passed in: this module sits below it)
+    under ``setup`` made the forward's."""
     from ..tracing.decode import check_decoder, decode_capture, decode_target, kv_cache_bytes
     from ..tracing.facts import kv_heads_of, max_positions
-    from .rows import Workload
+    from .rows import WorkloadRecord
     from .serving import capacity_of
     from .step import run_dtype
 
+    w, k = setup.workload, setup.kernels
+    batch_size, context_len, kv_dtype, page_size = w.batch_size, w.context_len, w.kv_dtype, \
+        w.page_size
+    tp, dtype, moe_routing = setup.parallel.tp, k.dtype, w.moe_routing
     check_module(model)
     check_decoder(model)
-    if example_inputs is not None or example_kwargs is not None:
+    if w.example_inputs is not None or w.example_kwargs is not None:
         raise ValueError("mode='decode' builds its own inputs (one token per sequence and "
                          "the cache position): give batch_size and context_len instead")
-    if seq_len is not None:
+    if w.seq_len is not None:
         raise ValueError("mode='decode' feeds one new token per sequence: give context_len "
                          "(the tokens in the KV cache), not seq_len")
-    check_page_size(page_size)
     positions = max_positions(model.config)
     if page_size is not None and positions is not None and page_size > positions:
         raise ValueError(f"page_size={page_size} exceeds the model's {positions} positions: "
@@ -57,7 +56,7 @@ def analyze_decode(model, example_inputs, example_kwargs, *, gpu, dtype, batch_s
     kv_key, kv_item = kv_format(kv_dtype) if kv_dtype is not None else (None, None)
     if kv_key in (dkey, canonical_dtype(run_dtype(dkey))):
         kv_key = None  # the cache is in the run dtype already: the default
-    spec = get_gpu(gpu)
+    spec = setup.machine.spec
     if kv_key == "nvfp4" and spec.arch != "blackwell":
         raise ValueError(f"kv_dtype='nvfp4' needs Blackwell (TensorRT-LLM's NVFP4 KV cache); "
                          f"{spec.name} is not; accepted here: 'fp8', 'int8'")
@@ -70,15 +69,13 @@ def analyze_decode(model, example_inputs, example_kwargs, *, gpu, dtype, batch_s
         ctx["default_execution"] = "cudagraphs"
         ctx["default_allreduce"] = "auto"
         ctx["default_context_len"] = resolve_seq_len(model.config, None)
-    execution = "cudagraphs" if execution is None else execution
+    inner = setup.replace(mode="inference", example_kwargs=kwargs, batch_size=None,
+                          context_len=None, kv_dtype=None, page_size=None, provenance=None,
+                          execution=k.execution or "cudagraphs",
+                          allreduce="auto" if k.allreduce is None else k.allreduce)
     with decode_capture():
         try:
-            report = run(params, wrapper, None, kwargs, gpu=gpu, dtype=dtype,
-                         batch_size=None, seq_len=None, mode="inference", tp=tp,
-                         moe_routing=moe_routing, attention=attention, dedup=dedup,
-                         provenance=None, execution=execution, optimizer=optimizer, dp=dp,
-                         topology=topology, sequence_parallel=sequence_parallel,
-                         kv=(kv_key, page_size), ctx=ctx, allreduce=allreduce)
+            report = run(wrapper, inner, kv=(kv_key, page_size), ctx=ctx)
         except CaptureError as exc:
             raise CaptureError(f"could not capture one decode step of {type(model).__name__} "
                                "through transformers' static KV cache\n"
@@ -101,8 +98,8 @@ def analyze_decode(model, example_inputs, example_kwargs, *, gpu, dtype, batch_s
         return dataclasses.replace(r, module=r.module[len("model."):]
                                    if r.module.startswith("model.") else r.module)
 
-    workload = Workload(mode="decode", inputs=report.workload.inputs, batch_size=b,
-                        seq_len=1, tp=tp, attention=attention,
+    workload = WorkloadRecord(mode="decode", inputs=report.workload.inputs, batch_size=b,
+                        seq_len=1, tp=tp, attention=k.attention,
                         kernels=report.workload.kernels, context_len=length,
                         kv_dtype=kv_key, page_size=page_size,
                         kv_layout=layout)
@@ -136,7 +133,7 @@ def analyze_decode(model, example_inputs, example_kwargs, *, gpu, dtype, batch_s
 
 
 def _kv_layout(wrapper, item, windows, per_sequence_gpu) -> tuple:
-    """``Workload.kv_layout``: ``((window, bytes), ...)``, the bytes a token of one sequence
+    """``WorkloadRecord.kv_layout``: ``((window, bytes), ...)``, the bytes a token of one sequence
     holds on one GPU in the layers of each window (0: the whole context); empty without
     windows."""
     layout: dict = {}

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-__all__ = ["OptionEffect", "check_options", "option_effects", "RULES"]
+__all__ = ["OptionEffect", "given_options", "option_effects", "RULES"]
 
 
 @dataclass(frozen=True)
@@ -38,13 +38,68 @@ class OptionEffect:
                 "applied": self.applied}
 
 
-def check_options(*, mode: str, tp: int, sequence_parallel: bool) -> None:
-    """Refuse the contradictions no report can honour, in one line each (sequence
-    parallelism without tp is the plan's own: ``fxshape.parallelism.plan.Parallel``)."""
-    if sequence_parallel and mode == "decode":
-        raise ValueError("sequence_parallel splits the sequence of a training or prefill "
-                         "step; a decode step has one token per sequence: drop it, or use "
-                         "mode='prefill'")
+def given_options(report, ctx: dict, setup, quant=None) -> dict:
+    """The options of ``setup`` whose values differ from the defaults the analysis would
+    have used (name -> value as given): a default spelt another way (``gpu="h100-sxm"``,
+    decode's ``execution="cudagraphs"``, its ``context_len``, its ``allreduce="auto"``) is
+    not given. ``quant``: the checked quantization (``fxshape.cost.quant.Quantization``)."""
+    import os
+
+    import torch
+
+    from ..cost.gemm import is_default_params
+    from ..hardware.dtypes import canonical_dtype
+    from ..hardware.gpus import get_gpu
+    from ..hardware.topology import default_topology, get_topology
+    from ..tracing.export import DEFAULT_BATCH_SIZE
+
+    kw = setup.keywords()
+    spec = get_gpu(report.gpu)
+    given: dict = {}
+    if spec.name != get_gpu("h100").name:
+        given["gpu"] = spec.name
+    if report.dtype != canonical_dtype(torch.bfloat16):
+        given["dtype"] = report.dtype
+    if kw.get("batch_size") not in (None, DEFAULT_BATCH_SIZE):
+        given["batch_size"] = kw["batch_size"]
+    for name in ("seq_len", "page_size", "tp", "dp", "sequence_parallel", "parallel",
+                 "recompute", "float8"):
+        if name in kw:
+            given[name] = kw[name]
+    if kw.get("context_len", ctx.get("default_context_len")) != \
+            ctx.get("default_context_len"):
+        given["context_len"] = kw["context_len"]
+    topology = kw.get("topology")
+    if topology is not None and \
+            get_topology(topology).name != default_topology(spec.name).name:
+        given["topology"] = get_topology(topology).name
+    if "optimizer" in kw:
+        given["optimizer"] = str(kw["optimizer"])
+    if kw.get("execution", ctx.get("default_execution", "eager")) != \
+            ctx.get("default_execution", "eager"):
+        given["execution"] = kw["execution"]
+    if "attention" in kw:
+        given["attention"] = kw["attention"]
+    if "moe_routing" in kw:
+        given["moe_routing"] = tuple(kw["moe_routing"])
+    if "dedup" in kw:
+        given["dedup"] = kw["dedup"]
+    path = ctx.get("params_path")  # params=, $FXSHAPE_PARAMS or an enclosing use_params
+    if path and not is_default_params(path):
+        given["params"] = os.fspath(path)
+    if "provenance" in kw:
+        given["provenance"] = str(kw["provenance"])
+    if report.workload.kv_dtype is not None:
+        given["kv_dtype"] = report.workload.kv_dtype
+    if kw.get("allreduce", ctx.get("default_allreduce")) != ctx.get("default_allreduce"):
+        given["allreduce"] = kw["allreduce"]
+    if kw.get("gemv", "library") != "library":
+        given["gemv"] = kw["gemv"]
+    if quant is not None:
+        given["quantize"] = quant.key
+        if "group_size" in kw:
+            given["group_size"] = kw["group_size"]
+    return given
 
 
 def _communication(report) -> list:

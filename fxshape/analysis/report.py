@@ -20,7 +20,7 @@ from tabulate import tabulate
 
 from ..hardware.gpus import get_gpu
 from .memory import Memory
-from .rows import Workload, kernel_figures, misaligned
+from .rows import WorkloadRecord, kernel_figures, misaligned
 from .serving import Capacity
 from .step import Step
 
@@ -55,7 +55,7 @@ class Report:
     #: how the model was traced (one layer per group of identical layers, or all of them)
     notes: tuple = ()
     #: what the report describes (mode, inputs, tp, attention; ``fxshape.analysis.rows``)
-    workload: Workload | None = None
+    workload: WorkloadRecord | None = None
     #: every costed op of the step, GEMMs included, in program order
     #: (``fxshape.analysis.step.OpRecord``)
     ops: tuple = ()

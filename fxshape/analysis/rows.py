@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from ..cost.gemm import MatmulPrediction
 from ..cost.gemv import GEMV_KERNEL
 
-__all__ = ["GemmRow", "Unsupported", "Workload", "misaligned", "kernel_figures"]
+__all__ = ["GemmRow", "Unsupported", "WorkloadRecord", "misaligned", "kernel_figures"]
 
 
 @dataclass(frozen=True)
@@ -80,9 +80,10 @@ class Unsupported:
 
 
 @dataclass(frozen=True)
-class Workload:
+class WorkloadRecord:
     """What a report describes: the mode, the inputs, the parallelism and the attention
-    kernel. Every view of a report states it."""
+    kernel, as the analysis resolved them (what was asked is the setup's
+    ``fxshape.config.setup.Workload``). Every view of a report states it."""
 
     mode: str  # "inference", "prefill", "train" or "decode"
     #: the forward's tensor inputs as captured: (name, shape, dtype) each

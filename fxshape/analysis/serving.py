@@ -12,7 +12,7 @@ the limits are lower bounds, tight when the KV cache dominates, as it does for r
 - ``max_batch``: ``⌊(capacity − weights) / (KV + activations per sequence)⌋``;
 - ``max_context``: ``⌊(capacity − weights − activations) / (KV per token)⌋``, rounded down to
   whole pages of a paged cache, and capped at the model's positions (said in the result).
-  With sliding-window layers (``Workload.kv_layout``) a layer holds at most its window, so
+  With sliding-window layers (``WorkloadRecord.kv_layout``) a layer holds at most its window, so
   the cache is piecewise linear in the context and the longest context solves that.
 
 ``capacity`` is the GPU's memory (``report.memory.capacity``), the same rule as

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 
 import torch
 
+from ..config.setup import EXECUTIONS, check_execution
 from ..cost.host import eager_timeline, host_params, launch_gap_s
 from ..cost.memops import kernel_time, memop_family
 from ..cost.optimizer import optimizer_passes
@@ -34,22 +35,11 @@ __all__ = ["OpRecord", "Step", "CLASSES", "EXECUTIONS", "op_records", "step_of",
 #: the classes a step's time is split into (``Step.by_class``)
 CLASSES = ("gemm", "attention", "memory", "optimizer", "communication", "host_idle",
            "pipeline_bubble")
-#: how the model runs: ``"eager"`` (one kernel per aten op, the host dispatching each),
-#: ``"compiled"`` (``torch.compile``: Inductor's fused kernels, launched by its wrapper),
-#: ``"cudagraphs"`` (``torch.compile(mode="reduce-overhead")``: the same kernels replayed
-#: as CUDA graphs, one launch per graph)
-EXECUTIONS = ("eager", "compiled", "cudagraphs")
 
 
 #: GEMMs a kernel runs again rather than keep (FlashAttention's backward recomputes S = QKᵀ):
 #: time, not useful work; the model FLOPs leave them out, as MFU conventions do
 RECOMPUTED_OPS = frozenset({"sdpa.bwd.qk"})
-
-
-def check_execution(execution) -> None:
-    if execution not in EXECUTIONS:
-        raise ValueError(f"unknown execution {execution!r}; accepted: "
-                         + ", ".join(repr(e) for e in EXECUTIONS))
 
 
 @dataclass(frozen=True)

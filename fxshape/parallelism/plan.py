@@ -11,7 +11,7 @@ microbatches × dp``.
 from __future__ import annotations
 
 import numbers
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass, field, fields
 
 __all__ = ["Parallel", "SCHEDULES", "ZERO_STAGES", "GRAD_DTYPES", "check_mode", "check_plan",
            "parallel_of", "RECOMPUTE", "check_recompute", "check_cp_seq", "STAGE_SPLITS",
@@ -40,6 +40,14 @@ def _count(name, v, minimum=1) -> int:
     if isinstance(v, bool) or not isinstance(v, numbers.Integral) or v < minimum:
         raise ValueError(f"Parallel.{name} must be an integer >= {minimum}, got {v!r}")
     return int(v)
+
+
+#: ``None`` (keep every activation), ``"full"`` (every layer's forward re-run in its
+#: backward: ``gradient_checkpointing_enable()``), ``"selective"`` (Megatron's selective
+#: recomputation: the attention core only), ``"op"`` (torchtitan's op-level selective
+#: checkpointing: every second matmul and every memory-bound op of each layer re-run, the
+#: attention kernel and the other matmuls saved)
+RECOMPUTE = (None, "full", "selective", "op")
 
 
 @dataclass(frozen=True)
@@ -94,24 +102,35 @@ class Parallel:
             (Megatron's ``--decoder-first-pipeline-num-layers`` /
             ``--decoder-last-pipeline-num-layers``, torchtitan's
             ``pipeline_parallel_layers_per_stage`` or module lists).
+        recompute: in training, activation recomputation (:data:`RECOMPUTE`): None (what
+            the model says: Hugging Face's ``gradient_checkpointing_enable()`` is
+            ``"full"``), ``"full"`` (every layer's forward again in its backward),
+            ``"selective"`` (the attention core only, Megatron's selective recomputation)
+            or ``"op"`` (torchtitan's op-level selective checkpointing: each layer's every
+            second matmul and its memory-bound ops again).
+
+    A field whose metadata says ``capture`` changes the graph one rank captures (its
+    shapes, its collectives); the others only how the captured step is played
+    (``fxshape.config.setup.Setup.capture_key``).
     """
 
-    tp: int = 1
-    cp: int = 1
+    tp: int = field(default=1, metadata={"capture": True})
+    cp: int = field(default=1, metadata={"capture": True})
     pp: int = 1
     dp: int = 1
     zero: int = 0
     virtual_stages: int = 1
     microbatches: int = 1
     schedule: str = "1f1b"
-    sequence_parallel: bool = False
+    sequence_parallel: bool = field(default=False, metadata={"capture": True})
     dp_shard: int | None = None
     reshard_after_forward: bool = True
-    grad_dtype: str = "fp32"
-    ep: int = 1
-    capacity_factor: float | None = None
+    grad_dtype: str = field(default="fp32", metadata={"capture": True})
+    ep: int = field(default=1, metadata={"capture": True})
+    capacity_factor: float | None = field(default=None, metadata={"capture": True})
     stage_layers: tuple | str | None = None
-    async_tp: bool = False
+    async_tp: bool = field(default=False, metadata={"capture": True})
+    recompute: str | None = None
 
     def __post_init__(self):
         for name in ("tp", "cp", "pp", "dp", "virtual_stages", "microbatches", "ep"):
@@ -130,6 +149,9 @@ class Parallel:
             raise ValueError(f"Parallel.grad_dtype must be one of "
                              f"{', '.join(repr(d) for d in GRAD_DTYPES)}, got "
                              f"{self.grad_dtype!r}")
+        if self.recompute not in RECOMPUTE:
+            raise ValueError(f"unknown recompute {self.recompute!r}; accepted: None, 'full', "
+                             "'selective', 'op'")
         if self.sequence_parallel and self.tp == 1:
             raise ValueError("sequence_parallel splits the norms and residuals over the "
                              "tensor-parallel GPUs: it needs tp > 1, got tp=1")
@@ -167,6 +189,10 @@ class Parallel:
                 raise ValueError(f"ep={self.ep} must divide dp_shard={self.dp_shard}: expert "
                                  "state is sharded over the ranks of a shard group that hold "
                                  "the same experts")
+        self._check_pipeline()
+
+    def _check_pipeline(self) -> None:
+        """The pipeline's fields: its schedule, chunks, micro-batches and stage split."""
         if self.pp == 1:
             if self.virtual_stages > 1:
                 raise ValueError("virtual_stages > 1 interleaves pipeline stages: it needs "
@@ -455,12 +481,6 @@ def check_cp_seq(seq_len: int, cp: int) -> None:
                          f"{(seq_len // ok + 1) * ok})")
 
 
-#: ``None`` (keep every activation), ``"full"`` (every layer's forward re-run in its
-#: backward: ``gradient_checkpointing_enable()``), ``"selective"`` (Megatron's selective
-#: recomputation: the attention core only), ``"op"`` (torchtitan's op-level selective
-#: checkpointing: every second matmul and every memory-bound op of each layer re-run, the
-#: attention kernel and the other matmuls saved)
-RECOMPUTE = (None, "full", "selective", "op")
 
 #: the most micro-batches a pipelined step takes: its schedule is simulated pass by pass
 #: (linear in them; published pipelines run tens to a few thousand)

@@ -252,19 +252,21 @@ def _cost_group(group, job) -> tuple:
     import contextlib
 
     from ..analysis.annotate import CAPTURE_CACHE, analyze
+    from ..config.setup import Setup
 
     results, refused = [], Counter()
+    # what every plan shares; each candidate changes its plan and micro-batch
+    base = Setup.from_keywords(gpu=job["spec"], dtype=job["dtype"], seq_len=job["seq_len"],
+                               mode="train", topology=job["topo"], provenance=None,
+                               execution=job["execution"], optimizer=job["optimizer"],
+                               attention=job["attention"])
     token = CAPTURE_CACHE.set(dict(_SHARED))
     try:
         for c in group:
             try:
                 with contextlib.redirect_stdout(None):
-                    rep = analyze(job["model"], gpu=job["spec"], dtype=job["dtype"],
-                                  batch_size=c.micro_batch, seq_len=job["seq_len"],
-                                  mode="train", parallel=c.parallel, recompute=c.recompute,
-                                  topology=job["topo"], provenance=None,
-                                  execution=job["execution"], optimizer=job["optimizer"],
-                                  attention=job["attention"])
+                    rep = analyze(job["model"], setup=base.replace(
+                        batch_size=c.micro_batch, parallel=c.parallel))
             except ValueError as exc:
                 refused["refused: " + str(exc).split(":")[0][:80]] += 1
                 continue

@@ -34,12 +34,15 @@ class ModelShape:
 
 @dataclass(frozen=True)
 class Candidate:
-    """One plan to cost: the parallel plan, the micro-batch size (sequences per GPU per
-    micro-batch) and the recomputation."""
+    """One plan to cost: the parallel plan (its recomputation included) and the
+    micro-batch size (sequences per GPU per micro-batch)."""
 
     parallel: Parallel
     micro_batch: int
-    recompute: str | None
+
+    @property
+    def recompute(self) -> str | None:
+        return self.parallel.recompute
 
     def label(self) -> str:
         p = self.parallel
@@ -141,10 +144,12 @@ def candidates(shape: ModelShape, *, gpus: int, global_batch: int, seq_len: int,
                                 for z in zero:
                                     if z and dp * cp == 1:
                                         continue  # nothing to shard over: as zero 0
-                                    par = Parallel(tp=tp, cp=cp, pp=pp, dp=dp, ep=ep, zero=z,
-                                                   virtual_stages=vp, microbatches=m,
-                                                   sequence_parallel=tp > 1,
-                                                   stage_layers=split, schedule=sched)
                                     for rc in recompute:
-                                        plans.append(Candidate(par, mb, rc))
+                                        par = Parallel(tp=tp, cp=cp, pp=pp, dp=dp, ep=ep,
+                                                       zero=z, virtual_stages=vp,
+                                                       microbatches=m,
+                                                       sequence_parallel=tp > 1,
+                                                       stage_layers=split, schedule=sched,
+                                                       recompute=rc)
+                                        plans.append(Candidate(par, mb))
     return plans, dropped

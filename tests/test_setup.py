@@ -1,0 +1,144 @@
+"""fxshape.Setup (issue 53): analyze's keywords as one frozen object, translated in one
+place, each field checked by the object that owns it, the capture key derived from the
+fields' metadata, and ``analyze(setup=)`` the same analysis as its keywords."""
+
+import dataclasses
+import inspect
+
+import pytest
+import torch
+
+import fxshape
+from fxshape import Kernels, Machine, Parallel, Setup, Workload
+from fxshape.config.setup import KEYWORDS, keyword_defaults, keyword_docs
+
+
+def test_keywords_translate_to_the_fields_that_own_them():
+    s = Setup.from_keywords(mode="train", batch_size=2, gpu="a100", topology="pcie4",
+                            dtype="fp16", execution="compiled", tp=2, dp=4,
+                            sequence_parallel=True, recompute="selective", dedup=False,
+                            provenance=None)
+    assert s.workload == Workload(mode="train", batch_size=2)
+    assert s.machine == Machine(gpu="a100", topology="pcie4")
+    assert s.kernels == Kernels(dtype="fp16", execution="compiled")
+    assert s.parallel == Parallel(tp=2, dp=4, sequence_parallel=True, recompute="selective")
+    assert (s.dedup, s.provenance) == (False, None)
+    # what differs from the defaults rebuilds it, and is what it prints
+    assert Setup.from_keywords(**s.keywords()) == s
+    assert repr(s).startswith("Setup(mode='train', batch_size=2, gpu='a100'")
+    assert repr(Setup()) == "Setup()" and Setup().describe() == "defaults"
+
+
+def test_the_plan_and_its_shorthands():
+    # a plan beyond its shorthands is shown whole, its recomputation beside it (as
+    # report.options names them)
+    plan = Parallel(pp=2, microbatches=4)
+    s = Setup.from_keywords(mode="train", parallel=plan, recompute="full")
+    assert s.parallel == dataclasses.replace(plan, recompute="full")
+    assert s.keywords() == {"mode": "train", "parallel": plan, "recompute": "full"}
+    # a plan of tp and dp only is its shorthands
+    assert Setup.from_keywords(parallel=Parallel(tp=2)).keywords() == {"tp": 2}
+    # shorthands change the plan in place; replace keeps the rest
+    assert s.replace(dp=2).parallel == Parallel(pp=2, dp=2, microbatches=4, recompute="full")
+    with pytest.raises(ValueError, match="not both|both"):
+        Setup.from_keywords(parallel=plan, tp=2)
+    with pytest.raises(ValueError, match="disagree"):
+        Setup.from_keywords(mode="train", parallel=Parallel(recompute="op"), recompute="full")
+
+
+@pytest.mark.parametrize("keywords, message", [
+    (dict(mode="fast"), "unknown mode 'fast'; accepted: 'inference'"),
+    (dict(batch_size=0), "batch_size must be a positive integer"),
+    (dict(seq_len="long"), "seq_len must be a positive integer"),
+    (dict(page_size=-1), "page_size"),
+    (dict(mode="decode", kv_dtype="fp3"), "fp3"),
+    (dict(gpu="h900"), "h900"),
+    (dict(gpu="mi300x", topology="dgx-h100"), "NVLink|NVIDIA"),
+    (dict(dtype="int3"), "int3"),
+    (dict(execution="jit"), "unknown execution 'jit'; accepted: 'eager', 'compiled'"),
+    (dict(optimizer="adam"), "unknown optimizer 'adam'"),
+    (dict(allreduce="ring"), "unknown all-reduce algorithm 'ring'"),
+    (dict(gemv="cublas"), "unknown gemv 'cublas'"),
+    (dict(provenance="guessed"), "unknown provenance 'guessed'"),
+    (dict(recompute="half"), "unknown recompute 'half'"),
+    (dict(tp=0), "tp must be a positive integer"),
+    # the contradictions the setup owns
+    (dict(context_len=64), "context_len is for mode='decode'"),
+    (dict(mode="decode", sequence_parallel=True, tp=2), "sequence_parallel splits"),
+    (dict(recompute="full"), "needs mode='train', not 'inference'"),
+    (dict(float8="tensorwise", quantize="int8"), "give one of them"),
+    (dict(gemv="inductor"), "gemv='inductor' is torch.compile's"),
+    (dict(mode="inference", parallel=Parallel(pp=2)), "Parallel.pp=2"),
+])
+def test_each_bad_value_is_refused_in_one_line_by_its_owner(keywords, message):
+    with pytest.raises(ValueError, match=message) as info:
+        Setup.from_keywords(**keywords)
+    assert "\n" not in str(info.value)
+
+
+def test_an_unknown_keyword_names_the_accepted_ones():
+    with pytest.raises(TypeError, match="unexpected keyword 'gpus'; accepted: allreduce"):
+        Setup.from_keywords(gpus=8)
+    with pytest.raises(TypeError, match="'gpus'"):
+        fxshape.analyze(torch.nn.Linear(4, 4), gpus=8)
+    with pytest.raises(ValueError, match="Setup.machine must be a Machine, got str"):
+        Setup(machine="h100")
+
+
+def test_the_capture_key_follows_the_fields_metadata():
+    base = Setup.from_keywords(mode="train", seq_len=64)
+    key = base.capture_key()
+    # every field marked `capture` moves the key; the others (how the captured step is
+    # played: the plan's pipeline and data parallelism, the optimizer, the all-reduce, the
+    # provenance) do not
+    moves = dict(batch_size=2, seq_len=32, gpu="a100", dtype="fp16", execution="compiled",
+                 attention="math", dedup=False, tp=2, parallel=Parallel(cp=2, dp=1))
+    stays = dict(dp=8, optimizer="sgd", allreduce="nccl", provenance=None,
+                 recompute="full", parallel=Parallel(pp=2, microbatches=4))
+    for name, value in moves.items():
+        assert base.replace(**{name: value}).capture_key() != key, name
+    for name, value in stays.items():
+        assert base.replace(**{name: value}).capture_key() == key, name
+    # spellings of one thing are one key: an alias and its GPU, "bf16" and torch.bfloat16
+    assert base.replace(gpu="h100-sxm", dtype="bf16").capture_key() == key
+    # given inputs are never shared
+    assert base.replace(seq_len=None, example_inputs=(torch.zeros(1, 4),)).capture_key() \
+        is None
+
+
+def test_analyze_signature_and_docstring_come_from_the_fields():
+    sig = inspect.signature(fxshape.analyze).parameters
+    for name, default in keyword_defaults().items():
+        assert sig[name].kind == inspect.Parameter.KEYWORD_ONLY
+        assert sig[name].default == default or sig[name].default is default
+    docs = keyword_docs()
+    assert set(docs) == set(KEYWORDS)
+    for name in ("gpu", "float8", "page_size", "recompute"):
+        assert f"{name}: " in fxshape.analyze.__doc__
+
+
+def _tiny_llama():
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    cfg = LlamaConfig(hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                      num_attention_heads=4, num_key_value_heads=2, vocab_size=256,
+                      max_position_embeddings=128)
+    with torch.device("meta"):
+        return LlamaForCausalLM(cfg)
+
+
+def test_analyze_with_a_setup_is_analyze_with_its_keywords():
+    pytest.importorskip("transformers")
+    model = _tiny_llama()
+    kw = dict(mode="train", seq_len=32, gpu="a100", recompute="full", provenance=None,
+              optimizer="sgd")
+    by_keywords = fxshape.analyze(model, **kw)
+    setup = Setup.from_keywords(**kw)
+    by_setup = fxshape.analyze(model, setup=setup)
+    assert by_setup.to_json() == by_keywords.to_json()
+    # keywords beside a setup change its fields
+    changed = fxshape.analyze(model, setup=setup, gpu="h100")
+    assert changed.to_json() == fxshape.analyze(model, **{**kw, "gpu": "h100"}).to_json()
+    assert changed.gpu != by_keywords.gpu
+    # report.options: every keyword given but the mode (a default is not an option given)
+    assert {o.name for o in by_setup.options} == set(kw) - {"mode"}
