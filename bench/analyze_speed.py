@@ -33,7 +33,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import torch  # noqa: E402
 
 import fxshape  # noqa: E402
-from fxshape.analysis.annotate import _CHECKED  # noqa: E402
+from fxshape.analysis.annotate import _CHECKED  # noqa: E402  (the two-layer verdicts)
 from fxshape.analysis.perturb import _CACHE as _TRACED  # noqa: E402
 from fxshape.tracing.export import example_inputs_for  # noqa: E402
 from fxshape.presets import build_preset  # noqa: E402

@@ -489,7 +489,7 @@ def launch_gap(gpu, n=200):  # pragma: no cover - needs CUDA
     per GEMM from CUDA events, beside the GEMM prediction with and without the eager gap."""
     import torch
 
-    from fxshape.analysis.step import regime_gaps
+    from fxshape.execution.step import regime_gaps
 
     x = torch.randn(64, 4096, device="cuda", dtype=torch.bfloat16)
     w = torch.randn(4096, 4096, device="cuda", dtype=torch.bfloat16)

@@ -9,12 +9,12 @@ graph capture (:func:`capture`) and the per-GEMM analysis
 (:func:`register_gemm_handler`) and memory-bound op handlers (:func:`register_memop_handler`).
 """
 
-from .analysis.annotate import analyze
+from .report.build import analyze
 from .analysis.opcost import register_memop_handler
 from .analysis.ops import Gemm, register_gemm_handler
-from .analysis.report import Report
+from .report.report import Report
 from .analysis.rows import GemmRow, Unsupported
-from .analysis.step import OpRecord, Step
+from .execution.step import OpRecord, Step
 from .config.setup import Kernels, Machine, Setup, Workload
 from .codesign.advise import Advice, Recommendation, advise, sweep
 from .cost.attention import AttentionPrediction, AttentionShape, predict_attention

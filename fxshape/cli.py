@@ -87,7 +87,7 @@ def _check_plot_path(path, option: str) -> None:
     """Fail before any work on a plot path that cannot be written, or without matplotlib."""
     import importlib.util
 
-    from .analysis.plot import check_path
+    from .report.plot import check_path
 
     check_path(path, option)
     if importlib.util.find_spec("matplotlib") is None:
@@ -213,7 +213,7 @@ def _capture_failure(exc, verbose: bool) -> str:
 def _cmd_analyze(args) -> int:
     import torch
 
-    from .analysis.annotate import analyze
+    from .report.build import analyze
     from .presets import resolve_target
     from .tracing.export import CaptureError
 
@@ -265,7 +265,7 @@ def _cmd_analyze(args) -> int:
     except CaptureError as exc:
         raise ValueError(_capture_failure(exc, args.verbose)) from None
     if args.plot:
-        from .analysis.plot import plot_report
+        from .report.plot import plot_report
 
         plot_report(report, args.plot)
         print(f"wrote {args.plot}", file=sys.stderr)
@@ -300,7 +300,7 @@ def _cmd_analyze(args) -> int:
 
 
 def _print_chrome_trace(report) -> None:
-    from .analysis.chrome import chrome_trace
+    from .report.chrome import chrome_trace
 
     print(json.dumps(chrome_trace(report), sort_keys=True))
 
@@ -316,7 +316,7 @@ _TITAN_SETS = {"batch_size": None, "seq_len": None, "tp": 1, "dp": 1, "pp": 1, "
 
 def _analyze_titan(args, job) -> int:
     """``analyze --torchtitan``: one GPU of the job's training step."""
-    from .analysis.annotate import analyze
+    from .report.build import analyze
     from .tracing.export import CaptureError
 
     clash = [k for k, v in _TITAN_SETS.items() if getattr(args, k, v) != v]
@@ -337,7 +337,7 @@ def _analyze_titan(args, job) -> int:
     report = dataclasses.replace(report, notes=report.notes + tuple(
         f"torchtitan: {n}" for n in job.notes))
     if args.plot:
-        from .analysis.plot import plot_report
+        from .report.plot import plot_report
 
         plot_report(report, args.plot)
         print(f"wrote {args.plot}", file=sys.stderr)
@@ -407,7 +407,7 @@ def _cmd_advise(args) -> int:
 
 
 def _cmd_sweep(args) -> int:
-    from .analysis.plot import plot_sweep
+    from .report.plot import plot_sweep
     from .codesign.advise import parse_range, sweep
 
     values = parse_range(args.range)
@@ -902,7 +902,7 @@ def _cmd_plan(args) -> int:
 def _job_plan(model, job, found, args) -> dict:
     """The torchtitan job's own plan, costed as the search costs its plans, and where it
     stands among them."""
-    from .analysis.annotate import analyze
+    from .report.build import analyze
 
     with contextlib.redirect_stdout(None):
         rep = analyze(model, gpu=args.gpu, dtype=job.dtype, batch_size=job.micro_batch,

@@ -161,7 +161,7 @@ def test_the_command_line_and_bad_input(tmp_path, capsys):
     import torch
 
     from fxshape import cli
-    from fxshape.analysis.chrome import chrome_trace
+    from fxshape.report.chrome import chrome_trace
 
     assert cli.main(["analyze", "gpt2", "--gpu", "h100", "--seq-len", "64",
                      "--format", "chrome-trace"]) == 0

@@ -152,7 +152,7 @@ def test_cp_bad_input():
 
 
 def test_ring_merges_by_hand(cp_reports):
-    from fxshape.analysis.ring import merge_kernels
+    from fxshape.execution.ring import merge_kernels
 
     # one rank's call at cp = 2: 1 sequence x 8 heads x 128 tokens x 32 dims = 32,768 output
     # elements. Forward: the first output cast to fp32 (2 + 4 bytes each), one later step

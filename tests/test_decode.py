@@ -239,7 +239,7 @@ def test_eager_decode_is_slower_than_cuda_graphs():
 
 
 def test_capacity_is_what_analyze_says_fits():
-    from fxshape.analysis.serving import capacity_of
+    from fxshape.execution.serving import capacity_of
 
     model = _llama()
     rep = fxshape.analyze(model, mode="decode", batch_size=1, context_len=4096, gpu="l4")

@@ -1,4 +1,4 @@
-"""The compiled regime's fusion groups (fxshape.analysis.fusion) against Inductor's own
+"""The compiled regime's fusion groups (fxshape.execution.fusion) against Inductor's own
 scheduler, which runs here on its CPU backend (same scheduler, C++ code generation): the
 number of generated kernels and which norms share a kernel, for a GPT-style block, a
 Llama-style block (RMSNorm, SwiGLU) and unfused softmax attention, in inference and in
@@ -13,9 +13,9 @@ from torch import nn
 
 import fxshape
 from fxshape.analysis.annotate import annotate, module_of
-from fxshape.analysis.fusion import fusion_groups
+from fxshape.execution.fusion import fusion_groups
 from fxshape.analysis.opcost import Sizes, dropout_chains, matmul_copies
-from fxshape.analysis.step import (attribute_modules, compiled_categories, model_float_dtype,
+from fxshape.execution.step import (attribute_modules, compiled_categories, model_float_dtype,
                                    phase_of)
 
 pytestmark = pytest.mark.skipif(shutil.which("g++") is None and shutil.which("c++") is None,

@@ -158,7 +158,7 @@ def test_a_sweep_whose_every_point_fails_is_an_error(capsys):
 
 
 def test_the_sweep_plot_breaks_at_a_failed_point():
-    from fxshape.analysis.plot import _segments
+    from fxshape.report.plot import _segments
     from fxshape.codesign.advise import SweepPoint
 
     pts = [SweepPoint(v, 1.0, t, 1, "") if t is not None else SweepPoint(v, None, None, None,
@@ -169,7 +169,7 @@ def test_the_sweep_plot_breaks_at_a_failed_point():
 
 
 def test_plot_colours_mean_one_thing_and_titles_wrap():
-    from fxshape.analysis.plot import AT_PEAK, CAUSES, STEP_COLOURS, _wrap
+    from fxshape.report.plot import AT_PEAK, CAUSES, STEP_COLOURS, _wrap
 
     gemm_panel = set(CAUSES.values()) | {AT_PEAK}
     assert not gemm_panel & set(STEP_COLOURS.values())

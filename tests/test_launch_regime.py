@@ -1,5 +1,5 @@
 """CUDA-graph replay vs eager launch as two regimes of a kernel's fixed cost (issue 50):
-``fxshape.cost.host.launch_gap_s`` and the step's records (``fxshape.analysis.step``)."""
+``fxshape.cost.host.launch_gap_s`` and the step's records (``fxshape.execution.step``)."""
 
 import dataclasses
 import os
@@ -9,7 +9,7 @@ import torch
 from torch import nn
 
 import fxshape
-from fxshape.analysis.step import OpRecord, launch_regime
+from fxshape.execution.step import OpRecord, launch_regime
 from fxshape.cost.host import host_params, launch_gap_s
 from fxshape.fit.calibration import calibration_dir
 

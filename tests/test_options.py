@@ -99,8 +99,8 @@ def _check(mode, names):
 
 def test_the_matrix_covers_every_option_of_analyze():
     # an option added to analyze without a value here (and a rule in
-    # fxshape.analysis.options) fails this test
-    from fxshape.analysis.options import RULES
+    # fxshape.report.options) fails this test
+    from fxshape.report.options import RULES
 
     from fxshape.config.setup import KEYWORDS
 

@@ -89,7 +89,7 @@ def test_symbolic_rows_are_not_padded():
     from torch.export import Dim
 
     from fxshape.analysis.annotate import annotate
-    from fxshape.analysis.report import Report
+    from fxshape.report.report import Report
 
     ep = torch.export.export(MLP(d_hidden=4095), (torch.randn(48, 64),),
                              dynamic_shapes={"x": {0: Dim("batch", min=2, max=8192)}})

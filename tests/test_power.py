@@ -7,7 +7,7 @@ import os
 import pytest
 
 import fxshape
-from fxshape.analysis.step import OpRecord, sustained_records
+from fxshape.execution.step import OpRecord, sustained_records
 from fxshape.hardware.gpus import get_gpu
 from fxshape.hardware.power import (clock_curve, power_limit_range, sustained_ratio)
 from models import tiny_llama

@@ -95,7 +95,7 @@ class _TwoMatmuls(torch.nn.Module):
 
 def test_plot_has_one_bar_per_collapsed_row_with_unique_labels(tmp_path):
     pytest.importorskip("matplotlib")
-    from fxshape.analysis.plot import bar_labels
+    from fxshape.report.plot import bar_labels
 
     with torch.device("meta"):
         model = NanoGPT(vocab_size=50257, n_layer=2, n_head=12, n_embd=768)

@@ -1,4 +1,4 @@
-"""The whole step (fxshape.analysis.step, opcost, cost.host, cost.optimizer): bytes by hand for
+"""The whole step (fxshape.execution.step, opcost, cost.host, cost.optimizer): bytes by hand for
 a small graph, the eager timeline by hand, the optimizer's launches by hand, properties of the
 step (classes sum to the step, more tokens never faster, more bandwidth never slower,
 deduplicated layers give the full trace's step), nothing silently zero, bad input."""

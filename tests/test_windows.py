@@ -99,7 +99,7 @@ def test_gemma2_eager_decode_says_it_is_unfused():
 def test_what_fits_follows_the_windows():
     """A window layer holds at most its window: the longest context that fits is not the
     average bytes a token at the captured context scaled up (it was, before issue 52)."""
-    from fxshape.analysis.serving import _windowed_tokens
+    from fxshape.execution.serving import _windowed_tokens
 
     rep = fxshape.analyze(_gemma3(), mode="decode", context_len=4096, batch_size=4, gpu="h100")
     # a token of one sequence: 2 (K, V) x 2 KV heads x 64 x 2 bytes = 512 a layer; one full

@@ -7,8 +7,8 @@ import pytest
 
 import fxshape
 from fxshape import Parallel
-from fxshape.analysis.pipeline import weight_grad_s
-from fxshape.analysis.step import OpRecord
+from fxshape.execution.pipeline import weight_grad_s
+from fxshape.execution.step import OpRecord
 from fxshape.parallelism.schedule import (frozen_orders, in_flight, play, rank_of_stage,
                                           stages_of_rank)
 
@@ -123,7 +123,7 @@ def test_analyze_a_zbv_pipeline():
     assert inter.step.stages[0].holds == "the embedding"
     assert any("zero bubble ZB-V" in o.effect for o in zbv.options)
     # the trace draws the split backward's passes by name
-    from fxshape.analysis.chrome import chrome_trace
+    from fxshape.report.chrome import chrome_trace
 
     names = {e["name"] for e in chrome_trace(zbv)["traceEvents"] if e.get("ph") == "X"}
     assert "backward (weight gradient) micro-batch 0" in names

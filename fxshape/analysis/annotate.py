@@ -4,38 +4,31 @@
 (``fxshape.analysis.ops``) which GEMMs each node runs, predicts each with ``predict_matmul``
 (``fxshape.cost.gemv`` for Inductor's matrix-vector products with ``gemv="inductor"``) and
 stores a tuple of :class:`GemmRow` records on ``node.meta["fxshape"]``. The result is a
-:class:`fxshape.analysis.report.Report`.
+:class:`fxshape.report.report.Report`.
 """
 
 from __future__ import annotations
 
-import contextvars
 import dataclasses
-import inspect
+from dataclasses import dataclass
 
 import torch
 
-from ..cost.gemm import is_default_params, resolve_params_path, use_params
-from ..cost.gemv import price_matmul, use_gemv
+from ..cost.gemv import price_matmul
 from ..cost.notes import join_notes
 from ..hardware.dtypes import canonical_dtype
 from ..hardware.gpus import get_gpu
 from ..parallelism.experts import apportion
-from ..tracing.configs import check_config
-from ..tracing.dedup import check_reduction, expand_rows, find_stacks, reduced_model, structure_key
-from ..tracing.facts import (attention_windows, head_counts, hidden_size, input_embedding,
-                             linear_features, routed_experts)
-from ..tracing.export import (DEFAULT_BATCH_SIZE, CaptureError, capture, check_module,
-                              forward_arguments, is_hf_model, module_of,
-                              resolve_seq_len)
+from ..tracing.dedup import check_reduction, reduced_model, structure_key
+from ..tracing.facts import attention_windows, head_counts, linear_features
+from ..tracing.export import CaptureError, capture, forward_arguments, module_of, resolve_seq_len
 from . import lowprec
-from .execute import (_checkpointed_layers, _liveness, _memory, _op_records, _param_groups,
-                      _shards, _stack_layers, _step, _topology_of)
 from .ops import Gemm, gemm_handler, gemms_for_node, looks_like_matmul
-from .parallel import check_tp, kv_shard, layer_kind, shard_gemm, sharded_modules
-from .rows import GemmRow, Unsupported, WorkloadRecord
+from .parallel import kv_shard, layer_kind, shard_gemm, sharded_modules
+from .rows import GemmRow, Unsupported
 
-__all__ = ["analyze", "annotate", "module_of"]
+__all__ = ["annotate", "Capture", "capture_step", "provenance_rows", "rank_seq_len",
+           "check_attention", "module_of"]
 
 META_KEY = "fxshape"
 
@@ -373,7 +366,7 @@ def _ring(pred, gemms, cp, call, attention, dkey, spec):
     the sum of its ``cp`` kernels, and its GEMMs with the key dimension over the whole
     sequence (the rank's share of the scores: half of ``s/cp × s`` when causal)."""
     from ..parallelism.context import KEY_DIMS, ring_blocks
-    from .ring import block_times
+    from ..parallelism.context import block_times
 
     if pred.kernel == "math":
         raise ValueError("context parallelism runs ring attention on a fused kernel; the "
@@ -397,12 +390,6 @@ def _ring(pred, gemms, cp, call, attention, dkey, spec):
                                                                f"sequence (cp {cp})")))
     return pred, out
 
-
-#: while a plan search runs (``fxshape.planning``): a dict of captured graphs, their rows, op
-#: records and liveness walk by everything they depend on, so that plans sharing one rank's
-#: shapes (tp, cp, ep, micro-batch) are captured once and only re-costed
-CAPTURE_CACHE: contextvars.ContextVar = contextvars.ContextVar("fxshape_capture_cache",
-                                                                default=None)
 
 #: the two-layer check's verdicts ("" = the reduction holds), by fxshape.tracing.dedup.structure_key
 _CHECKED: dict = {}
@@ -438,7 +425,7 @@ def _annotated(target, example_inputs, example_kwargs, kw, spec, dkey, tp, model
     return gm, rows, unsupported
 
 
-def _rank_seq_len(model, example_inputs, example_kwargs, seq_len, cp):
+def rank_seq_len(model, example_inputs, example_kwargs, seq_len, cp):
     """The tokens one rank captures: ``seq_len``, or with context parallelism its share,
     ``seq_len / cp`` (``seq_len`` a multiple of ``2 × cp``)."""
     if cp == 1:
@@ -453,7 +440,7 @@ def _rank_seq_len(model, example_inputs, example_kwargs, seq_len, cp):
     return full // cp
 
 
-def _check_attention(attention, spec, dkey) -> None:
+def check_attention(attention, spec, dkey) -> None:
     """Fail before capturing on an unknown kernel choice or FA3 off Hopper."""
     from ..cost.attention import resolve_kernel
 
@@ -501,441 +488,91 @@ def _row(node, g: Gemm, fqn, cls, phase, dkey, spec) -> GemmRow:
                    prediction=p)
 
 
-def analyze(model, example_inputs=None, example_kwargs=None, *, setup=None, **keywords):
-    """Capture ``model`` and predict every GEMM in it, and the step it adds up to.
+@dataclass(frozen=True)
+class Capture:
+    """One rank's step captured and annotated: the graph, a row per GEMM (on the graph's
+    nodes too), the ops with FLOPs and no handler, the layer stacks traced once (empty: every
+    layer traced) and what the capture notes (the layers traced)."""
 
-    Args:
-        model: an ``nn.Module`` (real or meta parameters; never modified).
-        example_inputs, example_kwargs: forward arguments; synthesized for Hugging Face models
-            (see ``fxshape.tracing.export.example_inputs_for``).
-        setup: what to predict, a :class:`fxshape.Setup` (its workload, plan, machine and
-            kernels); default ``Setup()``. The keywords change its fields.
-        **keywords: each a field of the setup, by name (``fxshape.config.setup.KEYWORDS``):
-
-{KEYWORDS}
-
-    Returns:
-        A :class:`fxshape.analysis.report.Report`.
-    """
-    from ..config.setup import Setup
-
-    setup = (Setup() if setup is None else setup).replace(**keywords) if keywords or \
-        setup is None else setup
-    if example_inputs is not None or example_kwargs is not None:
-        setup = setup.replace(example_inputs=example_inputs, example_kwargs=example_kwargs)
-    return _run(model, setup)
+    graph_module: torch.fx.GraphModule
+    rows: tuple
+    unsupported: tuple
+    stacks: tuple
+    notes: tuple
 
 
-def _run(model, setup):
-    """``analyze``'s body: the setup checked against the model, captured and costed (a
-    decode step, or the other modes), its low-precision rows and its options said."""
-    from .options import given_options, option_effects
+def _args(model, setup, sizes, spec, dkey, kv) -> tuple:
+    """``_annotated``'s arguments after the target, from the setup."""
+    w, plan = setup.workload, setup.parallel
+    return (w.example_inputs, w.example_kwargs, sizes, spec, dkey, plan.tp, model,
+            w.moe_routing, setup.kernels.attention, kv, plan.cp,
+            (plan.ep, plan.capacity_factor))
 
-    k = setup.kernels
-    ctx: dict = {"plan": setup.parallel, "gemv": k.gemv or "library"}
-    mode = setup.workload.run_mode
-    quant = lowprec.check_quantize(k.quantize, k.group_size, mode, k.dtype, setup.machine.gpu)
-    state = None if quant is None else lowprec.QuantState(
-        quant, lowprec.quant_keep(model, quant, input_embedding(model)[1]))
-    if k.float8 is not None:
-        lowprec.check_float8(k.float8, mode, k.dtype, setup.machine.gpu, k.execution)
-        state = lowprec.float8_state(model, k.float8, setup.parallel)
-    token = lowprec.QUANT.set(state)
-    try:
-        if mode == "decode":
-            from .decode import analyze_decode
 
-            report = analyze_decode(model, setup, ctx=ctx, run=_with_params)
+def capture_step(model, setup, *, sizes: dict, spec, dkey: str, kv=(None, None), stacks=(),
+                 cache=None) -> Capture:
+    """Capture and annotate one rank's step of ``model`` under ``setup`` (``sizes``: the
+    synthesized inputs' sizes and ``train``, as ``fxshape.capture`` takes them), one layer
+    per group of ``stacks`` where a reduced copy with two per group shows the layers repeat
+    (``fxshape.tracing.dedup``), else every layer. ``cache``: a plan search's, where the
+    verdict that the layers repeat is kept per model and tp."""
+    w, tp = setup.workload, setup.parallel.tp
+    mode = "inference" if w.run_mode == "prefill" else w.run_mode
+    args = _args(model, setup, sizes, spec, dkey, kv)
+    stacks, notes = list(stacks), []
+    if stacks:
+        key = structure_key(model, stacks, mode, tp, _shapes(w.example_inputs),
+                            _shapes(w.example_kwargs), w.batch_size, w.seq_len)
+        why = _CHECKED.get(key)
+        # a plan search checks a model's layers once per tp: the micro-batch and the
+        # context split change the sizes, not whether the layers repeat
+        sound = ("sound", id(model), mode, tp)
+        if why is None and cache is not None and cache.get(sound):
+            why = ""
+        try:
+            if not why:  # unchecked (None) or checked and sound ("")
+                gm, rows, unsupported = _annotated(reduced_model(model, stacks, 1), *args)
+            if why is None:
+                # one layer per group, checked against two per group: the work outside the
+                # stacks must not change and a group's second layer must repeat its first
+                _, rows2, _ = _annotated(reduced_model(model, stacks, 2), *args)
+                why = check_reduction(rows, rows2, stacks)
+        except CaptureError as exc:
+            why = "the model with fewer layers did not capture (" + \
+                str(exc).splitlines()[1].strip()[:200] + ")"
+        # the verdict holds for models that differ only outside their layers (advise and
+        # sweep candidates): checked once per structure
+        _CHECKED[key] = why
+        if cache is not None and not why:
+            cache[sound] = True
+        if why:
+            notes.append(f"traced every layer: {why}")
+            stacks = []
         else:
-            report = _with_params(model, setup.replace(
-                execution=k.execution or "eager"), ctx=ctx)
-    finally:
-        lowprec.QUANT.reset(token)
-    if isinstance(state, lowprec.Float8State):
-        report = lowprec.float8_report(report, state)
-        ctx["quant_left"] = state.left
-    elif state is not None:
-        report = lowprec.quantized_report(report, state, model)
-        ctx["quant_left"] = state.left
-    given = given_options(report, ctx, setup, quant)
-    report = dataclasses.replace(report, workload=dataclasses.replace(
-        report.workload, gemv=k.gemv or "library", mode_default=setup.workload.mode is None))
-    report = _with_error_band(report, low_precision=state is not None)
-    return dataclasses.replace(report, options=option_effects(report, given, ctx))
+            notes.append("traced one layer per group of identical layers (checked against "
+                         "two): " + "; ".join(f"{s.name}: {len(s.groups)} of {s.length}"
+                                              for s in stacks))
+    if not stacks:
+        gm, rows, unsupported = _annotated(model, *args)
+    if tp > 1 and not sharded_modules(rows):
+        raise ValueError(f"tp={tp}: no layer of {type(model).__name__} is tensor-parallel "
+                         "(fxshape splits attention and MLP projections it knows by name: "
+                         "q_proj, c_attn, up_proj, down_proj ...; fxshape.analysis.parallel), "
+                         "so every GPU would run the whole model: use tp=1")
+    return Capture(graph_module=gm, rows=tuple(rows), unsupported=tuple(unsupported),
+                   stacks=tuple(stacks), notes=tuple(notes))
 
 
-def _keyword_docs() -> str:
-    """analyze's keywords, each with its field's help text, for its docstring."""
-    import textwrap
-
-    from ..config.setup import keyword_docs
-
-    return "\n".join(textwrap.fill(f"{name}: {doc}", 88, initial_indent=" " * 12,
-                                    subsequent_indent=" " * 16)
-                      for name, doc in keyword_docs().items()
-                      if name not in ("example_inputs", "example_kwargs"))
-
-
-def _spelt_out():
-    from ..config.setup import signature_with_keywords
-
-    analyze.__doc__ = analyze.__doc__.replace("{KEYWORDS}", _keyword_docs())
-    analyze.__signature__ = signature_with_keywords(analyze)
-
-
-_spelt_out()
-
-
-def _with_error_band(report, low_precision: bool):
-    """``report.step.error_band`` from the held-out validation of the step's GPU and regime
-    (``fxshape.hardware.validation``), and a note saying it, or saying there is none."""
-    from ..hardware.validation import REGIMES, error_band, step_regime
-
-    step = report.step
-    if step is None:
-        return report
-    spec = get_gpu(report.gpu)
-    dkey = canonical_dtype(report.dtype)
-    band = missing = None
-    if low_precision or dkey in ("fp8", "tf32"):
-        what = "quantized or FP8" if low_precision or dkey == "fp8" else "TF32"
-        missing = f"whole-step measurement of {what} runs"
-    else:
-        regime = step_regime(step.mode, dkey, step.execution)
-        band = error_band(spec, regime)
-        if band is None:
-            missing = f"measurement of {REGIMES[regime]}"
-    note = (f"step {band.describe()}" if band is not None else
-            f"unvalidated: no held-out {missing} on {spec.name}; the step's expected error "
-            "is unknown (fxshape gpus lists what is validated)")
-    return dataclasses.replace(report, step=dataclasses.replace(step, error_band=band),
-                               notes=report.notes + (note,))
-
-
-def _with_params(model, setup, *, kv=(None, None), ctx=None):
-    """``_analyze`` under the constants of ``setup.machine.params``, named in the notes
-    when they are not the packaged ones, and with matrix-vector products priced as
-    ``ctx["gemv"]`` says (``fxshape.cost.gemv``). ``ctx`` (a dict) gets what
-    ``fxshape.analysis.options`` needs."""
-    ctx = {} if ctx is None else ctx
-    with use_params(setup.machine.params), use_gemv(ctx.get("gemv", "library")):
-        report = _analyze(model, setup, kv=kv, ctx=ctx)
-        path = resolve_params_path()
-        ctx["params_path"] = path
-        ctx["params_cover_gpu"] = _params_cover(path, report.gpu)
-    if not is_default_params(path):
-        report = dataclasses.replace(report, notes=report.notes + (
-            f"GEMM model constants from {path} (over the packaged ones)",))
-    return report
-
-
-def _params_cover(path, gpu) -> bool:
-    """Does the parameter file ``path`` hold GEMM constants of its own for ``gpu`` (its
-    name, the GPU its family borrows from, or its family)?"""
-    from ..cost.gemm import constants_source
-    from ..cost.paramfile import read_json
-
-    if is_default_params(path):
-        return True
-    user = read_json(path, "fxshape parameter file")
-    spec = get_gpu(gpu)
-    for sec in (user, user.get("fp32") or {}):
-        if not isinstance(sec, dict):
-            continue
-        names = sec.get("gpus") or {}
-        if spec.name in names or constants_source(spec, path) in names or \
-                spec.arch in (sec.get("families") or {}):
-            return True
-    return False
-
-
-def _analyze(model, setup, *, kv=(None, None), ctx=None):
-    """A prefill, inference or training step of ``model`` under ``setup`` (its execution
-    given): captured (once per capture key within a plan search), annotated, costed."""
-    from ..parallelism.plan import check_plan
-    from .report import Report
-
-    w, k, m, plan = setup.workload, setup.kernels, setup.machine, setup.parallel
-    example_inputs, example_kwargs = w.example_inputs, w.example_kwargs
-    batch_size, seq_len, moe_routing = w.batch_size, w.seq_len, w.moe_routing
-    shown, mode = w.run_mode, ("inference" if w.run_mode == "prefill" else w.run_mode)
-    tp, dp, sequence_parallel, recompute = plan.tp, plan.dp, plan.sequence_parallel, \
-        plan.recompute
-    dtype, attention, execution = k.dtype, k.attention, k.execution
-    optimizer, allreduce = k.optimizer, k.allreduce
-    dedup, provenance = setup.dedup, setup.provenance
-    check_module(model)
-    if is_hf_model(model):
-        check_config(model.config)
-    heads, kv_heads = head_counts(model)
-    check_tp(tp, heads, kv_heads)
-    spec = m.spec
-    dkey = canonical_dtype(dtype)
-    spec.peak_tflops(dkey)  # fail before capturing
-    _check_attention(attention, spec, dkey)
-    topo = _topology_of(m.topology, spec)
-    cache = CAPTURE_CACHE.get()
-    if cache is not None:  # a plan search: the model's layer stacks found once
-        if ("stacks", id(model)) not in cache:
-            cache[("stacks", id(model))] = find_stacks(model)
-        all_stacks = cache[("stacks", id(model))]
-    else:
-        all_stacks = find_stacks(model)
-    n_layers = max((s.length for s in all_stacks), default=0)
-    check_plan(plan, layers=n_layers or None, topology=topo)
-    if plan.ep > 1:
-        from ..parallelism.experts import check_ep
-
-        experts = routed_experts(model)
-        if not experts:
-            raise ValueError(f"ep={plan.ep} spreads MoE experts over ranks, but "
-                             f"{type(model).__name__} has no routed experts in its config "
-                             "(num_local_experts, n_routed_experts, num_experts): use ep=1")
-        check_ep(plan.ep, experts)
-    kw = dict(batch_size=batch_size, seq_len=_rank_seq_len(model, example_inputs,
-                                                           example_kwargs, seq_len, plan.cp),
-              train=mode == "train")
-    reducible = [s for s in all_stacks if len(s.groups) < s.length]
-    stacks = reducible if dedup else []
-    notes = []
-    if heads and kv_heads and kv_heads < heads and tp > kv_heads:
-        notes.append(f"tp {tp} > {kv_heads} KV heads: each GPU holds one whole KV head "
-                     f"(K/V projections and KV cache replicated {tp // kv_heads}x), as "
-                     "Megatron and the serving engines do")
-    args = (example_inputs, example_kwargs, kw, spec, dkey, tp, model, moe_routing, attention,
-            kv, plan.cp, (plan.ep, plan.capacity_factor))
-    cache = CAPTURE_CACHE.get()
-    ckey = None
-    if cache is not None and example_inputs is None and example_kwargs is None:
-        # everything the capture depends on: the setup's fields marked so
-        ckey = (id(model), kv) + setup.capture_key()
-    hit = cache.get(ckey) if ckey is not None else None
-    if hit is not None:
-        gm, rows, unsupported, stacks, got, records, op_unsupported, step_notes, walk = hit
-        notes.extend(got)
-    else:
-        before = len(notes)
-        if stacks:
-            key = structure_key(model, stacks, mode, tp, _shapes(example_inputs),
-                                _shapes(example_kwargs), batch_size, seq_len)
-            why = _CHECKED.get(key)
-            # a plan search checks a model's layers once per tp: the micro-batch and the
-            # context split change the sizes, not whether the layers repeat
-            sound = ("sound", id(model), mode, tp)
-            if why is None and cache is not None and cache.get(sound):
-                why = ""
-            try:
-                if not why:  # unchecked (None) or checked and sound ("")
-                    gm, rows, unsupported = _annotated(reduced_model(model, stacks, 1), *args)
-                if why is None:
-                    # one layer per group, checked against two per group: the work outside the
-                    # stacks must not change and a group's second layer must repeat its first
-                    _, rows2, _ = _annotated(reduced_model(model, stacks, 2), *args)
-                    why = check_reduction(rows, rows2, stacks)
-            except CaptureError as exc:
-                why = "the model with fewer layers did not capture (" + \
-                    str(exc).splitlines()[1].strip()[:200] + ")"
-            # the verdict holds for models that differ only outside their layers (advise and
-            # sweep candidates): checked once per structure
-            _CHECKED[key] = why
-            if cache is not None and not why:
-                cache[sound] = True
-            if why:
-                notes.append(f"traced every layer: {why}")
-                stacks = []
-            else:
-                notes.append("traced one layer per group of identical layers (checked against "
-                             "two): " + "; ".join(f"{s.name}: {len(s.groups)} of {s.length}"
-                                                  for s in stacks))
-        if not stacks:
-            gm, rows, unsupported = _annotated(model, *args)
-        if tp > 1 and not sharded_modules(rows):
-            raise ValueError(f"tp={tp}: no layer of {type(model).__name__} is tensor-parallel "
-                             "(fxshape splits attention and MLP projections it knows by name: "
-                             "q_proj, c_attn, up_proj, down_proj ...; fxshape.analysis.parallel), "
-                             "so every GPU would run the whole model: use tp=1")
-        records, op_unsupported, step_notes = _op_records(gm, rows, model, spec, dkey, execution)
-        if mode == "train":  # a long job: its dense kernels at the power-limited clock
-            from .step import sustained_records
-
-            records, clock_note = sustained_records(records, rows, spec, dkey)
-            step_notes = tuple(step_notes) + (clock_note,)
-        if plan.cp > 1:
-            from .ring import ring_records
-            from .step import run_dtype
-
-            records, ring_note = ring_records(records, rows, cp=plan.cp, tp=tp, topology=topo,
-                                              item=run_dtype(dkey).itemsize, dkey=dkey, spec=spec)
-            step_notes = tuple(step_notes) + (ring_note,)
-        if plan.ep > 1:
-            from .experts import all_to_all_records
-            from .step import run_dtype
-
-            records, a2a_note = all_to_all_records(records, rows, ep=plan.ep, tp=tp, topology=topo,
-                                                   item=run_dtype(dkey).itemsize,
-                                                   hidden=hidden_size(model))
-            step_notes = tuple(step_notes) + (a2a_note,)
-        walk = _liveness(gm, dkey, mode, rows, tp, sequence_parallel,
-                         unfused=attention == "math", grad_bytes=plan.grad_bytes,
-                         vocab=getattr(getattr(model, "config", None), "vocab_size", None))
-        if ckey is not None:
-            cache[ckey] = (gm, rows, unsupported, stacks, notes[before:], records,
-                           op_unsupported, step_notes, walk)
-    if ctx is not None:
-        from ..cost.attention import resolve_kernel
-
-        # dedup=False has an effect where dedup=True would have traced fewer layers
-        ctx.update(stacks=bool(stacks if dedup else reducible),
-                   flash_kernel=resolve_kernel("flash", spec, dkey, 128)[0],
-                   attention_kernel=resolve_kernel(attention, spec, dkey, 128)[0])
-    if moe_routing is not None and not any(r.op.startswith("grouped") for r in rows):
-        raise ValueError("moe_routing was given, but the model has no MoE expert layers "
-                         "(grouped expert GEMMs) to route")
-    if provenance == "traced":
-        rows, traced_notes = _with_traced_provenance(gm, rows, model, args, stacks)
-        notes.extend(traced_notes)
-    elif provenance is None:
-        rows = _replaced(gm, rows, [{"set_by": ()}] * len(rows))
-    # what follows depends on the capture, the recomputation and the provenance, not on the
-    # rest of the plan: within a plan search (a capture cache), computed once per capture
-    memo = cache.setdefault(("derived", ckey), {}) \
-        if ckey is not None and provenance != "traced" else {}
-    got = memo.get(("prepared", recompute, provenance))
-    if got is None:
-        got = _prepared(model, gm, rows, records, walk, stacks, all_stacks, step_notes,
-                        example_inputs, example_kwargs, batch_size=batch_size, seq_len=seq_len,
-                        mode=mode, shown=shown, tp=tp, attention=attention,
-                        recompute=recompute, memo=memo.setdefault(("expanded", provenance), {}))
-        memo[("prepared", recompute, provenance)] = got
-    rows, records, walk, saved_traced, workload, layers, selective, step_notes = got
-    if mode == "train":
-        workload = dataclasses.replace(workload,
-                                       parallel="" if plan.is_plain and
-                                       plan.grad_dtype == "fp32" else plan.describe(),
-                                       microbatches=plan.microbatches, dp=plan.dp)
-    if "shards" not in memo:  # the step's and the memory's
-        memo["shards"] = _shards(model, tp, rows, head_counts(model), plan.ep)
-    shards = memo["shards"]
-    # the plan's parameters by stage and FSDP unit, for the step and the memory of a plan
-    # played out (or selective recomputation's memory): computed once
-    groups = None
-    if mode == "train" and (not plan.is_plain or selective):
-        split = ("groups", plan.stages, plan.stage_layers)
-        if split not in memo:
-            memo[split] = _param_groups(model, shards, all_stacks, plan)
-        groups = memo[split]
-    step, records = _step(records, model, spec, dkey, mode, tp, execution, optimizer,
-                          workload, step_notes, dp=dp, topology=topo,
-                          sequence_parallel=sequence_parallel, shards=shards, plan=plan,
-                          stacks=all_stacks, groups=groups, allreduce=allreduce,
-                          memo=memo.setdefault(("step", recompute, provenance, optimizer,
-                                                allreduce), {}))
-    step = dataclasses.replace(step, mode=shown)
-    memory = _memory(model, walk, saved_traced, spec, dkey, mode, tp, optimizer, layers,
-                     workload, shards=shards, sequence_parallel=sequence_parallel, plan=plan,
-                     stacks=all_stacks, groups=groups,
-                     dropped=selective["dropped"] if selective else (),
-                     rerun=bool(selective and selective.get("rerun")),
-                     memo=memo.setdefault(("memory", recompute, provenance), {}))
-    return Report(rows=tuple(rows), unsupported=tuple(unsupported), gpu=spec.label,
-                  dtype=dkey, model_name=type(model).__name__, graph_module=gm,
-                  notes=tuple(notes), workload=workload, ops=tuple(records), step=step,
-                  unsupported_ops=tuple(op_unsupported), memory=memory)
-
-
-def _prepared(model, gm, rows, records, walk, stacks, all_stacks, step_notes,
-              example_inputs, example_kwargs, *, batch_size, seq_len, mode, shown, tp,
-              attention, recompute, memo=None):
-    """The captured rows, records and liveness walk with the deduplicated layers expanded,
-    the recomputation applied, and the workload: ``(rows, records, walk, saved bytes as
-    traced, workload, checkpointed layers, selective nodes, step notes)``. ``memo``: the
-    expansion and the workload kept for the capture's other recomputations."""
-    memo = {} if memo is None else memo
-    if "expanded" not in memo:
-        saved_traced = sum(b.bytes for b in walk[2])
-        if stacks:
-            rows = expand_rows(rows, stacks)
-            records = expand_rows(records, stacks)
-            walk = walk[:2] + (expand_rows(walk[2], stacks),)
-        workload = _workload(model, example_inputs, example_kwargs, batch_size=batch_size,
-                             seq_len=seq_len, mode=shown, tp=tp, attention=attention,
-                             rows=rows)
-        memo["expanded"] = (rows, records, walk, saved_traced, workload)
-    rows, records, walk, saved_traced, workload = memo["expanded"]
-    layers = _checkpointed_layers(model) if mode == "train" else ()
-    stacked = _stack_layers(all_stacks) if recompute else ()
-    if recompute and not stacked:
-        what = "forward" if recompute == "full" else "attention core"
-        raise ValueError(f"recompute={recompute!r} re-runs each layer's {what} in its "
-                         f"backward, but {type(model).__name__} has no stack of repeated "
-                         "layers")
-    if recompute == "full":
-        layers = stacked
-    selective = ()
-    if layers:
-        from .step import recompute_records
-
-        records = recompute_records(records, layers)
-        step_notes = tuple(step_notes) + (
-            f"activation checkpointing: each of {len(layers)} layers recomputes its forward "
-            "in the backward (not counted in the model FLOPs)",)
-    elif recompute in ("op", "selective"):
-        from .step import op_checkpoint_nodes, recompute_records, selective_nodes
-
-        selective = op_checkpoint_nodes(records, stacked) if recompute == "op" else \
-            selective_nodes(records, gm)
-        records = recompute_records(records, stacked,
-                                    select=lambda r: r.node in selective["all"])
-        step_notes = tuple(step_notes) + (_RECOMPUTE_NOTES[recompute],)
-    return (rows, records, walk, saved_traced, workload, layers, selective,
-            tuple(step_notes))
-
-
-#: the step's note of each selective recomputation
-_RECOMPUTE_NOTES = {
-    "op": "op-level selective checkpointing (torchtitan's selective_ac_option='op'): each "
-          "layer's every second matmul (torch.ops.aten.mm, counted in its forward) and its "
-          "memory-bound ops run again in its backward; the attention kernel's and the other "
-          "matmuls' outputs are saved",
-    "selective": "selective recomputation (Megatron): each layer's attention core (QKᵀ, "
-                 "softmax, dropout, the product with V) runs again in its backward; its saved "
-                 "intermediates are not kept"}
-
-
-def _workload(model, example_inputs, example_kwargs, *, batch_size, seq_len, mode, tp,
-              attention, rows) -> WorkloadRecord:
-    """What the report describes: the forward's tensor inputs as captured, the synthesized
-    sizes, mode, tp and the attention kernel (asked for, and what the rows ran as)."""
-    args, kwargs = forward_arguments(model, example_inputs, example_kwargs,
-                                     batch_size=batch_size, seq_len=seq_len)
-    try:
-        params = [p for p in inspect.signature(model.forward).parameters.values()
-                  if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
-        names = [p.name for p in params]
-    except (TypeError, ValueError):
-        names = []
-    names += [f"input {i}" for i in range(len(names), len(args))]
-    inputs = []
-
-    def add(name, v):
-        if isinstance(v, torch.Tensor):
-            inputs.append((name, tuple(v.shape), str(v.dtype).replace("torch.", "")))
-        elif isinstance(v, (list, tuple)):
-            for i, x in enumerate(v):
-                add(f"{name}[{i}]", x)
-        elif isinstance(v, dict):
-            for k, x in v.items():
-                add(f"{name}[{k!r}]", x)
-
-    for name, v in list(zip(names, args)) + list(kwargs.items()):
-        add(name, v)
-    synthesized = example_inputs is None and example_kwargs is None
-    b = s = None
-    if synthesized:
-        b = DEFAULT_BATCH_SIZE if batch_size is None else batch_size
-        ids = kwargs.get("input_ids", kwargs.get("decoder_input_ids"))
-        s = ids.shape[1] if isinstance(ids, torch.Tensor) and ids.dim() == 2 else None
-    return WorkloadRecord(mode=mode, inputs=tuple(inputs), batch_size=b, seq_len=s,
-                    seq_len_default=synthesized and seq_len is None and s is not None, tp=tp,
-                    attention=attention, kernels=tuple(sorted({r.kernel for r in rows
-                                                               if r.kernel})))
+def provenance_rows(capture: Capture, model, setup, *, sizes: dict, spec, dkey: str,
+                    kv=(None, None)) -> tuple:
+    """The capture's rows with what sets each dimension decided as ``setup.provenance``
+    says (``fxshape.analysis.provenance``, ``fxshape.analysis.perturb``), and the notes
+    that adds: ``(rows, notes)``."""
+    gm, rows = capture.graph_module, capture.rows
+    if setup.provenance == "traced":
+        args = _args(model, setup, sizes, spec, dkey, kv)
+        rows, notes = _with_traced_provenance(gm, rows, model, args, list(capture.stacks))
+        return tuple(rows), tuple(notes)
+    if setup.provenance is None:
+        return tuple(_replaced(gm, rows, [{"set_by": ()}] * len(rows))), ()
+    return rows, ()

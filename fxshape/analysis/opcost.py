@@ -198,7 +198,7 @@ _ALLOC = {"empty", "empty_like", "empty_permuted", "empty_strided", "new_empty",
           "new_empty_strided"}
 
 
-def _is_view(target) -> bool:
+def is_view(target) -> bool:
     """Does the op return an alias of its input (a view, never a write)?"""
     try:
         rets = target._schema.returns
@@ -532,7 +532,7 @@ def node_kernels(node: torch.fx.Node, sizes: Sizes, role: str = "") -> NodeKerne
             return NodeKernels("unsupported", reason=f"{name}: its arguments do not match the "
                                f"cost handler ({type(exc).__name__}: {exc})")
         return NodeKernels("kernels", tuple(ks)) if ks else NodeKernels("view")
-    if _is_view(target):
+    if is_view(target):
         return NodeKernels("view")
     tags = getattr(target, "tags", ())
     if torch.Tag.pointwise in tags:

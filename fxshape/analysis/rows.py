@@ -115,7 +115,7 @@ class WorkloadRecord:
     quantize: str = ""
     #: decode with sliding-window layers: ``((window, bytes), ...)``, the bytes a token of
     #: one sequence holds on one GPU in the layers of each window (0: the whole context), so
-    #: that what fits follows the windows (``fxshape.analysis.serving``); empty otherwise
+    #: that what fits follows the windows (``fxshape.execution.serving``); empty otherwise
     kv_layout: tuple = ()
 
     @property

@@ -4,5 +4,5 @@
 and MLP widths (``fxshape.advise``) and sweeps one hyperparameter across a range
 (``fxshape.sweep``); the dimensions' causes come from the analysis (``row.set_by``).
 
-May import: hardware, cost, tracing, config, analysis.
+May import: hardware, cost, tracing, config, analysis, execution, report.
 """

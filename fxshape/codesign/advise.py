@@ -193,7 +193,7 @@ class _Evaluator:
     def __call__(self, changes=()) -> Evaluation:
         key = tuple(sorted(changes))
         if key not in self.cache:
-            from ..analysis.annotate import analyze
+            from ..report.build import analyze
 
             model = _build(self.cls, self.config_with(key))  # on meta: ~20 ms
             # what sets each dimension is read off the baseline (its notes); candidates are

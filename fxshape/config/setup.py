@@ -8,7 +8,7 @@ is the whole plan). A field's metadata says what it is (``doc``: its help text, 
 ``analyze``'s docstring and the command line show) and whether it changes the capture
 (``capture``): :meth:`Setup.capture_key` is derived from that, never listed by hand.
 :meth:`Setup.given` says which fields differ from their defaults, what ``report.options``
-reports on (``fxshape.analysis.options``).
+reports on (``fxshape.report.options``).
 
 Each object refuses a bad value of its own fields when it is built, in one line that names
 what is accepted; :class:`Setup` refuses the contradictions between them. What needs the
@@ -48,7 +48,7 @@ MODES = ("inference", "prefill", "train", "decode")
 #: how the model runs: ``"eager"`` (one kernel per aten op, the host dispatching each),
 #: ``"compiled"`` (``torch.compile``: Inductor's fused kernels, launched by its wrapper),
 #: ``"cudagraphs"`` (``torch.compile(mode="reduce-overhead")``: the same kernels replayed
-#: as CUDA graphs, one launch per graph; ``fxshape.analysis.step``)
+#: as CUDA graphs, one launch per graph; ``fxshape.execution.step``)
 EXECUTIONS = ("eager", "compiled", "cudagraphs")
 #: how ``analyze`` decides what sets each GEMM dimension
 PROVENANCE_CHOICES = ("traced", "matched", None)
@@ -170,8 +170,8 @@ class Kernels:
     execution: str | None = _opt(None, """
         how the step runs: ``"eager"`` (the default, but for decode: one kernel per aten op
         as eager PyTorch launches them, each dispatched by the host;
-        ``fxshape.analysis.step``), ``"compiled"`` (``torch.compile``: Inductor's fusion
-        groups, ``fxshape.analysis.fusion``) or ``"cudagraphs"`` (``torch.compile(mode=
+        ``fxshape.execution.step``), ``"compiled"`` (``torch.compile``: Inductor's fusion
+        groups, ``fxshape.execution.fusion``) or ``"cudagraphs"`` (``torch.compile(mode=
         "reduce-overhead")``: the same kernels replayed as CUDA graphs; the default for
         decode, as serving engines run it).""", capture=True)
     attention: str = _opt("flash", """

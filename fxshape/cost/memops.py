@@ -1,6 +1,6 @@
 """Memory-bound kernels: elementwise ops, LayerNorm and softmax as PyTorch's CUDA kernels run
 them, and any kernel by its bytes (``kernel_time``: what the step's graph walk prices every
-memory-bound op with, ``fxshape.analysis.step``).
+memory-bound op with, ``fxshape.execution.step``).
 
 A memory-bound kernel costs the bytes it must move — its full-size inputs read and its
 outputs written; a broadcast operand or a Python scalar moves nothing — at the bandwidth that

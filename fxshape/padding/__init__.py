@@ -5,5 +5,5 @@ we; ``best_padding``: is it worth it; ``plan_padding``), ``rewrite`` is ``fxshap
 copy of the model whose linear layers run padded, ties kept) and ``compile`` the
 ``torch.compile`` backend that pads compiled forward and backward graphs.
 
-May import: hardware, cost, tracing, config, analysis.
+May import: hardware, cost, tracing, config, analysis, execution, report.
 """

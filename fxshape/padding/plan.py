@@ -281,14 +281,14 @@ def plan_padding(model_or_report, example_inputs=None, example_kwargs=None, *, g
 
 def _plan_padding(model_or_report, example_inputs, example_kwargs, *, gpu, dtype, min_gain,
                   multiples, filter_fn, **analyze_kwargs) -> PaddingPlan:
-    from ..analysis.report import Report
+    from ..report.report import Report
 
     multiples = tuple(_check_multiple(m) for m in multiples)
     check_min_gain(min_gain)
     if isinstance(model_or_report, Report):
         report = model_or_report
     else:
-        from ..analysis.annotate import analyze
+        from ..report.build import analyze
 
         kw = dict(analyze_kwargs)
         kw.setdefault("provenance", None)  # the plan does not say what sets a dimension

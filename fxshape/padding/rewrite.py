@@ -24,7 +24,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ..analysis.annotate import analyze, module_of
+from ..analysis.annotate import module_of
+from ..report.build import analyze
 from ..analysis.ops import gemm_handler
 from ..tracing.export import VIEW_OPS, node_op_name
 from .plan import DEFAULT_MIN_GAIN, DEFAULT_MULTIPLES, plan_padding

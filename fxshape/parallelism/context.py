@@ -29,9 +29,9 @@ from __future__ import annotations
 
 import dataclasses
 
-from ..cost.attention import AttentionShape
+from ..cost.attention import AttentionShape, predict_attention
 
-__all__ = ["ring_blocks", "ring_step_bytes", "ring_steps", "ring_exposed", "KEY_DIMS"]
+__all__ = ["ring_blocks", "ring_step_bytes", "ring_steps", "ring_exposed", "block_times", "KEY_DIMS"]
 
 #: the dimension that runs over the keys, of each attention GEMM (``fxshape.analysis.ops``):
 #: with context parallelism it spans the whole sequence (``s``), not the local ``s / cp``
@@ -86,3 +86,12 @@ def ring_exposed(block_times, step_comm_s: float) -> float:
     beyond block ``j`` is exposed. ``block_times``: the ``cp`` blocks' seconds, in order."""
     blocks = list(block_times)
     return sum(max(0.0, step_comm_s - t) for t in blocks[:-1])
+
+
+def block_times(shape, cp: int, direction: str, kernel: str, dkey: str, spec) -> list:
+    """Seconds of each kernel one rank runs for an attention call of ``shape`` (its own
+    block) under ring attention over ``cp`` ranks, in ring order
+    (:func:`ring_blocks`), as ``kernel`` runs them."""
+    return [predict_attention(b, direction=direction, attention=kernel, dtype=dkey,
+                              gpu=spec).time_s
+            for b, n in ring_blocks(shape, cp) for _ in range(n)]

@@ -72,7 +72,7 @@ class Parallel:
             symmetric memory): sequence parallelism's all-gather fused into the
             column-parallel GEMMs it feeds and the row-parallel GEMM into its
             reduce-scatter, each decomposed into ``tp`` chunks whose copies run beside the
-            GEMM's chunks (``fxshape.analysis.step.comm_records``). Needs
+            GEMM's chunks (``fxshape.execution.step.comm_records``). Needs
             ``sequence_parallel`` and compiled execution.
         dp_shard: with ``zero`` > 0, the data-parallel ranks one copy is sharded over (hybrid
             sharding, HSDP: shard inside a node, replicate across); default all of ``dp``.
@@ -252,8 +252,8 @@ class Parallel:
     @property
     def is_plain(self) -> bool:
         """Only tensor and data parallelism (DDP): no pipeline, context parallelism, ZeRO or
-        micro-batches, the step one timeline (``fxshape.analysis.step``); otherwise it is
-        played out (``fxshape.analysis.pipeline``)."""
+        micro-batches, the step one timeline (``fxshape.execution.step``); otherwise it is
+        played out (``fxshape.execution.pipeline``)."""
         return self.pp == 1 and self.cp == 1 and self.ep == 1 and not self.zero \
             and self.microbatches == 1
 

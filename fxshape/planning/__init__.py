@@ -4,7 +4,7 @@ allow (pure); ``search`` costs each with the step and memory models of the analy
 (each distinct per-rank shape set captured once) and ranks them (``fxshape.torchtitan``,
 at the top level beside the presets, reads a torchtitan job into the plan it runs).
 
-May import: hardware, cost, tracing, parallelism, config, analysis.
+May import: hardware, cost, tracing, parallelism, config, analysis, execution, report.
 """
 
 from .search import PlanResult, PlanSearch, model_shape, plan

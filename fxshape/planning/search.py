@@ -5,7 +5,7 @@
 state alone exceed a GPU (a lower bound, no capture needed), costs the rest with
 :func:`fxshape.analyze` — each distinct per-rank shape set (tensor, context and expert
 parallelism, micro-batch size) captured once, every plan that shares it only re-costed
-(``fxshape.analysis.annotate.CAPTURE_CACHE``) — drops those that do not fit in memory, and
+(``fxshape.report.build.CAPTURE_CACHE``) — drops those that do not fit in memory, and
 ranks the rest by predicted step time. Every number is the one ``fxshape analyze`` prints
 for that plan.
 """
@@ -248,10 +248,10 @@ def plan(model, *, gpus: int, global_batch: int, seq_len: int, gpu="h100", dtype
 
 def _cost_group(group, job) -> tuple:
     """Cost one capture's plans with ``analyze`` (one capture, the rest re-costed from it:
-    ``fxshape.analysis.annotate.CAPTURE_CACHE``); ``(results, Counter of refusals)``."""
+    ``fxshape.report.build.CAPTURE_CACHE``); ``(results, Counter of refusals)``."""
     import contextlib
 
-    from ..analysis.annotate import CAPTURE_CACHE, analyze
+    from ..report.build import CAPTURE_CACHE, analyze
     from ..config.setup import Setup
 
     results, refused = [], Counter()
@@ -289,7 +289,7 @@ def _cost_group(group, job) -> tuple:
 
 
 #: shared between the groups of one search (in each process): the model's layer stacks and
-#: the layer-reduction verdicts (``fxshape.analysis.annotate``)
+#: the layer-reduction verdicts (``fxshape.analysis.annotate``, ``fxshape.report.build``)
 _SHARED: dict = {}
 #: the job a forked worker reads (set before the pool forks: nothing large is pickled)
 _JOB: dict = {}

@@ -15,7 +15,7 @@ time per token against plain decoding and the batch at which it stops paying;
 ``capacity`` is ``fxshape.plan_capacity``: the highest request rate, or the fewest GPUs for
 a rate, within TTFT and inter-token latency SLOs, over tensor-parallel degrees.
 
-May import: hardware, cost, tracing, parallelism, config, analysis.
+May import: hardware, cost, tracing, parallelism, config, analysis, execution, report.
 """
 
 from .batch import BatchStep

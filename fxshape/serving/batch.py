@@ -35,7 +35,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from ..analysis.step import regime_gaps
+from ..execution.step import regime_gaps
 from ..cost.allreduce import predict_allreduce
 from ..cost.attention import AttentionShape, predict_attention, resolve_kernel
 from ..cost.decode_attention import predict_decode_ragged
@@ -124,7 +124,7 @@ class BatchStep:
         if not gemms:
             raise ValueError("BatchStep needs a report with GEMMs")
         head = logits_module if logits_module is not None else gemms[-1].module
-        # each kernel's time in the step's launch regime (fxshape.analysis.step.launch_regime)
+        # each kernel's time in the step's launch regime (fxshape.execution.step.launch_regime)
         gaps = regime_gaps(report.step.execution, self.spec)
         self._gemm_gap, self._attention_gap = gaps["gemm"], gaps["attention"]
         launch = float(memops_params(self.spec)[1]["launch_s"])

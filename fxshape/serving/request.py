@@ -123,7 +123,7 @@ def serve(model, *, gpu="h100", prompt_len: int, output_len: int, batch_size: in
             the model's positions; a batch whose KV cache does not fit; what ``analyze``
             refuses.
     """
-    from ..analysis.annotate import analyze
+    from ..report.build import analyze
     from ..cost.allreduce import check_algorithm
     from ..cost.gemv import check_gemv
     from ..tracing.decode import check_decoder

@@ -200,8 +200,8 @@ class Server:
                  kv_dtype=None, draft=None, num_speculative_tokens: int = 3,
                  acceptance=None, acceptance_length=None, fuse="all", quantize=None,
                  group_size=None):
-        from ..analysis.annotate import analyze
-        from ..analysis.serving import capacity_of
+        from ..report.build import analyze
+        from ..execution.serving import capacity_of
         from ..cost.allreduce import check_algorithm
         from ..hardware.gpus import get_gpu
         from ..tracing.decode import check_decoder

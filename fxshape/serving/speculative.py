@@ -253,8 +253,8 @@ def speculate(model, *, prompt_len: int, output_len: int, draft="eagle", k: int 
         ValueError: bad sizes, ``k``, acceptance; a draft that is not ``"eagle"`` or a
             causal LM; a batch whose caches and weights do not fit.
     """
-    from ..analysis.annotate import analyze
-    from ..analysis.serving import capacity_of
+    from ..report.build import analyze
+    from ..execution.serving import capacity_of
     from ..cost.allreduce import check_algorithm
     from ..tracing.decode import check_decoder
     from ..tracing.facts import max_positions

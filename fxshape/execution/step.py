@@ -25,8 +25,9 @@ from ..cost.memops import kernel_time, memop_family
 from ..cost.optimizer import optimizer_passes
 from ..hardware.gpus import get_gpu
 from ..hardware.validation import ErrorBand
-from .opcost import Kernel, Sizes, _is_view, dropout_chains, matmul_copies, node_kernels
-from .rows import Unsupported
+from ..analysis.opcost import (Kernel, Sizes, dropout_chains, is_view, matmul_copies,
+                               node_kernels)
+from ..analysis.rows import Unsupported
 
 __all__ = ["OpRecord", "Step", "CLASSES", "EXECUTIONS", "op_records", "step_of", "loss_of",
            "launch_regime", "regime_gaps",
@@ -109,9 +110,9 @@ class Step:
     floor_s: float | None = None
     replicas: int = 1
     #: the collectives of the step, one per kind and op
-    #: (``fxshape.analysis.pipeline.Collective``)
+    #: (``fxshape.execution.pipeline.Collective``)
     communication: tuple = ()
-    #: under a pipeline: each rank's times (``fxshape.analysis.pipeline.StageTime``)
+    #: under a pipeline: each rank's times (``fxshape.execution.pipeline.StageTime``)
     stages: tuple = ()
     #: under a pipeline, the slowest stage (the most compute) and what it holds ("" without)
     critical: str = ""
@@ -449,7 +450,7 @@ _EXTERN_OPS = {"sort", "topk", "argsort", "nonzero", "embedding_dense_backward",
 
 def compiled_records(gm, rows, *, spec, dkey, module_of, vocab_size=None, cuda_graphs=False):
     """The records of ``gm`` as ``torch.compile`` runs it: GEMMs and attention as library
-    calls, the memory-bound ops in Inductor's fusion groups (``fxshape.analysis.fusion``),
+    calls, the memory-bound ops in Inductor's fusion groups (``fxshape.execution.fusion``),
     each group one kernel, launched by Inductor's wrapper (per kernel, and per compiled
     graph; with CUDA graphs, per graph only). The loss's cross-entropy is two fused kernels
     (the forward's looped log-softmax with the upcast and the gather; the backward's
@@ -577,7 +578,7 @@ def _inlined_constant(n, got, by_node) -> bool:
         seen.add(u.name)
         if u.op == "output" or u.name in by_node:
             return False
-        if u.target is operator.getitem or _is_view(u.target):
+        if u.target is operator.getitem or is_view(u.target):
             stack.extend(u.users)
     return True
 
@@ -710,7 +711,7 @@ def comm_records(records, *, tp, dp, topology, item, grad_bytes, sequence_parall
     record's time is the exposed part plus that stretch (``overlapped_s``: the hidden part)."""
     from ..cost.allreduce import predict_allreduce
     from ..cost.comm import predict_collective
-    from .parallel import layer_kind
+    from ..analysis.parallel import layer_kind
 
     notes = []
     out = []
@@ -866,9 +867,9 @@ def selective_nodes(records, gm) -> dict:
     deduplicated layer's copies, ``x@7``, share their representative's). A fused
     attention kernel is its own core: it saves only its output and log-sum-exp, and
     nothing more is freed, unless it runs unfused (``attention="math"``): then its saved
-    probabilities (``node + PROBS``, fxshape.analysis.memory.unfused_attention_saved)
+    probabilities (``node + PROBS``, fxshape.execution.memory.unfused_attention_saved)
     are freed."""
-    from .parallel import layer_kind
+    from ..analysis.parallel import layer_kind
 
     core = set()
     attn_modules = set()
@@ -947,7 +948,7 @@ def shard_memory_records(records, tp, spec, sequence_parallel=False):
     or MLP columns, so it moves ``1 / tp`` of its bytes; everything else (norms, residual
     adds, embeddings, the loss) is replicated, unless ``sequence_parallel``: then the ops
     between the blocks run on ``1 / tp`` of the tokens too."""
-    from .parallel import in_blocks, sharded_modules, tp_blocks
+    from ..analysis.parallel import in_blocks, sharded_modules, tp_blocks
 
     blocks = tp_blocks(sharded_modules([r for r in records if r.cls == "gemm"]))
     launch = _launch(spec)

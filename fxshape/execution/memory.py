@@ -34,7 +34,7 @@ from dataclasses import dataclass
 import torch
 
 from ..parallelism.state import training_state
-from .opcost import Sizes
+from ..analysis.opcost import Sizes
 
 __all__ = ["Memory", "liveness", "memory_of", "SavedBytes", "unfused_attention_saved",
            "loss_saved"]
@@ -224,7 +224,7 @@ def liveness(gm, sizes: Sizes, *, owner=None, grad_itemsize=None, share=None):
 
 
 def _backward_nodes(gm) -> set:
-    """The nodes of a joint graph's backward (``fxshape.analysis.step.phase_of``)."""
+    """The nodes of a joint graph's backward (``fxshape.execution.step.phase_of``)."""
     from .step import phase_of
 
     return {name for name, ph in phase_of(gm).items() if ph == "backward"}

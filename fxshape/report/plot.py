@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections import Counter
 
-from .rows import kernel_figures, misaligned
+from ..analysis.rows import kernel_figures, misaligned
 
 __all__ = ["plot_sweep", "plot_report", "loss_cause", "bar_labels", "check_path"]
 
@@ -138,7 +138,7 @@ def bar_labels(groups) -> list:
             for g, lab in zip(groups, out)]
 
 
-#: a colour per class of the step (``fxshape.analysis.step.CLASSES``), none of them a colour
+#: a colour per class of the step (``fxshape.execution.step.CLASSES``), none of them a colour
 #: of the GEMM panel above it (:data:`CAUSES`, "at dense peak"), so that a colour means one
 #: thing in the figure
 STEP_COLOURS = {"gemm": "#1f78b4", "attention": "#a6cee3", "memory": "#fb9a99",

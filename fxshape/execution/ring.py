@@ -22,15 +22,14 @@ from __future__ import annotations
 
 import dataclasses
 
-from ..cost.attention import predict_attention
 from ..cost.comm import predict_collective
 from ..cost.host import host_params
 from ..cost.memops import kernel_time
-from ..parallelism.context import ring_blocks, ring_exposed, ring_step_bytes, ring_steps
+from ..parallelism.context import block_times, ring_exposed, ring_step_bytes, ring_steps
 from ..parallelism.placement import per_node
 from .step import OpRecord
 
-__all__ = ["ring_records", "block_times", "merge_kernels"]
+__all__ = ["ring_records", "merge_kernels"]
 
 
 def merge_kernels(shape, cp: int, direction: str, item: int) -> list:
@@ -50,15 +49,6 @@ def merge_kernels(shape, cp: int, direction: str, item: int) -> list:
     kv = shape.batch * shape.kv_heads * shape.seq_k * (shape.head_dim + shape.head_dim_v)
     add = [n * (item + 2 * f32) for n in (q, kv)]  # fp32 += the step's gradient
     return add * cp + [n * (item + f32) for n in (q, kv)]  # each step, then cast back
-
-
-def block_times(shape, cp: int, direction: str, kernel: str, dkey: str, spec) -> list:
-    """Seconds of each kernel one rank runs for an attention call of ``shape`` (its own
-    block) under ring attention over ``cp`` ranks, in ring order
-    (``fxshape.parallelism.context.ring_blocks``), as ``kernel`` runs them."""
-    return [predict_attention(b, direction=direction, attention=kernel, dtype=dkey,
-                              gpu=spec).time_s
-            for b, n in ring_blocks(shape, cp) for _ in range(n)]
 
 
 def ring_records(records, rows, *, cp: int, tp: int, topology, item: int, dkey: str, spec):

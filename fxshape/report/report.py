@@ -19,10 +19,10 @@ import torch
 from tabulate import tabulate
 
 from ..hardware.gpus import get_gpu
-from .memory import Memory
-from .rows import WorkloadRecord, kernel_figures, misaligned
-from .serving import Capacity
-from .step import Step
+from ..execution.memory import Memory
+from ..analysis.rows import WorkloadRecord, kernel_figures, misaligned
+from ..execution.serving import Capacity
+from ..execution.step import Step
 
 __all__ = ["Report"]
 
@@ -57,20 +57,20 @@ class Report:
     #: what the report describes (mode, inputs, tp, attention; ``fxshape.analysis.rows``)
     workload: WorkloadRecord | None = None
     #: every costed op of the step, GEMMs included, in program order
-    #: (``fxshape.analysis.step.OpRecord``)
+    #: (``fxshape.execution.step.OpRecord``)
     ops: tuple = ()
     #: the predicted step: time, its split by class, tokens/s, MFU
-    #: (``fxshape.analysis.step.Step``); None for a report built by hand
+    #: (``fxshape.execution.step.Step``); None for a report built by hand
     step: Step | None = None
     #: non-GEMM ops without a cost model (listed, never counted as zero)
     unsupported_ops: tuple = ()
     #: memory per GPU: parameters, gradients, optimizer state, activations, peak, fits
-    #: (``fxshape.analysis.memory.Memory``); None for a report built by hand
+    #: (``fxshape.execution.memory.Memory``); None for a report built by hand
     memory: Memory | None = None
-    #: decode: what fits a GPU (``fxshape.analysis.serving.Capacity``); None otherwise
+    #: decode: what fits a GPU (``fxshape.execution.serving.Capacity``); None otherwise
     capacity: Capacity | None = None
     #: every option given with a value other than its default, and what it did
-    #: (``fxshape.analysis.options.OptionEffect``)
+    #: (``fxshape.report.options.OptionEffect``)
     options: tuple = ()
 
     # -- totals ---------------------------------------------------------------------------
@@ -176,7 +176,7 @@ class Report:
         return f"{text}<p>{tail}</p>"
 
     def plot(self, path: str, *, top: int = 15) -> bool:
-        """Where the time goes, as a bar chart (``fxshape.analysis.plot.plot_report``) written to
+        """Where the time goes, as a bar chart (``fxshape.report.plot.plot_report``) written to
         ``path`` (.png or .svg). Returns False when matplotlib is not installed."""
         from .plot import plot_report
 
@@ -331,7 +331,7 @@ class Report:
         return self._WORKLOAD_COLUMNS + ("options",), cells + [self.options_text()]
 
     def options_text(self) -> str:
-        """The options line's text (``fxshape.analysis.options``): every option given, and
+        """The options line's text (``fxshape.report.options``): every option given, and
         what it did."""
         return "; ".join(o.describe() for o in self.options)
 
@@ -342,7 +342,7 @@ class Report:
         """Write the predicted step as a Chrome / Perfetto trace (the JSON
         ``torch.profiler`` writes; gzipped when ``path`` ends in ``.gz``) and return
         ``path``: the host thread, the compute and communication streams, pipeline ranks as
-        processes (``fxshape.analysis.chrome``)."""
+        processes (``fxshape.report.chrome``)."""
         from .chrome import write_chrome_trace
 
         return write_chrome_trace(self, path)

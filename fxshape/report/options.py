@@ -128,7 +128,7 @@ def _context_len(v, report, ctx):
 
 
 def _tp(v, report, ctx):
-    from .parallel import layer_kind
+    from ..analysis.parallel import layer_kind
 
     sharded = sum(1 for r in report.rows
                   if layer_kind(r.module, r.op, r.n, r.k) != "replicated")

@@ -18,8 +18,8 @@ from ..tracing.decode import kv_bytes_by_layer, latent_kv
 from ..tracing.export import CaptureError, check_module, resolve_seq_len
 from ..tracing.facts import (attention_windows, expert_params, head_counts, input_embedding,
                              routed_experts)
-from .execute import _shards
-from .parallel import check_tp, kv_heads_per_gpu
+from .execute import param_shards
+from ..analysis.parallel import check_tp, kv_heads_per_gpu
 
 __all__ = ["analyze_decode"]
 
@@ -31,7 +31,7 @@ def analyze_decode(model, setup, *, ctx=None, run):
     under ``setup`` made the forward's."""
     from ..tracing.decode import check_decoder, decode_capture, decode_target, kv_cache_bytes
     from ..tracing.facts import kv_heads_of, max_positions
-    from .rows import WorkloadRecord
+    from ..analysis.rows import WorkloadRecord
     from .serving import capacity_of
     from .step import run_dtype
 
@@ -217,7 +217,7 @@ def _unrouted_expert_bytes(model, rows, tp, item, routing=None) -> int:
     share = min(1.0, sum(touched.values()) / sum(total.values()))
     if share >= 1.0:
         return 0
-    shards = _shards(model, tp, rows, head_counts(model))  # as memory.parameters holds them
+    shards = param_shards(model, tp, rows, head_counts(model))  # as memory.parameters holds them
     held = sum(n for p, (n, _, _) in zip(model.parameters(), shards) if id(p) in experts)
     return int(held * item * (1.0 - share))
 

@@ -1,8 +1,8 @@
 """A captured step executed under its setup: the liveness walk and memory (one GPU, or the
 most loaded one under a plan), each tensor and parameter at its per-GPU size, the op
 records and the step (one GPU's timeline, or a plan's stages and micro-batches). Moved out of
-``fxshape.analysis.annotate`` (issue 53), which captures and annotates; ``analyze`` calls
-these on what it captured.
+``fxshape.analysis.annotate`` (issue 53), which captures and annotates; ``analyze``
+(``fxshape.report.build``) calls these on what it captured.
 """
 
 from __future__ import annotations
@@ -11,6 +11,8 @@ import dataclasses
 
 import torch
 
+from ..analysis import lowprec
+from ..analysis.parallel import kv_shard
 from ..hardware.gpus import get_gpu
 from ..parallelism.experts import sharded_share
 from ..parallelism.plan import chunk_of_layer, layer_chunks, stage_layer_counts
@@ -18,25 +20,27 @@ from ..tracing.dedup import find_stacks
 from ..tracing.export import module_of
 from ..tracing.facts import (expert_params, hidden_size, linear_features,
                              tied_embedding_elements)
-from . import lowprec
-from .parallel import kv_shard
+from .quantized import float8_gather
+
+__all__ = ["liveness_walk", "param_shards", "stack_layers", "checkpointed_layers",
+           "gpu_memory", "records_of", "topology_of", "executed_step", "param_groups"]
 
 
-def _liveness(gm, dkey, mode, rows=(), tp=1, sequence_parallel=False, unfused=False,
+def liveness_walk(gm, dkey, mode, rows=(), tp=1, sequence_parallel=False, unfused=False,
               vocab=None, grad_bytes=4):
-    """The eager liveness walk of the captured graph (``fxshape.analysis.memory.liveness``),
+    """The eager liveness walk of the captured graph (``fxshape.execution.memory.liveness``),
     each tensor at its per-GPU size under tensor parallelism (:func:`_activation_shares`).
     In training, the attention calls that run unfused (``unfused``: the user's
     ``attention="math"``; "flash" falls back to the math path in the time model where no
     fused kernel takes a call, fp32 on sm80+, but PyTorch's memory-efficient kernel, which
     keeps no probabilities, takes fp32) save their probabilities too
-    (``fxshape.analysis.memory.unfused_attention_saved``): alive from their forward to the
+    (``fxshape.execution.memory.unfused_attention_saved``): alive from their forward to the
     backward, so counted in the walk's peak, at the backward's start and in what is saved.
-    So does the cross-entropy that replaces the capture's sum (``fxshape.analysis.memory.
+    So does the cross-entropy that replaces the capture's sum (``fxshape.execution.memory.
     loss_saved``): its fp32 log-probabilities saved, its two logits-sized gradients at the
     start of the backward."""
     from .memory import SavedBytes, liveness, loss_saved, unfused_attention_saved
-    from .opcost import Sizes
+    from ..analysis.opcost import Sizes
     from .step import attribute_modules, loss_of, model_float_dtype, run_dtype
 
     sizes = Sizes(model_float_dtype(gm), run_dtype(dkey))
@@ -68,7 +72,7 @@ def _activation_shares(gm, rows, owner, tp, sequence_parallel) -> dict:
     row-parallel GEMM's output (a partial sum, all-reduced whole), the norms, residuals and
     embeddings are whole on every GPU, unless ``sequence_parallel`` splits them along the
     sequence too."""
-    from .parallel import in_blocks, sharded_modules, tp_blocks
+    from ..analysis.parallel import in_blocks, sharded_modules, tp_blocks
 
     kinds = sharded_modules(rows)
     blocks = tp_blocks(kinds)
@@ -83,7 +87,7 @@ def _activation_shares(gm, rows, owner, tp, sequence_parallel) -> dict:
     return out
 
 
-def _shards(model, tp, rows=(), heads=(None, None), ep=1) -> list:
+def param_shards(model, tp, rows=(), heads=(None, None), ep=1) -> list:
     """``(elements on each GPU, is a matrix, is trained)`` per parameter (tied weights once,
     as ``model.parameters()`` gives them). At ``tp`` > 1, Megatron splits what tensor
     parallelism splits in ``rows``: a column-parallel layer's weight and bias (a K/V
@@ -97,7 +101,7 @@ def _shards(model, tp, rows=(), heads=(None, None), ep=1) -> list:
     if tp == 1:
         return [(p.numel() // (ep if id(p) in experts else 1), p.dim() >= 2, p.requires_grad)
                 for p in params]
-    from .parallel import sharded_modules
+    from ..analysis.parallel import sharded_modules
 
     kinds = sharded_modules(rows)
     features = linear_features(model)
@@ -128,28 +132,28 @@ def _shards(model, tp, rows=(), heads=(None, None), ep=1) -> list:
 
 
 
-def _stack_layers(stacks) -> tuple:
+def stack_layers(stacks) -> tuple:
     """Every layer of ``stacks`` as a module prefix (``model.layers.3``)."""
     return tuple(f"{s.name}.{i}" for s in stacks for i in range(s.length))
 
 
-def _checkpointed_layers(model) -> tuple:
+def checkpointed_layers(model) -> tuple:
     """The layers a Hugging Face model checkpoints (``gradient_checkpointing_enable()``: each
     layer of its stack), as module prefixes; empty when it does not."""
     flagged = {name for name, m in model.named_modules()
                if getattr(m, "gradient_checkpointing", False) is True}
     if not flagged:  # (transformers' is_gradient_checkpointing, without its deprecation)
         return ()
-    layers = _stack_layers(find_stacks(model))
+    layers = stack_layers(find_stacks(model))
     # transformers flags each checkpointed layer (every_n_layers may skip some); a model
     # that flags only its stack's owner checkpoints every layer
     return tuple(x for x in layers if x in flagged) or tuple(layers)
 
 
-def _memory(model, walk, saved_traced, spec, dkey, mode, tp, optimizer, layers=(),
+def gpu_memory(model, walk, saved_traced, spec, dkey, mode, tp, optimizer, layers=(),
             workload=None, *, shards, sequence_parallel=False, plan=None, stacks=(),
             groups=None, dropped=(), rerun=False, memo=None):
-    """``report.memory``: the parameters per GPU (``shards``: :func:`_shards`, what tensor
+    """``report.memory``: the parameters per GPU (``shards``: :func:`param_shards`, what tensor
     parallelism splits) and the liveness walk, its saved activations scaled from the traced
     layers to all of them. With activation checkpointing, a layer keeps only its input
     (tokens x hidden) until its backward, and one layer at a time holds its full
@@ -285,7 +289,7 @@ def _plan_memory(model, walk, spec, dkey, optimizer, layers, workload, *, shards
             copies = item * matrices * P // total_params if item < 4 else 0
         chunk = sum(act[s] for s in mine) / v
         activations = int(chunk * flight[d]) + rerun
-        # the optimizer's state is there from the first step on (fxshape.analysis.memory)
+        # the optimizer's state is there from the first step on (fxshape.execution.memory)
         peak = max(params + state + copies + activations + transient,
                    params + grads + state + opt_temp)
         rec = (peak, d, params, grads, state, activations)
@@ -314,8 +318,8 @@ def _plan_memory(model, walk, spec, dkey, optimizer, layers, workload, *, shards
                   capacity=int(spec.memory_gb * 1024 ** 3), notes=tuple(notes))
 
 
-def _op_records(gm, rows, model, spec, dkey, execution):
-    """The step's op records of a captured graph (``fxshape.analysis.step.op_records``)."""
+def records_of(gm, rows, model, spec, dkey, execution):
+    """The step's op records of a captured graph (``fxshape.execution.step.op_records``)."""
     from .step import op_records
 
     vocab = getattr(getattr(model, "config", None), "vocab_size", None)
@@ -324,7 +328,7 @@ def _op_records(gm, rows, model, spec, dkey, execution):
                       execution=execution)
 
 
-def _topology_of(topology, spec):
+def topology_of(topology, spec):
     """The topology given, or the GPU's usual machine (what the plan must fit:
     ``fxshape.parallelism.plan.check_plan``)."""
     from ..hardware.topology import topology_for
@@ -332,12 +336,12 @@ def _topology_of(topology, spec):
     return topology_for(spec, topology)
 
 
-def _step(records, model, spec, dkey, mode, tp, execution, optimizer, workload, notes, *,
+def executed_step(records, model, spec, dkey, mode, tp, execution, optimizer, workload, notes, *,
           dp=1, topology=None, sequence_parallel=False, shards, plan=None, stacks=(),
           groups=None, memo=None, allreduce=None):
-    """The step (``fxshape.analysis.step.step_of``) with the optimizer's and the
+    """The step (``fxshape.execution.step.step_of``) with the optimizer's and the
     collectives' records added; returns (step, records). A plan with a pipeline, ZeRO or
-    micro-batches is played out by ``fxshape.analysis.pipeline.plan_step``. ``memo``: a
+    micro-batches is played out by ``fxshape.execution.pipeline.plan_step``. ``memo``: a
     dict kept across the plans of one capture (a plan search): what does not depend on the
     plan's pipeline, ZeRO stage and micro-batches is computed once in it."""
     from .pipeline import communication_of
@@ -424,11 +428,11 @@ def _chunk_layers(plan, layers) -> str:
     return str(counts[0]) if len(set(counts)) == 1 else "/".join(map(str, counts))
 
 
-def _param_groups(model, shards, stacks, plan):
+def param_groups(model, shards, stacks, plan):
     """``(elements per virtual stage, per stage {layer: elements, None: the rest}, expert
     elements per virtual stage, per stage {layer or None: expert elements})``: the trained
     parameters per GPU (``shards``) by pipeline stage and by FSDP unit (each layer, then the
-    rest of the stage: ``fxshape.analysis.pipeline``), in parameter order (the forward's,
+    rest of the stage: ``fxshape.execution.pipeline``), in parameter order (the forward's,
     for a Hugging Face model); the expert-parallel experts' share of them (held by ``dp × cp
     / ep`` ranks, not ``dp × cp``) apart."""
     from .pipeline import placed
@@ -474,14 +478,14 @@ def _layer_input_bytes(model, workload, item) -> int:
 
 
 def _stack_info(stacks) -> list:
-    """``[(name, length)]`` of the layer stacks (``fxshape.analysis.pipeline.layer_of``)."""
+    """``[(name, length)]`` of the layer stacks (``fxshape.execution.pipeline.layer_of``)."""
     return [(s.name, s.length) for s in stacks]
 
 
 def _plan_step(records, opt_records, model, spec, dkey, execution, optimizer, tokens, notes,
                *, plan, topology, groups, stacks, workload, units=None):
     """The Step of a plan with a pipeline, ZeRO or micro-batches
-    (``fxshape.analysis.pipeline.plan_step``)."""
+    (``fxshape.execution.pipeline.plan_step``)."""
     from .pipeline import plan_step
     from .step import Step, run_dtype
 
@@ -503,7 +507,7 @@ def _plan_step(records, opt_records, model, spec, dkey, execution, optimizer, to
         stage_params=stage_params, unit_params=unit_params, item=item,
         hidden_tokens_bytes=hidden_bytes, stage_experts=stage_experts,
         unit_experts=unit_experts, units=units,
-        gather_item=lowprec.float8_gather(model, stacks, item, lowprec.QUANT.get()),
+        gather_item=float8_gather(model, stacks, item, lowprec.QUANT.get()),
         spec=spec)
     m = plan.microbatches
     crit = stages[critical]
