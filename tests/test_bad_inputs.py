@@ -377,7 +377,7 @@ def test_an_unexpected_error_is_one_line(capsys, monkeypatch):
     def boom(args):
         raise ZeroDivisionError("division by zero")
 
-    monkeypatch.setattr(cli, "_cmd_gpus", boom)
+    monkeypatch.setattr(cli.gpus, "run", boom)
     parser = cli.build_parser
     monkeypatch.setattr(cli, "build_parser", lambda: _rebind(parser(), "gpus", boom))
     err = _one_line(capsys, "gpus")
@@ -592,7 +592,7 @@ def tiny_config(tmp_path_factory):
     return str(path)
 
 
-#: the workload options analyze, advise and sweep share (cli._workload_args, _step_args,
+#: the workload options analyze, advise and sweep share (cli.args._workload_args, _step_args,
 #: _kv_args, --params): one value other than the default each
 _SHARED = {"gpu": ["a100"], "dtype": ["fp16"], "batch_size": ["2"], "seq_len": ["32"],
            "tp": ["2"], "verbose": [True], "attention": ["math"], "execution": ["compiled"],
@@ -612,7 +612,9 @@ CLI_VALUES = {
                 "stage_layers": ["torchtitan", "1,2"], "torchtitan": ["@job.toml"], "gpus": ["8"], "allreduce": ["nccl"],
                 "gemv": ["inductor"], "quantize": ["int8"], "group_size": ["32"],
                 "activation_scales": ["static"], "float8": ["tensorwise"],
-                "async_tp": [True]},
+                "async_tp": [True],
+                # generated from fxshape.Parallel (--no-reshard-after-forward)
+                "reshard_after_forward": [True]},
     "serve": {"gpu": ["a100"], "dtype": ["fp16"], "batch_size": ["2"], "tp": ["2"],
               "topology": ["pcie4"], "attention": ["math"], "kv_dtype": ["fp8"],
               "page_size": ["16"], "allreduce": ["nccl", "one-shot"],
@@ -661,7 +663,8 @@ _WORKLOAD = {"gpu", "dtype", "batch_size", "seq_len", "tp", "attention", "execut
              "sequence_parallel", "provenance", "params", "recompute", "allreduce", "gemv"}
 #: the options the command line builds a fxshape.Parallel plan from (stated as parallel=)
 _PLAN = {"pp", "zero", "dp_shard", "microbatches", "virtual_stages", "schedule",
-         "grad_dtype", "cp", "ep", "capacity_factor", "stage_layers", "async_tp"}
+         "grad_dtype", "cp", "ep", "capacity_factor", "stage_layers", "async_tp",
+         "reshard_after_forward"}
 
 
 def _plan_refused(case, mode) -> bool:

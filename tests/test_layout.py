@@ -61,6 +61,11 @@ def _imports(name: str, path: str, modules: dict) -> set:
     return found
 
 
+#: in a wing's "May import:" line, the top level's modules (only the command line, which
+#: sits above everything, says it)
+TOP = "the top level"
+
+
 def _wing(module: str, wings) -> str:
     """``fxshape.cost.gemm`` -> ``cost``; top-level modules and the package -> ``""``."""
     parts = module.split(".")
@@ -84,7 +89,7 @@ def layout_problems(pkg_dir: str, pkg: str) -> list:
         said = m.group(1).strip()
         allowed[w] = set() if said.startswith("nothing") else \
             {x.strip() for x in said.split(",")}
-        unknown = allowed[w] - set(wings)
+        unknown = allowed[w] - set(wings) - {TOP}
         if unknown:
             problems.append(f"wing {w} may import {sorted(unknown)}, which are not wings")
     graph = nx.DiGraph()
@@ -96,7 +101,7 @@ def layout_problems(pkg_dir: str, pkg: str) -> list:
             dst = _wing(target, wings)
             if src and dst and dst != src and dst not in allowed.get(src, set()):
                 problems.append(f"{name} imports {target}: wing {src} may not import {dst}")
-            if src and not dst and target != pkg:
+            if src and not dst and target != pkg and TOP not in allowed.get(src, set()):
                 problems.append(f"{name} imports {target}: a wing may not import the top "
                                 "level")
             if src and target == pkg:
@@ -154,7 +159,7 @@ def test_the_private_import_checker(tmp_path):
 #: functions over 100 lines today, each at most its length now (issue 53 splits them; a
 #: new function stays under 100 lines, and none of these may grow)
 LONG_FUNCTIONS = {
-    ("cli.py", "build_parser"): 321, ("execution/pipeline.py", "plan_step"): 222,
+    ("execution/pipeline.py", "plan_step"): 222,
     ("serving/scheduler.py", "run_engine"): 186, ("torchtitan.py", "read_torchtitan"): 141,
     ("execution/fusion.py", "fusion_groups"): 136, ("codesign/advise.py", "advise"): 131,
     ("cost/attention.py", "_fused"): 129, ("cost/gemm.py", "_core"): 128,
@@ -215,8 +220,8 @@ def test_every_wing_is_in_the_architecture_page():
     wings = sorted(d for d in os.listdir(PKG_DIR)
                    if os.path.isfile(os.path.join(PKG_DIR, d, "__init__.py")))
     # hardware, cost, fit, tracing, parallelism, config, analysis, execution, report,
-    # planning, serving, codesign, padding, traces
-    assert len(wings) == 14, wings
+    # planning, serving, codesign, padding, traces, cli
+    assert len(wings) == 15, wings
     page = open(os.path.join(ROOT, "docs", "architecture.md")).read()
     missing = [w for w in wings if f"`fxshape/{w}/`" not in page]
     assert missing == []

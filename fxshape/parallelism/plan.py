@@ -16,7 +16,7 @@ from dataclasses import asdict, dataclass, field, fields
 __all__ = ["Parallel", "SCHEDULES", "ZERO_STAGES", "GRAD_DTYPES", "check_mode", "check_plan",
            "parallel_of", "RECOMPUTE", "check_recompute", "check_cp_seq", "STAGE_SPLITS",
            "stage_layer_counts", "layer_chunks", "chunk_of_layer", "torchtitan_split",
-           "MAX_PIPELINE_MICROBATCHES"]
+           "MAX_PIPELINE_MICROBATCHES", "parse_stage_layers"]
 
 #: ``"1f1b"`` (PipeDream-flush / Megatron's default; with ``virtual_stages`` > 1 the
 #: interleaved 1F1B), ``"interleaved"`` (the same, ``virtual_stages`` > 1 required),
@@ -111,24 +111,28 @@ class Parallel:
 
     A field whose metadata says ``capture`` changes the graph one rank captures (its
     shapes, its collectives); the others only how the captured step is played
-    (``fxshape.config.setup.Setup.capture_key``).
+    (``fxshape.config.setup.Setup.capture_key``). ``choices`` and ``parse`` (the name of a
+    function of this module reading the field from text) are what the command line's
+    generated flags take (``fxshape.cli.args.plan_flags``).
     """
 
     tp: int = field(default=1, metadata={"capture": True})
     cp: int = field(default=1, metadata={"capture": True})
     pp: int = 1
     dp: int = 1
-    zero: int = 0
+    zero: int = field(default=0, metadata={"choices": ZERO_STAGES})
     virtual_stages: int = 1
     microbatches: int = 1
-    schedule: str = "1f1b"
+    schedule: str = field(default="1f1b", metadata={"choices": SCHEDULES})
     sequence_parallel: bool = field(default=False, metadata={"capture": True})
     dp_shard: int | None = None
     reshard_after_forward: bool = True
-    grad_dtype: str = field(default="fp32", metadata={"capture": True})
+    grad_dtype: str = field(default="fp32",
+                            metadata={"capture": True, "choices": tuple(GRAD_DTYPES)})
     ep: int = field(default=1, metadata={"capture": True})
     capacity_factor: float | None = field(default=None, metadata={"capture": True})
-    stage_layers: tuple | str | None = None
+    stage_layers: tuple | str | None = field(default=None,
+                                             metadata={"parse": "parse_stage_layers"})
     async_tp: bool = field(default=False, metadata={"capture": True})
     recompute: str | None = None
 
@@ -494,3 +498,18 @@ def check_recompute(recompute, mode: str) -> None:
     if recompute is not None and mode != "train":
         raise ValueError(f"recompute={recompute!r} re-runs forwards in the backward: it needs "
                          f"mode='train', not {mode!r}")
+
+
+def parse_stage_layers(text: str):
+    """``Parallel.stage_layers`` from text: ``"torchtitan"`` or comma-separated layer counts
+    per chunk (``"15,16,15"``); a one-line ``ValueError`` otherwise."""
+    if text in STAGE_SPLITS:
+        return text
+    try:
+        counts = tuple(int(x) for x in text.split(","))
+    except ValueError:
+        counts = ()
+    if not counts or min(counts) < 1:
+        raise ValueError(f"expected {' or '.join(STAGE_SPLITS)} or layer counts of at least 1 "
+                         f"per chunk, comma-separated (15,16,15), got {text!r}")
+    return counts

@@ -225,6 +225,10 @@ def _parallel(v, report, ctx):
            if getattr(plan, name) != default]
     if plan.grad_dtype != "fp32":  # training only (fxshape.parallelism.plan.check_mode)
         got.append(("grad_dtype", (True, f"gradients held and reduced in {plan.grad_dtype}")))
+    if not plan.reshard_after_forward:
+        got.append(("reshard_after_forward", (False, "keeps ZeRO-3's gathered parameters "
+                                                     "after the forward; without zero=3 "
+                                                     "nothing is gathered")))
     return any(a for _, (a, _) in got), "; ".join(f"{n}: {e}" for n, (_, e) in got)
 
 
