@@ -142,3 +142,50 @@ def test_analyze_with_a_setup_is_analyze_with_its_keywords():
     assert changed.gpu != by_keywords.gpu
     # report.options: every keyword given but the mode (a default is not an option given)
     assert {o.name for o in by_setup.options} == set(kw) - {"mode"}
+
+
+def test_a_plan_refusal_is_typed_with_its_rule():
+    import pickle
+
+    from fxshape.analysis.parallel import check_tp
+    from fxshape.parallelism.plan import PlanRefused, check_cp_seq
+
+    with pytest.raises(PlanRefused) as info:
+        check_tp(3, 32, 8)
+    # the message as it always was (a ValueError), the rule in a few fixed words
+    assert isinstance(info.value, ValueError)
+    assert str(info.value).startswith("tp=3 does not divide the 32 attention heads")
+    assert info.value.reason == "tp does not split the attention heads evenly"
+    with pytest.raises(PlanRefused) as info:
+        check_cp_seq(100, 4)  # 100 is not a multiple of 2 x 4 = 8
+    assert info.value.reason == "seq_len not a multiple of 2 x cp"
+    # it crosses a process boundary whole (the plan search forks)
+    back = pickle.loads(pickle.dumps(info.value))
+    assert (str(back), back.reason) == (str(info.value), info.value.reason)
+
+
+def test_the_plan_search_counts_refusals_by_rule_and_raises_the_rest(monkeypatch):
+    pytest.importorskip("transformers")
+    from fxshape.parallelism.plan import PlanRefused
+    from fxshape.planning import search
+
+    model = _tiny_llama()
+
+    def refuse(*args, **kwargs):
+        raise PlanRefused("tp=2 does not fit the reasons of this test", "a rule of this test")
+
+    monkeypatch.setattr(search, "_SHARED", {})
+    monkeypatch.setattr("fxshape.report.build.analyze", refuse)
+    found = search.plan(model, gpus=2, global_batch=4, seq_len=32, micro_batches=(1,),
+                        recompute=(None,), zero=(0,), progress=False, workers=1)
+    # every candidate costed was refused, each counted under the rule, none parsed
+    assert found.results == () and found.costed > 0
+    assert dict(found.dropped)["refused: a rule of this test"] == found.costed
+
+    def bug(*args, **kwargs):
+        raise ValueError("a bug")
+
+    monkeypatch.setattr("fxshape.report.build.analyze", bug)
+    with pytest.raises(ValueError, match=r"^plan tp\d.*: a bug$"):
+        search.plan(model, gpus=2, global_batch=4, seq_len=32, micro_batches=(1,),
+                    recompute=(None,), zero=(0,), progress=False, workers=1)

@@ -19,6 +19,7 @@ from ..cost.notes import join_notes
 from ..hardware.dtypes import canonical_dtype
 from ..hardware.gpus import get_gpu
 from ..parallelism.experts import apportion
+from ..parallelism.plan import PlanRefused
 from ..tracing.dedup import check_reduction, reduced_model, structure_key
 from ..tracing.facts import attention_windows, head_counts, linear_features
 from ..tracing.export import CaptureError, capture, forward_arguments, module_of, resolve_seq_len
@@ -555,10 +556,11 @@ def capture_step(model, setup, *, sizes: dict, spec, dkey: str, kv=(None, None),
     if not stacks:
         gm, rows, unsupported = _annotated(model, *args)
     if tp > 1 and not sharded_modules(rows):
-        raise ValueError(f"tp={tp}: no layer of {type(model).__name__} is tensor-parallel "
-                         "(fxshape splits attention and MLP projections it knows by name: "
-                         "q_proj, c_attn, up_proj, down_proj ...; fxshape.analysis.parallel), "
-                         "so every GPU would run the whole model: use tp=1")
+        raise PlanRefused(f"tp={tp}: no layer of {type(model).__name__} is tensor-parallel "
+                          "(fxshape splits attention and MLP projections it knows by name: "
+                          "q_proj, c_attn, up_proj, down_proj ...; "
+                          "fxshape.analysis.parallel), so every GPU would run the whole "
+                          "model: use tp=1", "tp: no tensor-parallel layer")
     return Capture(graph_module=gm, rows=tuple(rows), unsupported=tuple(unsupported),
                    stacks=tuple(stacks), notes=tuple(notes))
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 import dataclasses
 
 from ..cost.notes import join_notes
+from ..parallelism.plan import PlanRefused
 from .ops import Gemm
 
 __all__ = ["layer_kind", "shard_gemm", "check_tp", "kv_shard", "kv_heads_per_gpu",
@@ -91,12 +92,13 @@ def check_tp(tp, heads, kv_heads=None) -> int:
     ok = [d for d in range(1, (heads or 0) + 1) if heads % d == 0
           and (not kv_heads or kv_heads % d == 0 or d % kv_heads == 0)]
     if heads and heads % tp:
-        raise ValueError(f"tp={tp} does not divide the {heads} attention heads; accepted: "
-                         f"{', '.join(map(str, ok))}")
+        raise PlanRefused(f"tp={tp} does not divide the {heads} attention heads; accepted: "
+                          f"{', '.join(map(str, ok))}",
+                          "tp does not split the attention heads evenly")
     if kv_heads and kv_heads % tp and tp % kv_heads:
-        raise ValueError(f"tp={tp} neither divides the {kv_heads} KV heads nor is a multiple "
-                         f"of them (a GPU would hold part of a KV head); accepted: "
-                         f"{', '.join(map(str, ok))}")
+        raise PlanRefused(f"tp={tp} neither divides the {kv_heads} KV heads nor is a "
+                          f"multiple of them (a GPU would hold part of a KV head); accepted: "
+                          f"{', '.join(map(str, ok))}", "tp does not split the KV heads")
     return tp
 
 

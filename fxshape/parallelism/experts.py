@@ -21,6 +21,8 @@ from __future__ import annotations
 
 import math
 
+from .plan import PlanRefused
+
 __all__ = ["check_ep", "expert_blocks", "rank_loads", "busiest_rank", "capacity",
            "expert_rows", "sharded_share"]
 
@@ -29,9 +31,9 @@ def check_ep(ep: int, experts: int) -> None:
     """``ep`` must divide the experts of every MoE layer."""
     if experts % ep:
         ok = [d for d in range(1, experts + 1) if experts % d == 0]
-        raise ValueError(f"ep={ep} must divide the {experts} experts of each MoE layer (each "
-                         f"rank holds a whole block of experts); accepted: "
-                         + ", ".join(map(str, ok)))
+        raise PlanRefused(f"ep={ep} must divide the {experts} experts of each MoE layer "
+                          f"(each rank holds a whole block of experts); accepted: "
+                          + ", ".join(map(str, ok)), "ep does not divide the experts")
 
 
 def expert_blocks(experts: int, ep: int) -> list:

@@ -13,7 +13,7 @@ from __future__ import annotations
 import numbers
 from dataclasses import asdict, dataclass, field, fields
 
-__all__ = ["Parallel", "SCHEDULES", "ZERO_STAGES", "GRAD_DTYPES", "check_mode", "check_plan",
+__all__ = ["Parallel", "PlanRefused", "SCHEDULES", "ZERO_STAGES", "GRAD_DTYPES", "check_mode", "check_plan",
            "parallel_of", "RECOMPUTE", "check_recompute", "check_cp_seq", "STAGE_SPLITS",
            "stage_layer_counts", "layer_chunks", "chunk_of_layer", "torchtitan_split",
            "MAX_PIPELINE_MICROBATCHES", "parse_stage_layers"]
@@ -48,6 +48,20 @@ def _count(name, v, minimum=1) -> int:
 #: checkpointing: every second matmul and every memory-bound op of each layer re-run, the
 #: attention kernel and the other matmuls saved)
 RECOMPUTE = (None, "full", "selective", "op")
+
+
+class PlanRefused(ValueError):
+    """A plan this model or machine cannot run, refused in one line (a ``ValueError``, its
+    message unchanged); ``reason``: the rule it breaks, in a few fixed words: what a plan
+    search counts the plans it drops under (``fxshape.planning.search``), never parsed from
+    the message."""
+
+    def __init__(self, message: str, reason: str):
+        super().__init__(message)
+        self.reason = reason
+
+    def __reduce__(self):
+        return type(self), (str(self), self.reason)
 
 
 @dataclass(frozen=True)
@@ -447,30 +461,37 @@ def check_plan(plan: Parallel, *, layers: int | None, topology) -> None:
     stages, the GPUs the topology holds."""
     if plan.pp > 1:
         if not layers:
-            raise ValueError("pp > 1 splits the model's layer stack into stages, but no "
-                             "stack of repeated layers was found in the model")
+            raise PlanRefused("pp > 1 splits the model's layer stack into stages, but no "
+                              "stack of repeated layers was found in the model",
+                              "pp without a stack of layers to split")
         if plan.stage_layers is None and layers % plan.stages:
             ok = [d for d in range(1, layers + 1) if layers % d == 0]
-            raise ValueError(f"pp × virtual_stages = {plan.stages} does not divide the "
-                             f"{layers} layers into equal chunks; accepted products: "
-                             + ", ".join(map(str, ok))
-                             + "; or an uneven split: Parallel(stage_layers='torchtitan') or "
-                             "a tuple of layers per chunk")
+            raise PlanRefused(f"pp × virtual_stages = {plan.stages} does not divide the "
+                              f"{layers} layers into equal chunks; accepted products: "
+                              + ", ".join(map(str, ok))
+                              + "; or an uneven split: Parallel(stage_layers='torchtitan') "
+                              "or a tuple of layers per chunk",
+                              "pp x virtual stages do not divide the layers")
         if plan.stage_layers == "torchtitan":
-            torchtitan_split(layers, plan.stages)  # raises for a chunk without layers
+            try:
+                torchtitan_split(layers, plan.stages)
+            except ValueError as exc:  # a chunk without layers
+                raise PlanRefused(str(exc), "torchtitan's split leaves a stage without a "
+                                            "layer") from None
         elif plan.stage_layers is not None and sum(plan.stage_layers) != layers:
-            raise ValueError(f"Parallel.stage_layers={plan.stage_layers!r} sums to "
-                             f"{sum(plan.stage_layers)}, but the model has {layers} layers; "
-                             f"accepted: {plan.stages} counts of at least 1 summing to "
-                             f"{layers}")
+            raise PlanRefused(f"Parallel.stage_layers={plan.stage_layers!r} sums to "
+                              f"{sum(plan.stage_layers)}, but the model has {layers} layers; "
+                              f"accepted: {plan.stages} counts of at least 1 summing to "
+                              f"{layers}", "the stage split does not sum to the layers")
     if plan.tp > topology.gpus_per_node:
-        raise ValueError(f"tp={plan.tp} exceeds the {topology.gpus_per_node} GPUs of a "
-                         f"{topology.name} node (tensor parallelism stays inside a node); "
-                         f"accepted: tp <= {topology.gpus_per_node}, or another topology=")
+        raise PlanRefused(f"tp={plan.tp} exceeds the {topology.gpus_per_node} GPUs of a "
+                          f"{topology.name} node (tensor parallelism stays inside a node); "
+                          f"accepted: tp <= {topology.gpus_per_node}, or another topology=",
+                          "tp exceeds a node")
     if topology.gpus is not None and plan.gpus > topology.gpus:
-        raise ValueError(f"the plan needs {plan.gpus} GPUs (tp × cp × pp × dp), but "
-                         f"{topology.nodes} "
-                         f"{topology.name} nodes hold {topology.gpus}")
+        raise PlanRefused(f"the plan needs {plan.gpus} GPUs (tp × cp × pp × dp), but "
+                          f"{topology.nodes} {topology.name} nodes hold {topology.gpus}",
+                          "the plan needs more GPUs than the topology holds")
 
 
 def check_cp_seq(seq_len: int, cp: int) -> None:
@@ -479,10 +500,10 @@ def check_cp_seq(seq_len: int, cp: int) -> None:
     must be a multiple of ``2 × cp``."""
     if cp > 1 and seq_len % (2 * cp):
         ok = 2 * cp
-        raise ValueError(f"cp={cp} splits each sequence into 2 × cp = {ok} chunks (causal "
-                         f"load balancing), but seq_len={seq_len} is not a multiple of {ok}; "
-                         f"accepted: {ok}, {2 * ok}, {3 * ok} ... (e.g. "
-                         f"{(seq_len // ok + 1) * ok})")
+        raise PlanRefused(f"cp={cp} splits each sequence into 2 × cp = {ok} chunks (causal "
+                          f"load balancing), but seq_len={seq_len} is not a multiple of "
+                          f"{ok}; accepted: {ok}, {2 * ok}, {3 * ok} ... (e.g. "
+                          f"{(seq_len // ok + 1) * ok})", "seq_len not a multiple of 2 x cp")
 
 
 

@@ -17,7 +17,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 
 from ..cost.optimizer import check_optimizer
-from ..parallelism.plan import RECOMPUTE
+from ..parallelism.plan import RECOMPUTE, PlanRefused
 from ..parallelism.state import training_state
 from .space import Candidate, ModelShape, candidates
 
@@ -267,9 +267,11 @@ def _cost_group(group, job) -> tuple:
                 with contextlib.redirect_stdout(None):
                     rep = analyze(job["model"], setup=base.replace(
                         batch_size=c.micro_batch, parallel=c.parallel))
-            except ValueError as exc:
-                refused["refused: " + str(exc).split(":")[0][:80]] += 1
+            except PlanRefused as exc:  # the rule it breaks, typed where it is raised
+                refused["refused: " + exc.reason] += 1
                 continue
+            except ValueError as exc:  # not a plan this search should have tried: a bug
+                raise ValueError(f"plan {c.label()}: {exc}") from exc
             step, mem = rep.step, rep.memory
             tokens = job["global_batch"] * job["seq_len"]
             results.append(PlanResult(

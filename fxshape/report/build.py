@@ -32,6 +32,7 @@ from ..execution.execute import (checkpointed_layers, executed_step, gpu_memory,
                                  stack_layers, topology_of)
 from ..hardware.dtypes import canonical_dtype
 from ..hardware.gpus import get_gpu
+from ..parallelism.plan import PlanRefused
 from ..tracing.configs import check_config
 from ..tracing.dedup import expand_rows, find_stacks
 from ..tracing.export import (DEFAULT_BATCH_SIZE, check_module, forward_arguments,
@@ -260,9 +261,10 @@ def _checked(model, setup) -> _Checked:
 
         experts = routed_experts(model)
         if not experts:
-            raise ValueError(f"ep={plan.ep} spreads MoE experts over ranks, but "
-                             f"{type(model).__name__} has no routed experts in its config "
-                             "(num_local_experts, n_routed_experts, num_experts): use ep=1")
+            raise PlanRefused(f"ep={plan.ep} spreads MoE experts over ranks, but "
+                              f"{type(model).__name__} has no routed experts in its config "
+                              "(num_local_experts, n_routed_experts, num_experts): use ep=1",
+                              "ep without routed experts")
         check_ep(plan.ep, experts)
     sizes = dict(batch_size=w.batch_size,
                  seq_len=rank_seq_len(model, w.example_inputs, w.example_kwargs, w.seq_len,
@@ -427,9 +429,9 @@ def _prepared(model, gm, rows, records, walk, stacks, all_stacks, step_notes,
     stacked = stack_layers(all_stacks) if recompute else ()
     if recompute and not stacked:
         what = "forward" if recompute == "full" else "attention core"
-        raise ValueError(f"recompute={recompute!r} re-runs each layer's {what} in its "
-                         f"backward, but {type(model).__name__} has no stack of repeated "
-                         "layers")
+        raise PlanRefused(f"recompute={recompute!r} re-runs each layer's {what} in its "
+                          f"backward, but {type(model).__name__} has no stack of repeated "
+                          "layers", "recompute without a stack of repeated layers")
     if recompute == "full":
         layers = stacked
     selective = ()
