@@ -189,3 +189,8 @@ def test_the_plan_search_counts_refusals_by_rule_and_raises_the_rest(monkeypatch
     with pytest.raises(ValueError, match=r"^plan tp\d.*: a bug$"):
         search.plan(model, gpus=2, global_batch=4, seq_len=32, micro_batches=(1,),
                     recompute=(None,), zero=(0,), progress=False, workers=1)
+
+
+def test_analyze_refuses_a_setup_that_is_not_one():
+    with pytest.raises(TypeError, match="setup must be a fxshape.Setup .*got dict"):
+        fxshape.analyze(torch.nn.Linear(4, 4), setup={"gpu": "a100"})

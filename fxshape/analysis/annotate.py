@@ -1,10 +1,11 @@
-"""Annotate every matmul-like node of a captured graph with its GEMMs and predicted cost.
+"""Capture one rank's step and annotate every matmul-like node with its GEMMs and cost.
 
-``analyze(model)`` captures the model (``fxshape.capture``), asks the op registry
+:func:`capture_step` captures the model (``fxshape.capture``; one layer per group of identical
+layers where the layers repeat, ``fxshape.tracing.dedup``), asks the op registry
 (``fxshape.analysis.ops``) which GEMMs each node runs, predicts each with ``predict_matmul``
 (``fxshape.cost.gemv`` for Inductor's matrix-vector products with ``gemv="inductor"``) and
-stores a tuple of :class:`GemmRow` records on ``node.meta["fxshape"]``. The result is a
-:class:`fxshape.report.report.Report`.
+stores a tuple of :class:`GemmRow` records on ``node.meta["fxshape"]``: a :class:`Capture`.
+``analyze`` (``fxshape.report.build``) executes it and builds the report.
 """
 
 from __future__ import annotations

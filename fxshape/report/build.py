@@ -48,7 +48,6 @@ CAPTURE_CACHE: contextvars.ContextVar = contextvars.ContextVar("fxshape_capture_
                                                                 default=None)
 
 
-
 def analyze(model, example_inputs=None, example_kwargs=None, *, setup=None, **keywords):
     """Capture ``model`` and predict every GEMM in it, and the step it adds up to.
 
@@ -67,8 +66,13 @@ def analyze(model, example_inputs=None, example_kwargs=None, *, setup=None, **ke
     """
     from ..config.setup import Setup
 
-    setup = (Setup() if setup is None else setup).replace(**keywords) if keywords or \
-        setup is None else setup
+    if setup is None:
+        setup = Setup()
+    elif not isinstance(setup, Setup):
+        raise TypeError(f"setup must be a fxshape.Setup (Setup.from_keywords(...) builds one), "
+                        f"got {type(setup).__name__}")
+    if keywords:
+        setup = setup.replace(**keywords)
     if example_inputs is not None or example_kwargs is not None:
         setup = setup.replace(example_inputs=example_inputs, example_kwargs=example_kwargs)
     return _run(model, setup)
