@@ -261,8 +261,6 @@ def plan_flags(p) -> None:
     a positive integer; a float; a boolean: a switch), its ``choices`` and its ``parse``
     function from its metadata, its help from ``Parallel``'s docstring. A new field of
     ``Parallel`` is a new flag without touching the parser."""
-    from ..parallelism import plan as plan_module
-
     docs = field_docs(Parallel)
     for f in plan_fields():
         flag = "--" + f.name.replace("_", "-")
@@ -275,8 +273,8 @@ def plan_flags(p) -> None:
             else:
                 p.add_argument(flag, action="store_true", help=help_)
         elif "parse" in f.metadata:
-            p.add_argument(flag, type=_parsed(getattr(plan_module, f.metadata["parse"])),
-                           default=f.default, help=help_)
+            p.add_argument(flag, type=_parsed(f.metadata["parse"]), default=f.default,
+                           help=help_)
         elif "choices" in f.metadata:
             choices = f.metadata["choices"]
             p.add_argument(flag, choices=choices, type=type(choices[0]), default=f.default,

@@ -350,7 +350,7 @@ class Setup:
             out["parallel"] = plan  # more than its shorthands say
         else:
             for name in ("tp", "dp", "sequence_parallel"):
-                if getattr(plan, name) != getattr(Parallel(), name):
+                if getattr(plan, name) != getattr(default, name):
                     out[name] = getattr(plan, name)
         if self.parallel.recompute is not None:
             out["recompute"] = self.parallel.recompute
@@ -443,20 +443,15 @@ def _normalised(name: str, value, setup: Setup):
 KEYWORDS: dict = {}
 _FIELDS: dict = {}
 for _section, _cls in (("workload", Workload), ("machine", Machine), ("kernels", Kernels)):
-    for _f in fields(_cls):
-        if _f.name not in ("example_inputs", "example_kwargs"):
-            KEYWORDS[_f.name] = _section
-            _FIELDS[_f.name] = _f
+    for _f in fields(_cls):  # the inputs too: analyze's positional arguments, or replace()
+        KEYWORDS[_f.name] = _section
+        _FIELDS[_f.name] = _f
 for _f in fields(Setup):
     if _f.name in ("dedup", "provenance"):
         KEYWORDS[_f.name] = "setup"
         _FIELDS[_f.name] = _f
 for _name in _PLAN_SHORTHANDS + ("parallel",):
     KEYWORDS[_name] = "parallel"
-# the inputs travel as analyze's positional arguments, or through Setup.replace
-KEYWORDS["example_inputs"] = KEYWORDS["example_kwargs"] = "workload"
-_FIELDS["example_inputs"] = next(f for f in fields(Workload) if f.name == "example_inputs")
-_FIELDS["example_kwargs"] = next(f for f in fields(Workload) if f.name == "example_kwargs")
 
 
 def keyword_defaults() -> dict:

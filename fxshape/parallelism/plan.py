@@ -50,6 +50,27 @@ def _count(name, v, minimum=1) -> int:
 RECOMPUTE = (None, "full", "selective", "op")
 
 
+def _check_recompute_value(recompute) -> None:
+    if recompute not in RECOMPUTE:
+        raise ValueError(f"unknown recompute {recompute!r}; accepted: None, 'full', "
+                         "'selective', 'op'")
+
+
+def parse_stage_layers(text: str):
+    """``Parallel.stage_layers`` from text: ``"torchtitan"`` or comma-separated layer counts
+    per chunk (``"15,16,15"``); a one-line ``ValueError`` otherwise."""
+    if text in STAGE_SPLITS:
+        return text
+    try:
+        counts = tuple(int(x) for x in text.split(","))
+    except ValueError:
+        counts = ()
+    if not counts or min(counts) < 1:
+        raise ValueError(f"expected {' or '.join(STAGE_SPLITS)} or layer counts of at least 1 "
+                         f"per chunk, comma-separated (15,16,15), got {text!r}")
+    return counts
+
+
 class PlanRefused(ValueError):
     """A plan this model or machine cannot run, refused in one line (a ``ValueError``, its
     message unchanged); ``reason``: the rule it breaks, in a few fixed words: what a plan
@@ -125,8 +146,8 @@ class Parallel:
 
     A field whose metadata says ``capture`` changes the graph one rank captures (its
     shapes, its collectives); the others only how the captured step is played
-    (``fxshape.config.setup.Setup.capture_key``). ``choices`` and ``parse`` (the name of a
-    function of this module reading the field from text) are what the command line's
+    (``fxshape.config.setup.Setup.capture_key``). ``choices`` and ``parse`` (a function reading
+    the field from text) are what the command line's
     generated flags take (``fxshape.cli.args.plan_flags``).
     """
 
@@ -146,7 +167,7 @@ class Parallel:
     ep: int = field(default=1, metadata={"capture": True})
     capacity_factor: float | None = field(default=None, metadata={"capture": True})
     stage_layers: tuple | str | None = field(default=None,
-                                             metadata={"parse": "parse_stage_layers"})
+                                             metadata={"parse": parse_stage_layers})
     async_tp: bool = field(default=False, metadata={"capture": True})
     recompute: str | None = None
 
@@ -167,9 +188,7 @@ class Parallel:
             raise ValueError(f"Parallel.grad_dtype must be one of "
                              f"{', '.join(repr(d) for d in GRAD_DTYPES)}, got "
                              f"{self.grad_dtype!r}")
-        if self.recompute not in RECOMPUTE:
-            raise ValueError(f"unknown recompute {self.recompute!r}; accepted: None, 'full', "
-                             "'selective', 'op'")
+        _check_recompute_value(self.recompute)
         if self.sequence_parallel and self.tp == 1:
             raise ValueError("sequence_parallel splits the norms and residuals over the "
                              "tensor-parallel GPUs: it needs tp > 1, got tp=1")
@@ -513,24 +532,7 @@ MAX_PIPELINE_MICROBATCHES = 65536
 
 
 def check_recompute(recompute, mode: str) -> None:
-    if recompute not in RECOMPUTE:
-        raise ValueError(f"unknown recompute {recompute!r}; accepted: None, 'full', "
-                         "'selective', 'op'")
+    _check_recompute_value(recompute)
     if recompute is not None and mode != "train":
         raise ValueError(f"recompute={recompute!r} re-runs forwards in the backward: it needs "
                          f"mode='train', not {mode!r}")
-
-
-def parse_stage_layers(text: str):
-    """``Parallel.stage_layers`` from text: ``"torchtitan"`` or comma-separated layer counts
-    per chunk (``"15,16,15"``); a one-line ``ValueError`` otherwise."""
-    if text in STAGE_SPLITS:
-        return text
-    try:
-        counts = tuple(int(x) for x in text.split(","))
-    except ValueError:
-        counts = ()
-    if not counts or min(counts) < 1:
-        raise ValueError(f"expected {' or '.join(STAGE_SPLITS)} or layer counts of at least 1 "
-                         f"per chunk, comma-separated (15,16,15), got {text!r}")
-    return counts

@@ -232,6 +232,11 @@ class _Checked:
     sizes: dict
     notes: tuple
 
+    @property
+    def reducible(self) -> list:
+        """The stacks with fewer groups than layers: what dedup traces one layer of."""
+        return [s for s in self.stacks if len(s.groups) < s.length]
+
 
 def _checked(model, setup) -> _Checked:
     """The setup against the model: a module, its config, its heads for tp, the GPU's dtype,
@@ -302,9 +307,8 @@ def _executed(model, setup, checked: _Checked, kv, cache) -> _Executed:
     plan, k = setup.parallel, setup.kernels
     spec, dkey, topo, tp = checked.spec, checked.dkey, checked.topology, plan.tp
     mode = "inference" if setup.workload.run_mode == "prefill" else setup.workload.run_mode
-    reducible = [s for s in checked.stacks if len(s.groups) < s.length]
     cap = capture_step(model, setup, sizes=checked.sizes, spec=spec, dkey=dkey, kv=kv,
-                       stacks=reducible if setup.dedup else [], cache=cache)
+                       stacks=checked.reducible if setup.dedup else [], cache=cache)
     gm, rows = cap.graph_module, cap.rows
     records, op_unsupported, step_notes = records_of(gm, rows, model, spec, dkey, k.execution)
     if mode == "train":  # a long job: its dense kernels at the power-limited clock
@@ -349,9 +353,8 @@ def _costed(model, setup, checked: _Checked, got: _Executed, kv, ctx, cache, cke
     if ctx is not None:
         from ..cost.attention import resolve_kernel
 
-        reducible = [s for s in all_stacks if len(s.groups) < s.length]
         # dedup=False has an effect where dedup=True would have traced fewer layers
-        ctx.update(stacks=bool(stacks if setup.dedup else reducible),
+        ctx.update(stacks=bool(stacks if setup.dedup else checked.reducible),
                    flash_kernel=resolve_kernel("flash", spec, dkey, 128)[0],
                    attention_kernel=resolve_kernel(k.attention, spec, dkey, 128)[0])
     if w.moe_routing is not None and not any(r.op.startswith("grouped") for r in cap.rows):
