@@ -194,3 +194,61 @@ def test_the_plan_search_counts_refusals_by_rule_and_raises_the_rest(monkeypatch
 def test_analyze_refuses_a_setup_that_is_not_one():
     with pytest.raises(TypeError, match="setup must be a fxshape.Setup .*got dict"):
         fxshape.analyze(torch.nn.Linear(4, 4), setup={"gpu": "a100"})
+
+
+def test_the_serving_and_design_apis_take_a_setup():
+    # every API that runs analyses takes setup= beside the keywords of it it uses, and its
+    # signature shows them with the API's own defaults (serve's all-reduce is vLLM's "auto")
+    from fxshape.serving.simulate import Server
+
+    for api in (fxshape.serve, fxshape.speculate, fxshape.simulate_serving, Server,
+                fxshape.advise, fxshape.sweep, fxshape.plan):
+        params = inspect.signature(api).parameters
+        taken = getattr(api, "__init__", api).setup_keywords if api is Server else \
+            api.setup_keywords
+        assert params["setup"].default is None, api
+        assert set(taken) <= set(params), api
+        assert set(taken) <= set(KEYWORDS), api
+    assert inspect.signature(fxshape.serve).parameters["allreduce"].default == "auto"
+    assert inspect.signature(fxshape.serve).parameters["gemv"].default == "library"
+
+
+def test_serve_with_a_setup_is_serve_with_its_keywords():
+    pytest.importorskip("transformers")
+    model = _tiny_llama()
+    kw = dict(gpu="a100", tp=2, kv_dtype="fp8", allreduce="nccl")
+    by_keywords = fxshape.serve(model, prompt_len=16, output_len=4, batch_size=2, **kw)
+    setup = Setup.from_keywords(mode="decode", **kw)
+    by_setup = fxshape.serve(model, prompt_len=16, output_len=4, batch_size=2, setup=setup)
+    assert by_setup == by_keywords
+    assert by_setup.decode.to_json() == by_keywords.decode.to_json()
+    # a keyword beside the setup changes its field
+    from fxshape.hardware.gpus import get_gpu
+    assert fxshape.serve(model, prompt_len=16, output_len=4, batch_size=2, setup=setup,
+                         gpu="h100").gpu == get_gpu("h100").label != by_setup.gpu
+    # the decode report keeps the setup it was asked; BatchStep re-prices under it
+    assert by_setup.decode.setup.kernels.allreduce == "nccl"
+    from fxshape.serving.batch import BatchStep
+    assert BatchStep(by_setup.decode).allreduce == "nccl"
+
+
+def test_a_setup_field_an_api_does_not_use_is_refused():
+    model = torch.nn.Linear(4, 4)
+    # serve runs its own prefill and decode: a training setup's mode is not its to take
+    with pytest.raises(ValueError, match=r"^serve\(\) does not use the setup's mode; the "
+                                         r"fields it takes from a setup: gpu, "):
+        fxshape.serve(model, prompt_len=8, output_len=2, setup=Setup.from_keywords(
+            mode="train"))
+    # a plan beyond tp (the plan search searches plans; serving takes tp only)
+    with pytest.raises(ValueError, match=r"^serve\(\) does not use the setup's mode, "
+                                         r"parallel;"):
+        fxshape.serve(model, prompt_len=8, output_len=2,
+                      setup=Setup.from_keywords(mode="train", parallel=Parallel(pp=2)))
+    with pytest.raises(ValueError, match=r"^plan\(\) does not use the setup's tp;"):
+        fxshape.plan(model, gpus=2, global_batch=2, seq_len=8,
+                     setup=Setup.from_keywords(tp=2))
+    with pytest.raises(TypeError, match="setup must be a fxshape.Setup .*got str"):
+        fxshape.advise(model, setup="h100")
+    # the setup's own refusals as ever (kv_dtype outside decode: the Workload's)
+    with pytest.raises(ValueError, match="kv_dtype is for mode='decode'"):
+        fxshape.sweep(model, "hidden_size", [64], setup=Setup.from_keywords(kv_dtype="fp8"))

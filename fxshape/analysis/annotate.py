@@ -467,10 +467,6 @@ def _is_decoder(model) -> bool:
                 or name.endswith(("ForCausalLM", "LMHeadModel")))
 
 
-
-
-
-
 def _row(node, g: Gemm, fqn, cls, phase, dkey, spec) -> GemmRow:
     state = lowprec.QUANT.get()
     if isinstance(state, lowprec.Float8State):

@@ -27,6 +27,7 @@ from dataclasses import dataclass
 import torch
 from tabulate import tabulate
 
+from ..config.setup import takes_setup
 from ..analysis.provenance import hyperparameters
 from ..hardware.dtypes import canonical_dtype
 from ..hardware.gpus import get_gpu
@@ -423,6 +424,11 @@ def _analyze_kwargs(*, mode, context_len, kv_dtype, page_size, **kw) -> dict:
     return dict(kw, mode=mode)
 
 
+def _check_fraction(name: str, value) -> None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < 1:
+        raise ValueError(f"{name} must be in [0, 1), got {value!r}")
+
+
 def _low_precision(kw: dict, *, quantize, group_size, float8) -> dict:
     """``kw`` with the low-precision options of ``analyze`` that were given
     (docs/quantization.md), checked once here as ``analyze`` checks them: a sweep would
@@ -439,6 +445,15 @@ def _low_precision(kw: dict, *, quantize, group_size, float8) -> dict:
     return dict(kw, **{k: v for k, v in given.items() if v is not None})
 
 
+#: the fields of a :class:`fxshape.Setup` ``sweep`` prices with (``setup=`` or keywords)
+SWEEP_SETUP = ("gpu", "dtype", "batch_size", "seq_len", "tp", "mode", "attention", "execution",
+               "optimizer", "context_len", "kv_dtype", "page_size", "quantize", "group_size",
+               "float8")
+#: ``advise``'s: ``sweep``'s and a training plan on its machine
+ADVISE_SETUP = SWEEP_SETUP + ("parallel", "recompute", "topology")
+
+
+@takes_setup(ADVISE_SETUP)
 def advise(model_or_config, *, gpu="h100", dtype=torch.bfloat16, batch_size=None,
            seq_len=None, tp: int = 1, mode: str | None = None, attention: str = "flash",
            param_tolerance: float = DEFAULT_TOLERANCE,
@@ -475,18 +490,16 @@ def advise(model_or_config, *, gpu="h100", dtype=torch.bfloat16, batch_size=None
         param_tolerance: largest relative change of the parameter count (default 2%).
         min_speedup: significance threshold: a change must be predicted at least this much
             faster per step and this much more efficient (default 1%).
+        setup: a :class:`fxshape.Setup` holding the options above (:data:`ADVISE_SETUP`;
+            a field it sets that ``advise`` does not use is refused); the keywords change it.
 
     Returns:
         An :class:`Advice`; ``advice.recommendations`` best first.
     """
     mode_default = mode is None
     mode = "train" if mode is None else mode
-    if isinstance(param_tolerance, bool) or not isinstance(param_tolerance, (int, float)) \
-            or not 0 <= param_tolerance < 1:
-        raise ValueError(f"param_tolerance must be in [0, 1), got {param_tolerance!r}")
-    if isinstance(min_speedup, bool) or not isinstance(min_speedup, (int, float)) or \
-            not 0 <= min_speedup < 1:
-        raise ValueError(f"min_speedup must be in [0, 1), got {min_speedup!r}")
+    _check_fraction("param_tolerance", param_tolerance)
+    _check_fraction("min_speedup", min_speedup)
     kw = _analyze_kwargs(gpu=gpu, dtype=dtype, batch_size=batch_size, seq_len=seq_len, tp=tp,
                          mode=mode, attention=attention, execution=execution,
                          optimizer=optimizer, context_len=context_len, kv_dtype=kv_dtype,
@@ -675,6 +688,7 @@ class Sweep(tuple):
         return (f"sweep of {self.param} for {self.model_name} on {self.gpu} ({self.dtype}, "
                 f"{mode}, {self.execution})")
 
+@takes_setup(SWEEP_SETUP)
 def sweep(model_or_config, param: str, values, *, gpu="h100", dtype=torch.bfloat16,
           batch_size=None, seq_len=None, tp: int = 1, mode: str | None = None,
           attention: str = "flash", execution: str | None = None, optimizer="adamw",
@@ -688,7 +702,9 @@ def sweep(model_or_config, param: str, values, *, gpu="h100", dtype=torch.bfloat
     are :func:`fxshape.analyze`'s (``quantize``, ``group_size``, ``float8``: the sawtooth of
     the quantized or FP8-trained model, docs/quantization.md; a value whose layers the
     method cannot take, such as an int4 group size not dividing K, is a point with the
-    reason). Returns a :class:`Sweep` (a tuple of points).
+    reason). ``setup``: a :class:`fxshape.Setup` holding those options
+    (:data:`SWEEP_SETUP`), the keywords changing it. Returns a :class:`Sweep` (a tuple of
+    points).
     """
     mode_default = mode is None
     mode = "inference" if mode is None else mode

@@ -25,6 +25,8 @@ or the analysis's rules (a quantization's formats on the GPU) is checked by the 
 from __future__ import annotations
 
 import dataclasses
+import functools
+import inspect
 from dataclasses import dataclass, field, fields
 
 import torch
@@ -41,7 +43,7 @@ from ..tracing.export import check_size
 
 __all__ = ["Setup", "Workload", "Machine", "Kernels", "KEYWORDS", "MODES", "EXECUTIONS",
            "PROVENANCE_CHOICES", "check_execution", "keyword_docs", "keyword_defaults",
-           "signature_with_keywords"]
+           "signature_with_keywords", "takes_setup"]
 
 #: what ``analyze`` can describe (``"prefill"`` is ``"inference"``: a prompt's forward)
 MODES = ("inference", "prefill", "train", "decode")
@@ -466,8 +468,6 @@ def keyword_defaults() -> dict:
 def signature_with_keywords(function):
     """``function``'s signature with its ``**keywords`` spelt out as every keyword of
     :data:`KEYWORDS` with its default (what ``help()`` and ``inspect.signature`` show)."""
-    import inspect
-
     sig = inspect.signature(function)
     params = [p for p in sig.parameters.values() if p.kind != p.VAR_KEYWORD]
     params += [inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=default)
@@ -482,3 +482,81 @@ def keyword_docs() -> dict:
         out[name] = _PLAN_DOCS[name] if section == "parallel" else \
             _FIELDS[name].metadata["doc"]
     return out
+
+
+def takes_setup(accepted: tuple, *, defaults: dict | None = None, fixed: dict | None = None,
+                as_setup: bool = False):
+    """Decorate an API that runs analyses (``serve``, ``advise``, ``plan`` ...) so that it
+    takes ``setup=`` (a :class:`Setup`) beside the keywords of it that it ``accepted``.
+
+    The keywords change the setup's fields, as for ``analyze``; the function's ``defaults``
+    (``serve``'s ``allreduce="auto"``) fill what the setup leaves at its default; ``fixed``
+    are the fields the function sets itself (``mode="decode"`` for serving), which a setup
+    may only hold at that value. A setup field that differs from its default but the
+    function does not use is refused in one line (never silently dropped).
+
+    ``as_setup``: the function takes the resolved :class:`Setup` as its ``setup`` argument
+    (its signature then shows the ``accepted`` keywords with their defaults); otherwise it
+    takes those keywords themselves (their values from the setup: the keywords that
+    rebuild it), and without a setup it is called as written.
+    """
+    accepted = tuple(accepted)
+    unknown = [k for k in accepted if k not in KEYWORDS]
+    if unknown:
+        raise TypeError(f"takes_setup: {unknown[0]!r} is not a keyword of fxshape.analyze")
+    defaults, fixed = dict(defaults or {}), dict(fixed or {})
+
+    def wrap(function):
+        name = function.__qualname__.replace(".__init__", "")
+
+        @functools.wraps(function)
+        def wrapper(*args, setup=None, **kwargs):
+            given = {k: kwargs.pop(k) for k in list(kwargs) if k in accepted}
+            if as_setup:
+                return function(*args, setup=_resolved(name, setup, given, accepted,
+                                                       defaults, fixed), **kwargs)
+            if setup is not None:
+                s = _resolved(name, setup, given, accepted, defaults, fixed)
+                given = {k: v for k, v in s.keywords().items() if k in accepted}
+            return function(*args, **kwargs, **given)
+
+        sig = inspect.signature(function)
+        params = [p for p in sig.parameters.values() if p.name != "setup"]
+        if as_setup:
+            plan, kw = Parallel(), params[-1].kind == inspect.Parameter.VAR_KEYWORD
+            own = params[:-1] if kw else params
+            params = own + [inspect.Parameter(
+                n, inspect.Parameter.KEYWORD_ONLY,
+                default=defaults[n] if n in defaults else
+                getattr(plan, n) if KEYWORDS[n] == "parallel" else _FIELDS[n].default)
+                for n in accepted] + params[len(own):]
+        at = len(params) - (params and params[-1].kind == inspect.Parameter.VAR_KEYWORD)
+        params.insert(at, inspect.Parameter("setup", inspect.Parameter.KEYWORD_ONLY,
+                                            default=None))
+        wrapper.__signature__ = sig.replace(parameters=params)
+        wrapper.setup_keywords = accepted
+        return wrapper
+
+    return wrap
+
+
+def _resolved(name: str, setup, given: dict, accepted: tuple, defaults: dict,
+              fixed: dict) -> Setup:
+    """The setup ``name`` runs under: ``setup`` (or the defaults) with ``given`` and the
+    function's ``fixed`` fields, refusing what the function would not use."""
+    if setup is None:
+        return Setup().replace(**{**fixed, **defaults, **given})
+    if not isinstance(setup, Setup):
+        raise TypeError(f"setup must be a fxshape.Setup (Setup.from_keywords(...) builds one), "
+                        f"got {type(setup).__name__}")
+    differs = setup.keywords()
+    unused = [k for k in differs
+              if k not in accepted and not (k in fixed and _same(differs[k], fixed[k]))]
+    if unused:
+        raise ValueError(f"{name}() does not use the setup's {', '.join(unused)}; the fields "
+                         f"it takes from a setup: {', '.join(accepted)}")
+    if setup.workload.example_inputs is not None or setup.workload.example_kwargs is not None:
+        raise ValueError(f"{name}() builds its own inputs; give a setup without example "
+                         "inputs")
+    fill = {k: v for k, v in defaults.items() if k not in differs}
+    return setup.replace(**{**fixed, **fill, **given})

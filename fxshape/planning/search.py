@@ -16,6 +16,7 @@ import sys
 from collections import Counter
 from dataclasses import dataclass, field
 
+from ..config.setup import takes_setup
 from ..cost.optimizer import check_optimizer
 from ..parallelism.plan import RECOMPUTE, PlanRefused
 from ..parallelism.state import training_state
@@ -127,31 +128,23 @@ def _states_lower_bound(c: Candidate, dense: int, experts: int, optimizer) -> fl
                           zero=p.zero, shard=p.shard).resident
 
 
-def plan(model, *, gpus: int, global_batch: int, seq_len: int, gpu="h100", dtype="bf16",
-         topology=None, micro_batches=(1, 2, 4), recompute=(None, "selective", "full"),
-         zero=(0, 1, 3), virtual_stages=(1, 2, 4), max_cp: int = 8, top: int = 10,
-         execution="eager", optimizer="adamw", attention="flash", progress=None,
-         workers=None) -> PlanSearch:
-    """Search the parallel plans for training ``model`` on ``gpus`` GPUs of kind ``gpu``,
-    ``global_batch`` sequences of ``seq_len`` tokens per optimizer step.
-
-    Returns a :class:`PlanSearch` with the ``top`` fastest plans that fit (all of them if
-    ``top`` is None). ``progress``: a progress bar on standard error (default: when it is
-    a terminal). ``execution``, ``optimizer``, ``attention``: as for
-    :func:`fxshape.analyze`, for every plan. ``workers``: processes costing the captures'
-    groups of plans at once (default: one per CPU core, where the platform forks; 1: in
-    this process); the result does not depend on it.
-
-    Raises:
-        ValueError: sizes that are not positive integers, more GPUs than the topology holds,
-            a GPU or dtype fxshape does not know, or a model with nothing to plan.
-    """
-    from ..tracing.facts import model_facts
-    from ..hardware.gpus import get_gpu
+def _machine(spec, topology, gpus: int):
+    """The topology of ``gpus`` GPUs: as many nodes of ``topology`` as they take."""
     from ..hardware.topology import get_topology, topology_for
-    from ..tracing.export import check_module, resolve_seq_len
-    from ..tracing.configs import check_config
 
+    topo = topology_for(spec, topology)
+    if topo.gpus is None:
+        nodes = -(-gpus // topo.gpus_per_node)
+        topo = get_topology(f"{topo.name}:{nodes}")
+    if topo.gpus < gpus:
+        raise ValueError(f"{gpus} GPUs exceed the {topo.gpus} of the topology "
+                         f"{topo.name}:{topo.nodes}")
+    return topo
+
+
+def _checked_options(*, gpus, global_batch, seq_len, top, max_cp, workers, micro_batches,
+                     virtual_stages, zero, recompute) -> tuple:
+    """``plan``'s own arguments checked, each in one line; the choices as tuples."""
     for name, v in (("gpus", gpus), ("global_batch", global_batch), ("seq_len", seq_len)):
         if isinstance(v, bool) or not isinstance(v, int) or v < 1:
             raise ValueError(f"{name} must be a positive integer, got {v!r}")
@@ -170,6 +163,41 @@ def plan(model, *, gpus: int, global_batch: int, seq_len: int, gpu="h100", dtype
                                 or workers < 1):
         raise ValueError(f"workers must be a positive integer or None (one per CPU core), "
                          f"got {workers!r}")
+    return micro_batches, virtual_stages, zero, recompute
+
+
+@takes_setup(("gpu", "dtype", "topology", "execution", "optimizer", "attention"),
+             fixed={"mode": "train"})
+def plan(model, *, gpus: int, global_batch: int, seq_len: int, gpu="h100", dtype="bf16",
+         topology=None, micro_batches=(1, 2, 4), recompute=(None, "selective", "full"),
+         zero=(0, 1, 3), virtual_stages=(1, 2, 4), max_cp: int = 8, top: int = 10,
+         execution="eager", optimizer="adamw", attention="flash", progress=None,
+         workers=None) -> PlanSearch:
+    """Search the parallel plans for training ``model`` on ``gpus`` GPUs of kind ``gpu``,
+    ``global_batch`` sequences of ``seq_len`` tokens per optimizer step.
+
+    Returns a :class:`PlanSearch` with the ``top`` fastest plans that fit (all of them if
+    ``top`` is None). ``progress``: a progress bar on standard error (default: when it is
+    a terminal). ``execution``, ``optimizer``, ``attention``: as for
+    :func:`fxshape.analyze`, for every plan. ``workers``: processes costing the captures'
+    groups of plans at once (default: one per CPU core, where the platform forks; 1: in
+    this process); the result does not depend on it. ``setup``: a :class:`fxshape.Setup`
+    holding ``gpu``, ``dtype``, ``topology``, ``execution``, ``optimizer`` and ``attention``
+    (its mode ``"train"`` or unset; the plan is what is searched), the keywords changing it.
+
+    Raises:
+        ValueError: sizes that are not positive integers, more GPUs than the topology holds,
+            a GPU or dtype fxshape does not know, or a model with nothing to plan.
+    """
+    from ..tracing.facts import model_facts
+    from ..hardware.gpus import get_gpu
+    from ..tracing.export import check_module, resolve_seq_len
+    from ..tracing.configs import check_config
+
+    micro_batches, virtual_stages, zero, recompute = _checked_options(
+        gpus=gpus, global_batch=global_batch, seq_len=seq_len, top=top, max_cp=max_cp,
+        workers=workers, micro_batches=micro_batches, virtual_stages=virtual_stages,
+        zero=zero, recompute=recompute)
     check_module(model)
     if getattr(model, "config", None) is not None:
         check_config(model.config)
@@ -177,13 +205,7 @@ def plan(model, *, gpus: int, global_batch: int, seq_len: int, gpu="h100", dtype
         resolve_seq_len(model.config, seq_len)
     spec = get_gpu(gpu)
     spec.peak_tflops(dtype)
-    topo = topology_for(spec, topology)
-    if topo.gpus is None:
-        nodes = -(-gpus // topo.gpus_per_node)
-        topo = get_topology(f"{topo.name}:{nodes}")
-    if topo.gpus < gpus:
-        raise ValueError(f"{gpus} GPUs exceed the {topo.gpus} of the topology "
-                         f"{topo.name}:{topo.nodes}")
+    topo = _machine(spec, topology, gpus)
     facts = model_facts(model)
     shape = model_shape(model, facts)
     plans, dropped = candidates(shape, gpus=gpus, global_batch=global_batch, seq_len=seq_len,

@@ -114,7 +114,7 @@ def _run(model, setup):
     report = dataclasses.replace(report, workload=dataclasses.replace(
         report.workload, gemv=k.gemv or "library", mode_default=setup.workload.mode is None))
     report = _with_error_band(report, low_precision=state is not None)
-    return dataclasses.replace(report, options=option_effects(report, given, ctx))
+    return dataclasses.replace(report, options=option_effects(report, given, ctx), setup=setup)
 
 
 def _keyword_docs() -> str:

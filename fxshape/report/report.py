@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 import torch
 from tabulate import tabulate
 
+from ..config.setup import Setup
 from ..hardware.gpus import get_gpu
 from ..execution.memory import Memory
 from ..analysis.rows import WorkloadRecord, kernel_figures, misaligned
@@ -72,6 +73,9 @@ class Report:
     #: every option given with a value other than its default, and what it did
     #: (``fxshape.report.options.OptionEffect``)
     options: tuple = ()
+    #: what was asked (``fxshape.Setup``): what re-pricing this report (serving's
+    #: ``BatchStep``) runs under unless told otherwise; None for a report built by hand
+    setup: Setup | None = field(default=None, compare=False, repr=False)
 
     # -- totals ---------------------------------------------------------------------------
     @property

@@ -47,11 +47,17 @@ from ..hardware.dtypes import itemsize, kv_format
 from ..hardware.gpus import get_gpu
 from ..hardware.topology import topology_for
 
-__all__ = ["BatchStep", "GRAPH_SIZES", "padded_tokens", "FUSE_CHOICES", "check_fuse",
+__all__ = ["BatchStep", "SERVING", "GRAPH_SIZES", "padded_tokens", "FUSE_CHOICES", "check_fuse",
            "logits_module_of"]
 
 #: vLLM's CUDA-graph batch sizes (``CompilationConfig``: 1, 2, 4, then multiples of 8 up to
 #: ``max_capture_size`` 512): a step of at most 512 tokens runs the graph of the next size
+#: the fields of a :class:`fxshape.Setup` every serving API prices with (its keywords, or
+#: ``setup=``; ``fxshape.config.setup.takes_setup``): the machine, the kernels, the
+#: tensor-parallel degree and the KV cache's dtype
+SERVING = ("gpu", "topology", "dtype", "tp", "attention", "allreduce", "kv_dtype",
+           "quantize", "group_size")
+
 GRAPH_SIZES = (1, 2, 4) + tuple(range(8, 513, 8))
 
 
@@ -85,8 +91,10 @@ class BatchStep:
     Args:
         report: a ``mode="decode"`` report (``fxshape.analyze``), best with
             ``page_size`` set to the engine's KV block (vLLM: 16).
-        allreduce: the engine's all-reduce (``fxshape.cost.allreduce``; vLLM's ``"auto"``).
-        topology: the machine (default the GPU's usual one).
+        allreduce: the engine's all-reduce (``fxshape.cost.allreduce``); default the
+            report's (its setup's, else vLLM's ``"auto"``, as decode is priced).
+        topology: the machine; default the report's (its setup's, else the GPU's usual
+            one).
         logits_module: the module of the logits GEMM (default the report's last GEMM's).
         fuse: which GEMMs that read one activation run as one GEMM of their summed ``N``:
             ``"all"`` (or True; vLLM's ``QKVParallelLinear`` and
@@ -98,11 +106,16 @@ class BatchStep:
         ValueError: not a decode report; a collective it cannot re-price.
     """
 
-    def __init__(self, report, *, allreduce: str = "auto", topology=None,
+    def __init__(self, report, *, allreduce: str | None = None, topology=None,
                  logits_module: str | None = None, fuse="none"):
         wl = report.workload
         if wl is None or wl.mode != "decode":
             raise ValueError("BatchStep needs a mode='decode' report")
+        asked = report.setup
+        if allreduce is None:
+            allreduce = (asked and asked.kernels.allreduce) or "auto"
+        if topology is None and asked is not None:
+            topology = asked.machine.topology
         self.report = report
         self.base = wl.batch_size
         self.context_len = wl.context_len

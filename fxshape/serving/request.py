@@ -28,7 +28,8 @@ from dataclasses import dataclass, field
 
 import torch
 
-from .batch import BatchStep, check_fuse, logits_module_of
+from ..config.setup import takes_setup
+from .batch import SERVING, BatchStep, check_fuse, logits_module_of
 from .steps import DecodeSteps
 
 __all__ = ["ServeResult", "serve"]
@@ -85,11 +86,10 @@ class ServeResult:
                 "tokens/s")
 
 
-def serve(model, *, gpu="h100", prompt_len: int, output_len: int, batch_size: int = 1,
-          tp: int = 1, dtype=torch.bfloat16, allreduce: str = "auto", topology=None,
-          attention: str = "flash", kv_dtype=None, page_size=None,
-          fuse=None, gemv: str = "library", quantize=None,
-          group_size=None) -> ServeResult:
+@takes_setup(SERVING + ("page_size", "gemv"), fixed={"mode": "decode"},
+             defaults={"allreduce": "auto", "gemv": "library"}, as_setup=True)
+def serve(model, *, prompt_len: int, output_len: int, batch_size: int = 1, fuse=None,
+          setup) -> ServeResult:
     """Predict ``batch_size`` requests of ``prompt_len`` prompt tokens generating
     ``output_len`` tokens each on ``tp`` GPUs (module docstring).
 
@@ -113,6 +113,9 @@ def serve(model, *, gpu="h100", prompt_len: int, output_len: int, batch_size: in
         quantize, group_size: the linear layers quantized, as in ``fxshape.analyze``
             (``"int8"``, ``"int4"``, ``"fp8"``; ``fxshape.cost.quant``), in the prefill and
             every decode step.
+        setup: a :class:`fxshape.Setup` holding those fields (its mode ``"decode"`` or
+            unset; a field it sets that ``serve`` does not use is refused); the keywords
+            change it.
 
     Returns:
         A frozen :class:`ServeResult`; its ``prefill`` and ``decode`` are the two reports
@@ -124,8 +127,6 @@ def serve(model, *, gpu="h100", prompt_len: int, output_len: int, batch_size: in
             refuses.
     """
     from ..report.build import analyze
-    from ..cost.allreduce import check_algorithm
-    from ..cost.gemv import check_gemv
     from ..tracing.decode import check_decoder
     from ..tracing.facts import max_positions
     from ..tracing.export import check_size
@@ -133,8 +134,8 @@ def serve(model, *, gpu="h100", prompt_len: int, output_len: int, batch_size: in
     prompt_len = check_size("prompt_len", prompt_len, optional=False)
     output_len = check_size("output_len", output_len, optional=False)
     batch_size = check_size("batch_size", batch_size, optional=False)
-    check_algorithm(allreduce)
-    check_gemv(gemv)
+    k, tp = setup.kernels, setup.parallel.tp
+    attention, allreduce, gemv = k.attention, k.allreduce, k.gemv
     if fuse is None:
         fuse = "none" if attention == "math" else "all"
     fuse = check_fuse(fuse)
@@ -147,31 +148,22 @@ def serve(model, *, gpu="h100", prompt_len: int, output_len: int, batch_size: in
     if positions is not None and total > positions:
         raise ValueError(f"prompt_len {prompt_len:,} + output_len {output_len:,} = {total:,} "
                          f"tokens exceed {type(model).__name__}'s {positions:,} positions")
-    common = dict(gpu=gpu, dtype=dtype, tp=tp, topology=topology, attention=attention,
-                  allreduce=allreduce, quantize=quantize, group_size=group_size)
+    setup = setup.replace(provenance=None)
     ids = torch.zeros(batch_size, prompt_len, dtype=torch.long, device="meta")
-    prefill = analyze(model, None, {"input_ids": ids, "logits_to_keep": 1}, mode="prefill",
-                      provenance=None, execution="compiled", **common)
+    prefill = analyze(model, None, {"input_ids": ids, "logits_to_keep": 1},
+                      setup=setup.replace(mode="prefill", kv_dtype=None, page_size=None,
+                                          gemv=None, execution="compiled"))
     # one decode capture at the longest context the request reaches (its memory is the
     # request's peak); the steps before it re-priced at their own contexts
     last = total - 1
-    decode = analyze(model, mode="decode", batch_size=batch_size, context_len=max(last, 1),
-                     kv_dtype=kv_dtype, page_size=page_size, provenance=None, gemv=gemv,
-                     **common)
-    if not decode.memory.fits:
-        cap = decode.capacity
-        raise ValueError(f"{batch_size} sequences of {total:,} tokens do not fit on "
-                         f"{decode.gpu} at tp {tp}: the weights and KV cache need "
-                         f"{decode.memory.peak / 2**30:.1f} GiB of "
-                         f"{decode.memory.capacity / 2**30:.1f} GiB (at most "
-                         f"{cap.max_batch:,} sequences of this length; raise tp or lower "
-                         "the batch)")
+    decode = analyze(model, setup=setup.replace(batch_size=batch_size,
+                                                context_len=max(last, 1)))
+    _check_fits(decode, batch_size, total, tp)
     if fuse == "none":
         steps = DecodeSteps(decode)
         decode_steps = tuple(steps.time_s(prompt_len + k) for k in range(1, output_len))
     else:
-        step = BatchStep(decode, allreduce=allreduce, topology=topology,
-                         logits_module=logits_module_of(model), fuse=fuse)
+        step = BatchStep(decode, logits_module=logits_module_of(model), fuse=fuse)
         decode_steps = tuple(step.time_s([prompt_len + k] * batch_size)
                              for k in range(1, output_len))
     ttft = prefill.step.time_s
@@ -190,5 +182,16 @@ def serve(model, *, gpu="h100", prompt_len: int, output_len: int, batch_size: in
                        decode_steps_s=decode_steps, latency_s=latency,
                        output_tokens_per_s=batch_size * output_len / latency,
                        inter_token_latency_s=itl, fuse=fuse, gemv=gemv, notes=notes,
-                       prefill=prefill,
-                       decode=decode)
+                       prefill=prefill, decode=decode)
+
+
+def _check_fits(decode, batch_size: int, total: int, tp: int) -> None:
+    """Refuse a batch whose KV cache at ``total`` tokens does not fit with the weights."""
+    if not decode.memory.fits:
+        cap = decode.capacity
+        raise ValueError(f"{batch_size} sequences of {total:,} tokens do not fit on "
+                         f"{decode.gpu} at tp {tp}: the weights and KV cache need "
+                         f"{decode.memory.peak / 2**30:.1f} GiB of "
+                         f"{decode.memory.capacity / 2**30:.1f} GiB (at most "
+                         f"{cap.max_batch:,} sequences of this length; raise tp or lower "
+                         "the batch)")

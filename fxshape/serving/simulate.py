@@ -25,9 +25,8 @@ import os
 import statistics
 from dataclasses import dataclass, field
 
-import torch
-
-from .batch import BatchStep, check_fuse, logits_module_of
+from ..config.setup import takes_setup
+from .batch import SERVING, BatchStep, check_fuse, logits_module_of
 from .scheduler import EngineConfig, percentile, run_engine, weighted_percentile
 from .traffic import Request, poisson_requests, read_trace
 
@@ -193,22 +192,19 @@ class Server:
         ValueError: as :func:`simulate_serving`.
     """
 
-    def __init__(self, model, *, gpu="h100", tp: int = 1, max_num_seqs=None,
-                 max_num_batched_tokens=None, block_size: int = 16,
-                 gpu_memory_utilization: float = 0.9, dtype=torch.bfloat16,
-                 allreduce: str = "auto", topology=None, attention: str = "flash",
-                 kv_dtype=None, draft=None, num_speculative_tokens: int = 3,
-                 acceptance=None, acceptance_length=None, fuse="all", quantize=None,
-                 group_size=None):
+    @takes_setup(SERVING, fixed={"mode": "decode"}, defaults={"allreduce": "auto"},
+                 as_setup=True)
+    def __init__(self, model, *, max_num_seqs=None, max_num_batched_tokens=None,
+                 block_size: int = 16, gpu_memory_utilization: float = 0.9, draft=None,
+                 num_speculative_tokens: int = 3, acceptance=None, acceptance_length=None,
+                 fuse="all", setup):
         from ..report.build import analyze
         from ..execution.serving import capacity_of
-        from ..cost.allreduce import check_algorithm
-        from ..hardware.gpus import get_gpu
         from ..tracing.decode import check_decoder
         from ..tracing.facts import max_positions
 
-        check_algorithm(allreduce)
-        if attention == "math":
+        tp, allreduce = setup.parallel.tp, setup.kernels.allreduce
+        if setup.kernels.attention == "math":
             raise ValueError("attention='math' is refused under load: serving engines run a "
                              "fused attention kernel (accepted: 'flash', 'fa2', 'fa3')")
         check_decoder(model)
@@ -227,7 +223,7 @@ class Server:
         u = gpu_memory_utilization
         if isinstance(u, bool) or not isinstance(u, (int, float)) or not 0 < u <= 1:
             raise ValueError(f"gpu_memory_utilization must be in (0, 1], got {u!r}")
-        spec = get_gpu(gpu)
+        spec = setup.machine.spec
         d_tokens, d_seqs = engine_defaults(spec)
         self.model_name = type(model).__name__
         self.positions = max_positions(model.config)
@@ -238,11 +234,8 @@ class Server:
             raise ValueError(f"block_size={block_size} (--block-size) exceeds the model's "
                              f"{self.positions} positions: no block could ever fill; "
                              f"accepted: 1 to {self.positions} (vLLM uses 16)")
-        capture = dict(mode="decode", batch_size=_BASE_BATCH, gpu=spec, dtype=dtype, tp=tp,
-                       topology=topology, attention=attention, kv_dtype=kv_dtype,
-                       page_size=block_size, allreduce=allreduce, provenance=None)
-        decode = analyze(model, context_len=context, quantize=quantize,
-                         group_size=group_size, **capture)
+        setup = setup.replace(batch_size=_BASE_BATCH, page_size=block_size, provenance=None)
+        decode = analyze(model, setup=setup.replace(context_len=context))
         config = EngineConfig(
             max_num_seqs=d_seqs if max_num_seqs is None else max_num_seqs,
             max_num_batched_tokens=d_tokens if max_num_batched_tokens is None
@@ -254,8 +247,9 @@ class Server:
         draft_rep = None
         if self.spec_k:  # the draft's weights (unless the target drafts for itself) and cache
             d_pos = max_positions(drafter.config)
-            draft_rep = analyze(drafter, context_len=min(context, d_pos) if d_pos else context,
-                                **capture)
+            draft_rep = analyze(drafter, setup=setup.replace(
+                context_len=min(context, d_pos) if d_pos else context, quantize=None,
+                group_size=None))
             d_cap = capacity_of(draft_rep)
             weights += d_cap.weights if drafter is not model else 0
             kv_token += d_cap.kv_bytes_per_token
@@ -273,14 +267,12 @@ class Server:
         # vLLM runs Q, K, V as one GEMM and gate and up as one (QKVParallelLinear,
         # MergedColumnParallelLinear): fuse="all"
         self.fuse = fuse
-        self.step = BatchStep(decode, allreduce=allreduce, topology=topology,
-                              logits_module=logits_module_of(model), fuse=fuse)
+        self.step = BatchStep(decode, logits_module=logits_module_of(model), fuse=fuse)
         if self.spec_k:
             from .speculative import SpeculativeStep
 
             self.step = SpeculativeStep(self.step, BatchStep(
-                draft_rep, allreduce=allreduce, topology=topology,
-                logits_module=logits_module_of(drafter), fuse=fuse), self.spec_k)
+                draft_rep, logits_module=logits_module_of(drafter), fuse=fuse), self.spec_k)
         self.decode = decode
         self.notes = (f"vLLM V1's scheduler: FCFS, chunked prefill, preemption by "
                       f"recomputation; steps priced from one decode capture of {_BASE_BATCH} "
@@ -322,15 +314,14 @@ class Server:
             else None, fuse=self.fuse, notes=self.notes, run=run, decode=self.decode)
 
 
-def simulate_serving(model, *, gpu="h100", tp: int = 1, requests=None, num_requests=None,
-                     rate=None, prompt_len=None, output_len=None, seed: int = 0,
-                     max_num_seqs=None, max_num_batched_tokens=None, max_concurrency=None,
-                     block_size: int = 16, gpu_memory_utilization: float = 0.9,
-                     dtype=torch.bfloat16, allreduce: str = "auto", topology=None,
-                     attention: str = "flash", kv_dtype=None, draft=None,
+@takes_setup(SERVING, fixed={"mode": "decode"}, defaults={"allreduce": "auto"},
+             as_setup=True)
+def simulate_serving(model, *, requests=None, num_requests=None, rate=None, prompt_len=None,
+                     output_len=None, seed: int = 0, max_num_seqs=None,
+                     max_num_batched_tokens=None, max_concurrency=None, block_size: int = 16,
+                     gpu_memory_utilization: float = 0.9, draft=None,
                      num_speculative_tokens: int = 3, acceptance=None,
-                     acceptance_length=None, fuse="all", quantize=None,
-                     group_size=None) -> ServingSimulation:
+                     acceptance_length=None, fuse="all", setup) -> ServingSimulation:
     """Serve requests with continuous batching on ``tp`` GPUs (module docstring).
 
     Args:
@@ -352,6 +343,8 @@ def simulate_serving(model, *, gpu="h100", tp: int = 1, requests=None, num_reque
             Q/K/V and gate/up; ``"qkv"``; ``"none"``: as captured).
         quantize, group_size: the target model's linear layers quantized, as in
             ``fxshape.analyze`` (``fxshape.cost.quant``); a draft stays in ``dtype``.
+        setup: a :class:`fxshape.Setup` holding those fields (as for ``fxshape.serve``;
+            ``Server`` takes it too).
 
     Raises:
         ValueError: bad requests or limits (named); a request longer than the model's
@@ -359,13 +352,10 @@ def simulate_serving(model, *, gpu="h100", tp: int = 1, requests=None, num_reque
     """
     reqs = _requests(requests, num_requests, rate, prompt_len, output_len, seed)
     EngineConfig(1, 1, 1, 1, max_concurrency)  # the cap checked before the capture
-    server = Server(model, gpu=gpu, tp=tp, max_num_seqs=max_num_seqs,
+    server = Server(model, max_num_seqs=max_num_seqs,
                     max_num_batched_tokens=max_num_batched_tokens, block_size=block_size,
-                    gpu_memory_utilization=gpu_memory_utilization, dtype=dtype,
-                    allreduce=allreduce, topology=topology, attention=attention,
-                    kv_dtype=kv_dtype, draft=draft,
+                    gpu_memory_utilization=gpu_memory_utilization, draft=draft,
                     num_speculative_tokens=num_speculative_tokens, acceptance=acceptance,
-                    acceptance_length=acceptance_length, fuse=fuse, quantize=quantize,
-                    group_size=group_size)
+                    acceptance_length=acceptance_length, fuse=fuse, setup=setup)
     return server.run(reqs, max_concurrency=max_concurrency,
                       seed=seed if requests is None else None)

@@ -41,7 +41,8 @@ from dataclasses import dataclass, field
 
 import torch
 
-from .batch import BatchStep, check_fuse, logits_module_of
+from ..config.setup import takes_setup
+from .batch import SERVING, BatchStep, check_fuse, logits_module_of
 
 __all__ = ["speculate", "SpeculationResult", "SpeculativeStep", "expected_tokens",
            "acceptance_from_length", "resolve_acceptance", "draft_model", "DEFAULT_ACCEPTANCE"]
@@ -227,11 +228,11 @@ def resolve_acceptance(k: int, acceptance=None, acceptance_length=None) -> float
     return alpha
 
 
+@takes_setup(SERVING, fixed={"mode": "decode"}, defaults={"allreduce": "auto"},
+             as_setup=True)
 def speculate(model, *, prompt_len: int, output_len: int, draft="eagle", k: int = 3,
-              acceptance=None, acceptance_length=None, batch_size: int = 1, gpu="h100",
-              tp: int = 1, dtype=torch.bfloat16, allreduce: str = "auto", topology=None,
-              attention: str = "flash", kv_dtype=None, fuse="all", quantize=None,
-              group_size=None) -> SpeculationResult:
+              acceptance=None, acceptance_length=None, batch_size: int = 1, fuse="all",
+              setup) -> SpeculationResult:
     """Speculative decoding of ``batch_size`` requests (module docstring).
 
     Args:
@@ -248,6 +249,7 @@ def speculate(model, *, prompt_len: int, output_len: int, draft="eagle", k: int 
             ``fxshape.serve``.
         quantize, group_size: the target's linear layers quantized, as in
             ``fxshape.analyze`` (``fxshape.cost.quant``); the draft stays in ``dtype``.
+        setup: a :class:`fxshape.Setup` holding those fields (as for ``fxshape.serve``).
 
     Raises:
         ValueError: bad sizes, ``k``, acceptance; a draft that is not ``"eagle"`` or a
@@ -255,7 +257,6 @@ def speculate(model, *, prompt_len: int, output_len: int, draft="eagle", k: int 
     """
     from ..report.build import analyze
     from ..execution.serving import capacity_of
-    from ..cost.allreduce import check_algorithm
     from ..tracing.decode import check_decoder
     from ..tracing.facts import max_positions
     from ..tracing.export import check_size
@@ -265,7 +266,6 @@ def speculate(model, *, prompt_len: int, output_len: int, draft="eagle", k: int 
     batch_size = check_size("batch_size", batch_size, optional=False)
     alpha = resolve_acceptance(k, acceptance, acceptance_length)
     fuse = check_fuse(fuse)
-    check_algorithm(allreduce)
     check_decoder(model)
     drafter_model, draft_name = draft_model(model, draft)
     positions = max_positions(model.config)
@@ -274,19 +274,16 @@ def speculate(model, *, prompt_len: int, output_len: int, draft="eagle", k: int 
         raise ValueError(f"prompt_len {prompt_len:,} + output_len {output_len:,} + k {k} = "
                          f"{total:,} tokens exceed {type(model).__name__}'s {positions:,} "
                          "positions")
-    common = dict(mode="decode", batch_size=8, gpu=gpu, dtype=dtype, tp=tp,
-                  topology=topology, attention=attention, kv_dtype=kv_dtype, page_size=16,
-                  allreduce=allreduce, provenance=None)
+    tp = setup.parallel.tp
     ctx0 = min(1024, positions) if positions else 1024
-    t_rep = analyze(model, context_len=ctx0, quantize=quantize, group_size=group_size,
-                    **common)
+    setup = setup.replace(batch_size=8, page_size=16, provenance=None, context_len=ctx0)
+    t_rep = analyze(model, setup=setup)
     d_pos = max_positions(drafter_model.config)
-    d_rep = analyze(drafter_model, context_len=min(ctx0, d_pos) if d_pos else ctx0, **common)
+    d_rep = analyze(drafter_model, setup=setup.replace(
+        context_len=min(ctx0, d_pos) if d_pos else ctx0, quantize=None, group_size=None))
     # fuse="all": as vLLM runs them, Q, K, V in one GEMM, gate and up in one
-    target = BatchStep(t_rep, allreduce=allreduce, topology=topology,
-                       logits_module=logits_module_of(model), fuse=fuse)
-    drafter = BatchStep(d_rep, allreduce=allreduce, topology=topology,
-                        logits_module=logits_module_of(drafter_model), fuse=fuse)
+    target = BatchStep(t_rep, logits_module=logits_module_of(model), fuse=fuse)
+    drafter = BatchStep(d_rep, logits_module=logits_module_of(drafter_model), fuse=fuse)
     t_cap, d_cap = capacity_of(t_rep), capacity_of(d_rep)
     weights = t_cap.weights + (d_cap.weights if drafter_model is not model else 0)
     per_seq = (t_cap.kv_bytes_per_token + d_cap.kv_bytes_per_token) * total
