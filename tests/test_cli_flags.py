@@ -69,3 +69,44 @@ def test_a_field_of_a_type_without_a_rule_is_refused_when_the_parser_is_built(mo
     monkeypatch.setattr("fxshape.cli.args.plan_fields", lambda: dataclasses.fields(Odd))
     with pytest.raises(TypeError, match="Parallel.ratio .*no flag is generated"):
         plan_flags(argparse.ArgumentParser())
+
+
+def test_the_setup_flags_are_generated_from_its_fields():
+    # every keyword of analyze that a command line can say (all but the inputs, the MoE
+    # routing, the dedup switch and the plan's fields, above) is a flag of fxshape analyze
+    # whose choices, type and help come from its field
+    from fxshape.config.setup import KEYWORDS, setup_field
+    from fxshape.cli.args import _plain
+
+    actions = {a.dest: a for a in _analyze_parser()._actions}
+    said = [k for k, section in KEYWORDS.items() if section != "parallel"
+            and k not in ("example_inputs", "example_kwargs", "moe_routing", "dedup")]
+    assert len(said) == 19  # 7 of the workload, 3 of the machine, 9 of the kernels
+    for name in said:
+        f = setup_field(name)
+        assert actions[name].help == _plain(f.metadata["doc"]), name
+        if "choices" in f.metadata:  # None is said "none" on a command line
+            assert actions[name].choices == tuple("none" if c is None else c
+                                                  for c in f.metadata["choices"]), name
+    assert actions["execution"].choices == ("eager", "compiled", "cudagraphs")
+    assert actions["optimizer"].choices == ("adamw", "adamw-fused", "sgd", "none")
+    assert actions["group_size"].choices == (32, 64, 128, 256)
+    # the command's own defaults where they differ from the field's (the dtype as text)
+    assert actions["dtype"].default == "bf16" and actions["provenance"].default == "traced"
+    args = _analyze_parser().parse_args(["gpt2", "--group-size", "64", "--context-len", "8",
+                                         "--topology", "dgx-h100:2", "--gemv", "inductor"])
+    assert (args.group_size, args.context_len, args.topology, args.gemv) == \
+        (64, 8, "dgx-h100:2", "inductor")
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--execution", "jit"], "--execution: invalid choice: 'jit'"),
+    (["--group-size", "48"], "--group-size: invalid choice: 48"),
+    (["--page-size", "0"], "--page-size: expected a positive integer"),
+    (["--topology", "dgx-z"], "--topology: unknown topology 'dgx-z'"),
+])
+def test_a_bad_setup_flag_is_one_line_naming_it(argv, message, capsys):
+    with pytest.raises(SystemExit):
+        _analyze_parser().parse_args(["gpt2"] + argv)
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert message in err

@@ -8,9 +8,8 @@ import json
 import sys
 
 
-from ..hardware.topology import TOPOLOGIES
 from ..parallelism.plan import Parallel
-from .args import plan_fields, plan_flags, plan_of_flags, _allreduce_arg, _check_plot_path, _gemv_arg, _input_spec, _kv_args, _positive_int, _quantize_args, _step_args, _topology_arg, _torchtitan_args, _workload_args, params_arg
+from .args import plan_fields, plan_flags, plan_of_flags, _allreduce_arg, _check_plot_path, _gemv_arg, _input_spec, _kv_args, _positive_int, _quantize_args, _step_args, _torchtitan_args, _workload_args, params_arg, setup_flag
 from .shared import _capture_failure, _print_chrome_trace, _quantization, _titan_job
 
 
@@ -189,20 +188,14 @@ def add_parser(sub) -> argparse.ArgumentParser:
                                           "of the step (report.ops); chrome-trace: the "
                                           "predicted step as a Chrome/Perfetto trace (JSON)")
     _step_args(pa)
-    pa.add_argument("--mode", choices=("inference", "prefill", "train", "decode"),
-                    default=None,
-                    help="inference (= prefill: a prompt's forward; the default), train, or "
-                         "decode: one token per sequence over a KV cache of --context-len")
+    setup_flag(pa, "mode")
     _kv_args(pa)
     _allreduce_arg(pa, None)
     _gemv_arg(pa)
     _quantize_args(pa, training=True)
     pa.add_argument("--dp", type=_positive_int, default=1,
                     help="data-parallel degree: the gradient all-reduce of a --train step")
-    pa.add_argument("--topology", type=_topology_arg, default=None,
-                    help="the machine the GPUs are in: " + ", ".join(TOPOLOGIES)
-                         + ", each optionally ':NODES' (dgx-h100:4; default: the GPU's "
-                           "usual node, as many as the plan needs)")
+    setup_flag(pa, "topology")
     pa.add_argument("--sequence-parallel", action="store_true",
                     help="with --tp: Megatron sequence parallelism")
     plan_flags(pa)  # one per field of fxshape.Parallel
@@ -214,10 +207,7 @@ def add_parser(sub) -> argparse.ArgumentParser:
                          "(full), the attention core (selective, Megatron's) or every "
                          "second matmul and the memory-bound ops (op, torchtitan's op-level "
                          "selective checkpointing)")
-    pa.add_argument("--provenance", choices=("traced", "matched", "none"), default="traced",
-                    help="how the 'set by' column is decided: traced (default: by cause, "
-                         "re-tracing with one hyperparameter or input size changed at a "
-                         "time), matched (by value, faster, can confuse equal values), none")
+    setup_flag(pa, "provenance")
     pa.add_argument("--plot", default=None, metavar="PATH",
                     help="also draw where the time goes (.png or .svg; needs matplotlib)")
     pa.set_defaults(func=run)

@@ -6,19 +6,8 @@ import argparse
 import dataclasses
 
 
-from ..cost.attention import ATTENTION_CHOICES
 from ..parallelism.plan import Parallel
 from ..tracing.export import MAX_SIZE
-
-
-def _topology_arg(text: str) -> str:
-    from ..hardware.topology import get_topology
-
-    try:
-        get_topology(text)
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
-    return text
 
 
 def _positive_int(text: str) -> int:
@@ -70,61 +59,25 @@ def _check_plot_path(path, option: str) -> None:
 
 def _step_args(p) -> None:
     """--execution and --optimizer: how the predicted step runs."""
-    p.add_argument("--execution", choices=("eager", "compiled", "cudagraphs"),
-                   default=None,
-                   help="how the step runs: eager (one kernel per aten op, the host "
-                        "dispatching each; the default, but for decode), compiled "
-                        "(torch.compile's fused kernels), cudagraphs (torch.compile "
-                        "mode=reduce-overhead; the default for decode)")
-    p.add_argument("--optimizer", choices=("adamw", "adamw-fused", "sgd", "none"),
-                   default="adamw", help="the optimizer step of a training step (default "
-                                         "adamw: torch.optim.AdamW, foreach)")
+    setup_flag(p, "execution")
+    setup_flag(p, "optimizer")
 
 
 def _kv_args(p) -> None:
     """--context-len, --kv-dtype, --page-size: the KV cache of a decode step."""
-    p.add_argument("--context-len", type=_positive_int, default=None,
-                   help="decode: the tokens already in the KV cache (default 1024, capped "
-                        "at the model's positions)")
-    p.add_argument("--kv-dtype", default=None,
-                   help="decode: the KV cache's dtype when it is not --dtype: fp8, int8 or "
-                        "nvfp4 (Blackwell)")
-    p.add_argument("--page-size", type=_positive_int, default=None,
-                   help="decode: tokens per page of a paged KV cache (vLLM 16); default "
-                        "a contiguous cache")
+    for name in ("context_len", "kv_dtype", "page_size"):
+        setup_flag(p, name)
 
 
 def _allreduce_arg(p, default) -> None:
-    from ..cost.allreduce import ALGORITHMS
-
-    p.add_argument("--allreduce", choices=ALGORITHMS, default=default,
-                   help="how tensor parallelism's all-reduces run under CUDA graphs: auto "
-                        "(vLLM's choice: one-shot / two-shot for small buffers on NVLink, "
-                        "symmetric memory's multimem on Hopper and Blackwell NVSwitch, NCCL "
-                        "otherwise), one-shot, two-shot, multimem, or nccl (LL / LL128 / "
-                        "Simple by size)" + ("; default: auto in decode, NCCL as measured from "
-                                      "eager PyTorch otherwise" if default is None else ""))
+    setup_flag(p, "allreduce", default=default)
 
 
 def _quantize_args(p, training: bool = False) -> None:
-    from ..cost.quant import GROUP_SIZES, QUANT_METHODS
-
-    p.add_argument("--quantize", choices=QUANT_METHODS, default=None,
-                   help="quantized linear layers as inference engines run them: int8 or "
-                        "int4 (weight-only, gpt-fast/torchao), fp8 (weights and "
-                        "activations, torch._scaled_mm; Hopper, Ada, Blackwell), nvfp4 or "
-                        "mxfp8 (block-scaled weights and activations; Blackwell)")
-    p.add_argument("--group-size", type=int, choices=GROUP_SIZES, default=None,
-                   help="--quantize int4: elements of K per scale and zero (default 128)")
+    setup_flag(p, "quantize")
+    setup_flag(p, "group_size")
     if training:
-        from ..cost.float8 import FLOAT8_RECIPES
-
-        p.add_argument("--float8", choices=FLOAT8_RECIPES, default=None,
-                       help="training in FP8: torchao's float8 under torch.compile "
-                            "(tensorwise: FP8 all-gather under FSDP; rowwise; mxfp8 on "
-                            "Blackwell; needs --execution compiled) or Transformer Engine's "
-                            "te.Linear, eager or compiled (te-delayed, te-current; te-mxfp8 "
-                            "on Blackwell); needs an FP8 GPU")
+        setup_flag(p, "float8")
     p.add_argument("--activation-scales", choices=("dynamic", "static"), default=None,
                    help="--quantize fp8: per-token scales computed by a kernel (dynamic, "
                         "vLLM; the default) or a static per-tensor scale fused into the "
@@ -132,12 +85,7 @@ def _quantize_args(p, training: bool = False) -> None:
 
 
 def _gemv_arg(p) -> None:
-    from ..cost.gemv import GEMV_CHOICES
-
-    p.add_argument("--gemv", choices=GEMV_CHOICES, default=None,
-                   help="how GEMMs with M = 1 (batch-1 decode) run: library (the BLAS GEMM, "
-                        "the default) or inductor (torch.compile with "
-                        "coordinate_descent_tuning, as gpt-fast: one Triton reduction each)")
+    setup_flag(p, "gemv")
 
 
 def _int_list(text: str) -> tuple:
@@ -165,19 +113,15 @@ def _workload_args(p: argparse.ArgumentParser, target_help: str,
                    optional: bool = False) -> None:
     """The target and the workload options analyze, advise and sweep share."""
     p.add_argument("target", help=target_help, nargs="?" if optional else None)
-    p.add_argument("--gpu", default="h100", help="GPU name or alias (default h100)")
-    p.add_argument("--dtype", default="bf16", help="dtype the GEMMs run in (default bf16)")
-    p.add_argument("--batch-size", type=_positive_int, default=None,
-                   help="sequences per batch (default 1)")
-    p.add_argument("--seq-len", type=_positive_int, default=None,
-                   help="tokens per sequence (default min(1024, max positions))")
+    setup_flag(p, "gpu")
+    setup_flag(p, "dtype", default="bf16")
+    setup_flag(p, "batch_size")
+    setup_flag(p, "seq_len")
     p.add_argument("--tp", type=_positive_int, default=1,
                    help="Megatron tensor-parallel degree: per-GPU shapes (default 1)")
     p.add_argument("--verbose", action="store_true",
                    help="show warnings and log lines from torch and transformers")
-    p.add_argument("--attention", choices=ATTENTION_CHOICES, default="flash",
-                   help="kernel attention is predicted as: flash (what PyTorch's SDPA runs "
-                        "on the GPU; default), fa2, fa3 (Hopper only) or math (unfused)")
+    setup_flag(p, "attention")
 
 
 def _torchtitan_args(p: argparse.ArgumentParser) -> None:
@@ -191,20 +135,14 @@ def advise_args(p, mode_default) -> None:
     """The target, workload, step and KV-cache options advise and sweep share."""
     _workload_args(p, "preset name or path to a Hugging Face config.json")
     _step_args(p)
-    p.add_argument("--mode", choices=("train", "inference", "prefill", "decode"),
-                   default=None,
-                   help=f"a training step, inference (= prefill) or a decode step over "
-                        f"a KV cache of --context-len (default {mode_default})")
+    setup_flag(p, "mode", help=f"a training step, inference (= prefill) or a decode step "
+                               f"over a KV cache of --context-len (default {mode_default})")
     _kv_args(p)
 
 
 def params_arg(p) -> None:
     """``--params``: a parameter file or a library generation to predict with."""
-    p.add_argument("--params", default=None, metavar="PATH",
-                   help="parameter file (from fxshape calibrate) to predict with, or "
-                        "a library generation: 2024 (the 2022-2024 fits of the GPUs "
-                        "refitted to today's libraries since); default $FXSHAPE_PARAMS "
-                        "if set, else the packaged constants (today's libraries)")
+    setup_flag(p, "params")
 
 
 #: the plan's fields with flags of their own, shared with commands that take no plan
@@ -215,6 +153,40 @@ def plan_fields() -> tuple:
     """The fields of :class:`fxshape.Parallel` ``fxshape analyze`` reads from flags
     generated by :func:`plan_flags`: all but :data:`PLAN_SHORTHANDS`."""
     return tuple(f for f in dataclasses.fields(Parallel) if f.name not in PLAN_SHORTHANDS)
+
+
+_FROM_FIELD = object()
+
+
+def _plain(text: str) -> str:
+    """A docstring's text as a flag's help: its markup (````x````, ``:func:`x```) dropped,
+    ``%`` escaped for argparse."""
+    import re
+
+    return re.sub(r":\w+:`~?([^`]+)`", r"\1", text).replace("``", "").replace("%", "%%")
+
+
+def setup_flag(p, name: str, *, default=_FROM_FIELD, help: str | None = None) -> None:
+    """``--name`` for the keyword ``name`` of :class:`fxshape.Setup`, generated from its
+    field (``fxshape.config.setup.setup_field``): its choices (None shown as ``none``) or
+    its ``parse`` function from the field's metadata, else a positive integer for a size
+    (``int | None``) and text otherwise; its help the field's text (a command whose
+    default differs says so with ``help``); its default the field's unless the command
+    gives one. A new field is a new flag where a command adds it, with no parser written."""
+    from ..config.setup import setup_field
+
+    f = setup_field(name)
+    kw: dict = {}
+    if "choices" in f.metadata:
+        choices = tuple("none" if c is None else c for c in f.metadata["choices"])
+        kw.update(choices=choices, type=type(choices[0]))
+    elif "parse" in f.metadata:
+        kw["type"] = _parsed(f.metadata["parse"])
+    elif str(f.type).replace(" ", "") == "int|None":
+        kw["type"] = _positive_int
+    p.add_argument("--" + name.replace("_", "-"),
+                   default=f.default if default is _FROM_FIELD else default,
+                   help=_plain(f.metadata["doc"]) if help is None else help, **kw)
 
 
 def field_docs(cls) -> dict:
@@ -238,8 +210,7 @@ def field_docs(cls) -> dict:
             name, out[m.group(1)] = m.group(1), m.group(2)
         elif in_args and name and line.startswith("        "):
             out[name] += " " + line.strip()
-    clean = {k: re.sub(r":\w+:`~?([^`]+)`", r"\1", v).replace("``", "") for k, v in out.items()}
-    return {k: v.replace("%", "%%") for k, v in clean.items()}
+    return {k: _plain(v) for k, v in out.items()}
 
 
 def _parsed(parse):

@@ -10,7 +10,7 @@ from tabulate import tabulate
 
 from ..hardware.gpus import get_gpu
 from .analyze import _job_dict
-from .args import _int_list, _positive_int, _recompute_list, _topology_arg, _torchtitan_args
+from .args import _int_list, _positive_int, _recompute_list, _torchtitan_args, setup_flag
 from .shared import _titan_job
 
 
@@ -159,8 +159,8 @@ def add_parser(sub) -> argparse.ArgumentParser:
     pn.add_argument("--gpus", type=_positive_int, default=None,
                     help="GPUs to train on (with --torchtitan: default what its degrees "
                          "multiply to)")
-    pn.add_argument("--gpu", default="h100", help="GPU name or alias (default h100)")
-    pn.add_argument("--dtype", default="bf16", help="compute dtype (default bf16)")
+    setup_flag(pn, "gpu")
+    setup_flag(pn, "dtype", default="bf16")
     pn.add_argument("--global-batch", type=_positive_int, default=None,
                     help="sequences per optimizer step, over all GPUs (required unless "
                          "--torchtitan gives it)")
@@ -170,8 +170,7 @@ def add_parser(sub) -> argparse.ArgumentParser:
     pn.add_argument("--advise", action="store_true",
                     help="also the shape changes that make the best plan faster, each "
                          "priced on the whole step of that plan")
-    pn.add_argument("--topology", type=_topology_arg, default=None,
-                    help="the machine (default: the GPU's usual node, as many as needed)")
+    setup_flag(pn, "topology")
     pn.add_argument("--micro-batches", type=_int_list, default=(1, 2, 4),
                     help="micro-batch sizes to try, comma-separated (default 1,2,4)")
     pn.add_argument("--zero", type=_int_list, default=(0, 1, 3),

@@ -6,11 +6,9 @@ import argparse
 
 from tabulate import tabulate
 
-from ..cost.attention import ATTENTION_CHOICES
-from ..hardware.topology import TOPOLOGIES
 from ..serving.batch import FUSE_CHOICES
 from ..tracing.export import MAX_SIZE
-from .args import _allreduce_arg, _gemv_arg, _int_list, _positive_int, _quantize_args
+from .args import _allreduce_arg, _gemv_arg, _int_list, _positive_int, _quantize_args, setup_flag
 from .shared import _quantization
 
 
@@ -324,8 +322,8 @@ def add_parser(sub) -> argparse.ArgumentParser:
                                     "preemptions).")
     pw.add_argument("target", help="a causal LM: preset name, config.json path, cached Hub id "
                                    "or package.module:factory")
-    pw.add_argument("--gpu", default="h100", help="GPU name or alias (default h100)")
-    pw.add_argument("--dtype", default="bf16", help="dtype the model runs in (default bf16)")
+    setup_flag(pw, "gpu")
+    setup_flag(pw, "dtype", default="bf16")
     pw.add_argument("--prompt-len", type=_length_arg, default=None,
                     help="prompt tokens per request (under load also a range lo:hi, drawn "
                          "uniformly)")
@@ -381,14 +379,8 @@ def add_parser(sub) -> argparse.ArgumentParser:
                          "of --acceptance")
     pw.add_argument("--tp", type=_positive_int, default=1,
                     help="tensor-parallel GPUs (default 1)")
-    pw.add_argument("--topology", default=None, choices=sorted(TOPOLOGIES),
-                    help="the machine (default: the one --gpu usually comes in)")
-    pw.add_argument("--attention", choices=ATTENTION_CHOICES, default="flash",
-                    help="attention kernel (default flash)")
-    pw.add_argument("--kv-dtype", default=None,
-                    help="the KV cache's dtype: fp8, int8 or nvfp4 (Blackwell)")
-    pw.add_argument("--page-size", type=_positive_int, default=None,
-                    help="tokens per page of a paged KV cache (vLLM 16)")
+    for name in ("topology", "attention", "kv_dtype", "page_size"):
+        setup_flag(pw, name)
     _allreduce_arg(pw, "auto")
     _gemv_arg(pw)
     _quantize_args(pw)

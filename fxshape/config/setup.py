@@ -31,19 +31,22 @@ from dataclasses import dataclass, field, fields
 
 import torch
 
-from ..cost.allreduce import check_algorithm
+from ..cost.allreduce import ALGORITHMS, check_algorithm
+from ..cost.attention import ATTENTION_CHOICES
 from ..cost.decode_attention import check_page_size
-from ..cost.gemv import check_gemv
-from ..cost.optimizer import check_optimizer
+from ..cost.float8 import FLOAT8_RECIPES
+from ..cost.gemv import GEMV_CHOICES, check_gemv
+from ..cost.optimizer import OPTIMIZERS, check_optimizer
+from ..cost.quant import GROUP_SIZES, QUANT_METHODS
 from ..hardware.dtypes import canonical_dtype, kv_format
 from ..hardware.gpus import get_gpu
-from ..hardware.topology import topology_for
+from ..hardware.topology import get_topology, topology_for
 from ..parallelism.plan import Parallel, check_mode, check_recompute, parallel_of
 from ..tracing.export import check_size
 
 __all__ = ["Setup", "Workload", "Machine", "Kernels", "KEYWORDS", "MODES", "EXECUTIONS",
            "PROVENANCE_CHOICES", "check_execution", "keyword_docs", "keyword_defaults",
-           "signature_with_keywords", "takes_setup"]
+           "signature_with_keywords", "takes_setup", "setup_field"]
 
 #: what ``analyze`` can describe (``"prefill"`` is ``"inference"``: a prompt's forward)
 MODES = ("inference", "prefill", "train", "decode")
@@ -62,10 +65,23 @@ def check_execution(execution) -> None:
                          + ", ".join(repr(e) for e in EXECUTIONS))
 
 
-def _opt(default, doc: str, *, capture: bool = False, compare: bool = True):
-    """A field with its help text and whether it changes the capture."""
-    return field(default=default, compare=compare,
-                 metadata={"doc": " ".join(doc.split()), "capture": capture})
+def _opt(default, doc: str, *, capture: bool = False, compare: bool = True, choices=None,
+         parse=None):
+    """A field with its help text, whether it changes the capture, and what the command
+    line's flag for it accepts (``choices``, or a ``parse`` function from text; else the
+    field's annotation says: a size is a positive integer, anything else text)."""
+    meta = {"doc": " ".join(doc.split()), "capture": capture}
+    if choices is not None:
+        meta["choices"] = tuple(choices)
+    if parse is not None:
+        meta["parse"] = parse
+    return field(default=default, compare=compare, metadata=meta)
+
+
+def _topology_name(text: str) -> str:
+    """A machine's name as the command line gives it, checked (``"dgx-h100:2"``)."""
+    get_topology(text)
+    return text
 
 
 @dataclass(frozen=True)
@@ -79,7 +95,7 @@ class Workload:
         from the joint graph; rows carry ``phase``) or ``"decode"`` (one new token per
         sequence over a static KV cache of ``context_len`` tokens, captured through
         ``fxshape.tracing.decode``; GEMMs have M = batch; ``report.memory.kv_cache``).""",
-        capture=True)
+        capture=True, choices=MODES)
     batch_size: int | None = _opt(None, "sizes of synthesized inputs: sequences a step "
                                   "(default 1).", capture=True)
     seq_len: int | None = _opt(None, "sizes of synthesized inputs: tokens a sequence "
@@ -146,11 +162,14 @@ class Machine:
     topology: object = _opt(None, """
         the machine the GPUs are in (``fxshape.hardware.topology.TOPOLOGIES``:
         ``"dgx-h100"``, ``"dgx-a100"``, ``"pairwise-a100"``, ``"pcie4"`` ...); default: the
-        one ``gpu`` usually comes in. ``tp`` must fit in one of its nodes.""", capture=True)
+        one ``gpu`` usually comes in. ``tp`` must fit in one of its nodes.""",
+        capture=True, parse=_topology_name)
     params: object = _opt(None, """
         a parameter file (e.g. written by ``fxshape calibrate``) whose constants replace the
-        packaged ones for the GPUs it has; default ``$FXSHAPE_PARAMS`` if set. A
-        non-packaged file is named in ``report.notes``.""", capture=True)
+        packaged ones for the GPUs it has, or a library generation (``"2024"``: the
+        2022-2024 fits, before the GPUs were refitted to today's libraries); default
+        ``$FXSHAPE_PARAMS`` if set, else the packaged constants. A non-packaged file is
+        named in ``report.notes``.""", capture=True)
 
     def __post_init__(self):
         topology_for(self.spec, self.topology)
@@ -175,18 +194,19 @@ class Kernels:
         ``fxshape.execution.step``), ``"compiled"`` (``torch.compile``: Inductor's fusion
         groups, ``fxshape.execution.fusion``) or ``"cudagraphs"`` (``torch.compile(mode=
         "reduce-overhead")``: the same kernels replayed as CUDA graphs; the default for
-        decode, as serving engines run it).""", capture=True)
+        decode, as serving engines run it).""", capture=True, choices=EXECUTIONS)
     attention: str = _opt("flash", """
         the kernel ``scaled_dot_product_attention`` calls are predicted as: ``"flash"``
         (default: what PyTorch runs on ``gpu``, FlashAttention-2 on Ampere and Hopper),
         ``"fa2"``, ``"fa3"`` (FlashAttention-3, Hopper only) or ``"math"`` (unfused, as
-        ``attn_implementation="eager"`` runs). Rows carry ``kernel``.""", capture=True)
+        ``attn_implementation="eager"`` runs). Rows carry ``kernel``.""",
+        capture=True, choices=ATTENTION_CHOICES)
     gemv: str | None = _opt(None, """
         how GEMMs with ``M = 1`` or ``N = 1`` run (``fxshape.cost.gemv``): ``"library"``
         (the default: the BLAS library's GEMM kernel) or ``"inductor"`` (``torch.compile``
         with ``coordinate_descent_tuning``, as gpt-fast sets it: Inductor decomposes them
         into one Triton reduction that streams the weight; needs ``execution="compiled"``
-        or ``"cudagraphs"``).""", capture=True)
+        or ``"cudagraphs"``).""", capture=True, choices=GEMV_CHOICES)
     allreduce: str | None = _opt(None, """
         how tensor parallelism's all-reduces run (``fxshape.cost.allreduce``): ``"auto"``
         (what vLLM does: its one-shot / two-shot kernel for small buffers on NVLink,
@@ -194,11 +214,11 @@ class Kernels:
         otherwise; the default of ``mode="decode"``), ``"one-shot"``, ``"two-shot"``,
         ``"multimem"`` or ``"nccl"`` (NCCL's LL / LL128 / Simple protocol by size), all
         under CUDA graphs. Default in other modes: NCCL as measured from eager PyTorch
-        (``fxshape.cost.comm``).""")
+        (``fxshape.cost.comm``).""", choices=ALGORITHMS)
     optimizer: str | None = _opt("adamw", """
         in ``mode="train"``, the optimizer step included in ``report.step``: ``"adamw"``
         (default: ``torch.optim.AdamW``'s foreach implementation), ``"adamw-fused"``,
-        ``"sgd"`` or ``None`` (``fxshape.cost.optimizer``).""")
+        ``"sgd"`` or ``None`` (``fxshape.cost.optimizer``).""", choices=OPTIMIZERS)
     quantize: object = _opt(None, """
         the linear layers quantized as an inference engine runs them (``fxshape.cost.quant``):
         ``"int8"`` or ``"int4"`` (weight-only, as gpt-fast and torchao: activations stay in
@@ -208,17 +228,17 @@ class Kernels:
         ``activations="static"``). Inference, prefill and decode only. Each quantized row
         carries ``quant``; the layers left in bf16 (the LM head under fp8, nvfp4 and mxfp8,
         dimensions the format cannot take) are in ``report.notes`` with the reason;
-        ``report.memory`` holds the packed weights.""", capture=True)
+        ``report.memory`` holds the packed weights.""", capture=True, choices=QUANT_METHODS)
     group_size: int | None = _opt(None, """
         for ``quantize="int4"``, elements of K per scale and zero (32, 64, 128, 256; default
-        128); must divide every quantized layer's K.""", capture=True)
+        128); must divide every quantized layer's K.""", capture=True, choices=GROUP_SIZES)
     float8: str | None = _opt(None, """
         in ``mode="train"``, FP8 training as torchao's ``convert_to_float8_training`` runs
         it under ``torch.compile`` (``fxshape.cost.float8``): ``"tensorwise"`` or
         ``"rowwise"``; ``"mxfp8"`` (Blackwell): torchao's MX training. Transformer
         Engine's ``te.Linear``: ``"te-delayed"``, ``"te-current"``, ``"te-mxfp8"``
         (Blackwell). Every linear layer but the LM head; rows carry ``quant``.""",
-        capture=True)
+        capture=True, choices=FLOAT8_RECIPES)
 
     def __post_init__(self):
         canonical_dtype(self.dtype)
@@ -280,7 +300,8 @@ class Setup:
         by cause; the model is re-traced with one hyperparameter or input size changed at a
         time, at reduced depth; ``row.causes`` lists those; ``fxshape.analysis.perturb``),
         ``"matched"`` (by value against the config and input sizes, no re-capture: faster,
-        but values that coincide can be confused) or ``None`` (not decided).""")
+        but values that coincide can be confused) or ``None`` (not decided).""",
+        choices=PROVENANCE_CHOICES)
 
     def __post_init__(self):
         for name, kind in (("workload", Workload), ("parallel", Parallel),
@@ -454,6 +475,15 @@ for _f in fields(Setup):
         _FIELDS[_f.name] = _f
 for _name in _PLAN_SHORTHANDS + ("parallel",):
     KEYWORDS[_name] = "parallel"
+
+
+def setup_field(name: str):
+    """The ``dataclasses.Field`` of the keyword ``name`` (a field of the workload, machine,
+    kernels or the setup's own; the plan's are :class:`Parallel`'s): its default, its help
+    text and what its command-line flag accepts are in it."""
+    if name not in _FIELDS:
+        raise KeyError(f"{name!r} is not a field of the setup's workload, machine or kernels")
+    return _FIELDS[name]
 
 
 def keyword_defaults() -> dict:
