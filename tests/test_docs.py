@@ -2,6 +2,12 @@
 line of a ```console block (``bash`` blocks are the set-up and bench commands that CI and
 the bench scripts run themselves). A block right after ``<!-- illustrative -->`` is skipped.
 
+The ``fxshape`` commands run in this process, through ``fxshape.cli.main`` (what the
+``fxshape`` entry point and ``python -m fxshape`` call), their standard output and error
+captured: a subprocess would import torch and transformers again for each (~3 s apiece; the
+entry point itself is tested in tests/test_cli.py). The ``python bench/...`` commands run as
+subprocesses.
+
 A shown output, a plain block right after ``<!-- output: COMMAND -->``, is compared line by
 line with what COMMAND prints; after ``<!-- output excerpt: COMMAND -->`` its lines must be a
 run of consecutive lines of what COMMAND prints. (Before issue 28 only the commands ran: their exit status and
@@ -9,7 +15,9 @@ a non-empty output were checked, never what they printed, so the README's output
 from the program's without a test failing.)
 """
 
+import contextlib
 import glob
+import io
 import os
 import re
 import shlex
@@ -74,12 +82,32 @@ def _argv(cmd: str) -> list:
     return argv
 
 
+def _run(cmd: str, cwd) -> tuple:
+    """``(exit status, standard output, standard error)`` of ``cmd`` run in ``cwd``."""
+    argv = _argv(cmd)
+    if argv[:3] == [sys.executable, "-m", "fxshape"]:
+        from fxshape.cli import main
+
+        out, err, here = io.StringIO(), io.StringIO(), os.getcwd()
+        os.chdir(cwd)
+        try:
+            with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+                try:
+                    code = main(argv[3:])
+                except SystemExit as exc:  # argparse's refusals
+                    code = exc.code
+        finally:
+            os.chdir(here)
+        return code, out.getvalue(), err.getvalue()
+    proc = subprocess.run(argv, cwd=cwd, capture_output=True, text=True, timeout=600)
+    return proc.returncode, proc.stdout, proc.stderr
+
+
 @pytest.mark.parametrize("cmd, shown, excerpt", _outputs())
 def test_shown_output_is_what_the_command_prints(cmd, shown, excerpt, tmp_path):
-    proc = subprocess.run(_argv(cmd), cwd=tmp_path, capture_output=True, text=True,
-                          timeout=600)
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    got = [line.rstrip() for line in proc.stdout.rstrip("\n").splitlines()]
+    code, stdout, stderr = _run(cmd, tmp_path)
+    assert code == 0, stderr[-2000:]
+    got = [line.rstrip() for line in stdout.rstrip("\n").splitlines()]
     want = [line.rstrip() for line in shown.rstrip("\n").splitlines()]
     if not excerpt:
         assert got == want
@@ -112,10 +140,9 @@ def test_python_snippet_runs(code, tmp_path, monkeypatch):
 
 @pytest.mark.parametrize("cmd", _commands())
 def test_console_snippet_runs(cmd, tmp_path):
-    proc = subprocess.run(_argv(cmd), cwd=tmp_path, capture_output=True, text=True,
-                          timeout=600)
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    assert proc.stdout.strip(), "printed nothing"
+    code, stdout, stderr = _run(cmd, tmp_path)
+    assert code == 0, stderr[-2000:]
+    assert stdout.strip(), "printed nothing"
 
 
 def test_every_name_the_docs_use_is_importable():
