@@ -268,6 +268,59 @@ def _int(section: dict, key: str, default, path: str, minimum=1, allow=()):
     return v
 
 
+def _pipeline(par: dict, name: str, flavor: str, local: int, pp: int, path: str) -> tuple:
+    """A pipelined job's ``(micro-batch size, micro-batches per step, virtual stages,
+    schedule)``, from its parallelism section."""
+    virtual = 1
+    micro = _int(par, "pipeline_parallel_microbatch_size", 1, path)
+    if local % micro:
+        raise ValueError(f"torchtitan config {path}: local_batch_size {local} is not a "
+                         f"multiple of pipeline_parallel_microbatch_size {micro}")
+    pipe_micro = local // micro
+    raw = _str(par, "pipeline_parallel_schedule", "1F1B", path)
+    schedule = _SCHEDULES.get(raw.lower())
+    if schedule is None:
+        raise ValueError(f"torchtitan config {path}: pipeline_parallel_schedule {raw!r} "
+                         "is not modelled; accepted: 1F1B, GPipe, Interleaved1F1B, "
+                         "ZBVZeroBubble")
+    per = _int(par, "pipeline_parallel_layers_per_stage", None, path, allow=(None,))
+    if schedule == "interleaved":
+        layers = _layers(name, flavor)
+        virtual = 2 if per is None else max(1, -(-layers // per) // pp)
+        if virtual < 2:
+            raise ValueError(f"torchtitan config {path}: Interleaved1F1B needs at least "
+                             "two stages per rank")
+    if schedule == "zbv":
+        layers = _layers(name, flavor)
+        virtual = 2 if per is None else max(1, -(-layers // per) // pp)
+        if virtual != 2:
+            raise ValueError(f"torchtitan config {path}: ZBVZeroBubble runs exactly two "
+                             f"stages per rank; pipeline_parallel_layers_per_stage {per} "
+                             f"gives {virtual} over {pp} ranks")
+    return micro, pipe_micro, virtual, schedule
+
+
+def _float8_setting(cfg: dict, compiled: bool, dtype: str, notes: list):
+    """The FP8 recipe fxshape prices for a job whose converters train in float8, or None
+    (the reason in ``notes``)."""
+    float8 = None
+    recipe = _float8_recipe(cfg)
+    if recipe is None:
+        notes.append("MX formats (the 'mx' converter) are not modelled yet: predicted "
+                     f"as the {dtype} run")
+    elif recipe not in ("tensorwise", "rowwise", "mxfp8"):
+        notes.append(f"float8 recipe {recipe!r} is not modelled (tensorwise, rowwise "
+                     f"and mxfp8 are): predicted as the {dtype} run")
+    elif not compiled or dtype != "bf16":
+        notes.append(f"float8 {recipe} is priced under torch.compile in bf16 only "
+                     f"(fxshape.cost.float8): predicted as the {dtype} run"
+                     + ("" if compiled else " without it"))
+    else:
+        float8 = recipe
+        notes.append(f"float8 {recipe} (torchao) priced: fxshape.cost.float8")
+    return float8
+
+
 def read_torchtitan(path, *, gpus: int | None = None) -> TitanJob:
     """The torchtitan job at ``path`` as fxshape predicts it; ``gpus``: the world size
     (``torchrun --nproc_per_node × nodes``), needed when ``data_parallel_shard_degree`` is
@@ -323,36 +376,8 @@ def read_torchtitan(path, *, gpus: int | None = None) -> TitanJob:
         raise ValueError(f"torchtitan config {path}: global_batch_size {glob} is not a "
                          f"multiple of local_batch_size x data-parallel ranks = {local * dp}")
     accumulation = glob // (local * dp)
-    micro = local
-    pipe_micro = 1
-    virtual = 1
-    schedule = "1f1b"
-    if pp > 1:
-        micro = _int(par, "pipeline_parallel_microbatch_size", 1, path)
-        if local % micro:
-            raise ValueError(f"torchtitan config {path}: local_batch_size {local} is not a "
-                             f"multiple of pipeline_parallel_microbatch_size {micro}")
-        pipe_micro = local // micro
-        raw = _str(par, "pipeline_parallel_schedule", "1F1B", path)
-        schedule = _SCHEDULES.get(raw.lower())
-        if schedule is None:
-            raise ValueError(f"torchtitan config {path}: pipeline_parallel_schedule {raw!r} "
-                             "is not modelled; accepted: 1F1B, GPipe, Interleaved1F1B, "
-                             "ZBVZeroBubble")
-        per = _int(par, "pipeline_parallel_layers_per_stage", None, path, allow=(None,))
-        if schedule == "interleaved":
-            layers = _layers(name, flavor)
-            virtual = 2 if per is None else max(1, -(-layers // per) // pp)
-            if virtual < 2:
-                raise ValueError(f"torchtitan config {path}: Interleaved1F1B needs at least "
-                                 "two stages per rank")
-        if schedule == "zbv":
-            layers = _layers(name, flavor)
-            virtual = 2 if per is None else max(1, -(-layers // per) // pp)
-            if virtual != 2:
-                raise ValueError(f"torchtitan config {path}: ZBVZeroBubble runs exactly two "
-                                 f"stages per rank; pipeline_parallel_layers_per_stage {per} "
-                                 f"gives {virtual} over {pp} ranks")
+    micro, pipe_micro, virtual, schedule = (local, 1, 1, "1f1b") if pp == 1 else \
+        _pipeline(par, name, flavor, local, pp, path)
     reshard = _str(par, "fsdp_reshard_after_forward", "default", path)
     if reshard not in ("default", "always", "never"):
         raise ValueError(f"torchtitan config {path}: fsdp_reshard_after_forward {reshard!r}; "
@@ -378,22 +403,7 @@ def read_torchtitan(path, *, gpus: int | None = None) -> TitanJob:
         raise ValueError(f"torchtitan config {path}: enable_async_tensor_parallel needs "
                          "tensor parallelism with sequence parallelism under torch.compile "
                          f"(tp={tp}, sequence parallel {sp}, compile {compiled})")
-    float8 = None
-    if _float8(cfg):
-        recipe = _float8_recipe(cfg)
-        if recipe is None:
-            notes.append("MX formats (the 'mx' converter) are not modelled yet: predicted "
-                         f"as the {dtype} run")
-        elif recipe not in ("tensorwise", "rowwise", "mxfp8"):
-            notes.append(f"float8 recipe {recipe!r} is not modelled (tensorwise, rowwise "
-                         f"and mxfp8 are): predicted as the {dtype} run")
-        elif not compiled or dtype != "bf16":
-            notes.append(f"float8 {recipe} is priced under torch.compile in bf16 only "
-                         f"(fxshape.cost.float8): predicted as the {dtype} run"
-                         + ("" if compiled else " without it"))
-        else:
-            float8 = recipe
-            notes.append(f"float8 {recipe} (torchao) priced: fxshape.cost.float8")
+    float8 = _float8_setting(cfg, compiled, dtype, notes) if _float8(cfg) else None
     if name == "llama3":
         notes.append("torchtitan fuses the Q, K and V projections into one GEMM; fxshape's "
                      "Llama runs them as three (the same FLOPs)")

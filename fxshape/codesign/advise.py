@@ -539,40 +539,9 @@ def advise(model_or_config, *, gpu="h100", dtype=torch.bfloat16, batch_size=None
     base = ev(())
     report = ev.report
     gated = any("gate" in r.module.rsplit(".", 1)[-1] for r in report.rows)
-    best: dict = {}
     candidates = _candidates(config, tp, gated, mode)
-    too_big = too_slow = 0
-    for group, changes, reason in _progress(candidates, "advise"):
-        try:
-            if abs(ev.params(changes) - base.params) > param_tolerance * base.params:
-                too_big += 1  # left out before it is captured and priced
-                continue
-            e = ev(changes)
-        except (ValueError, RuntimeError) as exc:  # an invalid combination for this model
-            if "tp" in str(exc) or "divisible" in str(exc) or "heads" in str(exc) or \
-                    "does not divide K" in str(exc):  # int4 cannot pack the candidate
-                continue
-            raise
-        rec = _recommendation(group, changes, reason, base, e)
-        score = min(rec.predicted_speedup, rec.throughput_gain)
-        if score < min_speedup:
-            too_slow += 1
-            continue
-        if group not in best or score > min(best[group].predicted_speedup,
-                                            best[group].throughput_gain) + 1e-12:
-            best[group] = rec
-    recs = sorted(best.values(), key=lambda r: (-min(r.predicted_speedup, r.throughput_gain),
-                                                r.hyperparameter))
-    combined = None
-    if recs:
-        taken, attrs = [], set()
-        for r in recs:
-            if attrs.isdisjoint(a for a, _, _ in r.changes):
-                taken.extend(r.changes)
-                attrs.update(a for a, _, _ in r.changes)
-        e = ev(tuple(taken))
-        combined = _recommendation(", ".join(a for a, _, _ in taken), tuple(taken),
-                                   "all recommendations that do not overlap", base, e)
+    recs, too_big, too_slow = _ranked(ev, candidates, base, param_tolerance, min_speedup)
+    combined = _combined(ev, recs, base)
     notes = _rule_notes(config, report, tp, _batch(report))
     if mode == "decode":
         notes += _tp_notes(model_or_config, kw, base, report)
@@ -596,6 +565,51 @@ def advise(model_or_config, *, gpu="h100", dtype=torch.bfloat16, batch_size=None
                   step_s=base.step_s, execution=report.step.execution,
                   kv_bytes_per_token=base.kv_bytes_per_token,
                   batch_size=report.workload.batch_size, mode_default=mode_default)
+
+
+def _ranked(ev, candidates, base: Evaluation, param_tolerance: float,
+            min_speedup: float) -> tuple:
+    """``(recommendations best first, left out for the parameter count, left out for
+    gaining too little)``: the best candidate of each group that keeps the parameter count
+    within ``param_tolerance`` and gains at least ``min_speedup``."""
+    best: dict = {}
+    too_big = too_slow = 0
+    for group, changes, reason in _progress(candidates, "advise"):
+        try:
+            if abs(ev.params(changes) - base.params) > param_tolerance * base.params:
+                too_big += 1  # left out before it is captured and priced
+                continue
+            e = ev(changes)
+        except (ValueError, RuntimeError) as exc:  # an invalid combination for this model
+            if "tp" in str(exc) or "divisible" in str(exc) or "heads" in str(exc) or \
+                    "does not divide K" in str(exc):  # int4 cannot pack the candidate
+                continue
+            raise
+        rec = _recommendation(group, changes, reason, base, e)
+        score = min(rec.predicted_speedup, rec.throughput_gain)
+        if score < min_speedup:
+            too_slow += 1
+            continue
+        if group not in best or score > min(best[group].predicted_speedup,
+                                            best[group].throughput_gain) + 1e-12:
+            best[group] = rec
+    recs = sorted(best.values(), key=lambda r: (-min(r.predicted_speedup, r.throughput_gain),
+                                                r.hyperparameter))
+    return tuple(recs), too_big, too_slow
+
+
+def _combined(ev, recs, base: Evaluation):
+    """All recommendations that do not overlap, applied together (None without any)."""
+    if not recs:
+        return None
+    taken, attrs = [], set()
+    for r in recs:
+        if attrs.isdisjoint(a for a, _, _ in r.changes):
+            taken.extend(r.changes)
+            attrs.update(a for a, _, _ in r.changes)
+    e = ev(tuple(taken))
+    return _recommendation(", ".join(a for a, _, _ in taken), tuple(taken),
+                           "all recommendations that do not overlap", base, e)
 
 
 def _tp_notes(model_or_config, kw, base: Evaluation, report) -> tuple:

@@ -24,21 +24,12 @@ from ..analysis.parallel import check_tp, kv_heads_per_gpu
 __all__ = ["analyze_decode"]
 
 
-def analyze_decode(model, setup, *, ctx=None, run):
-    """One decode step (``mode="decode"``): the model wrapped with a static KV cache
-    (``fxshape.tracing.decode``), analyzed as a forward of one token per sequence by
-    ``run`` (``analyze``'s body for the other modes, passed in: this module sits below it)
-    under ``setup`` made the forward's."""
-    from ..tracing.decode import check_decoder, decode_capture, decode_target, kv_cache_bytes
-    from ..tracing.facts import kv_heads_of, max_positions
-    from ..analysis.rows import WorkloadRecord
-    from .serving import capacity_of
-    from .step import run_dtype
+def _check_decode(model, w) -> int | None:
+    """Refuse what a decode step cannot take (a model that is no decoder, inputs, a
+    sequence length, a page longer than the positions); the model's positions."""
+    from ..tracing.decode import check_decoder
+    from ..tracing.facts import max_positions
 
-    w, k = setup.workload, setup.kernels
-    batch_size, context_len, kv_dtype, page_size = w.batch_size, w.context_len, w.kv_dtype, \
-        w.page_size
-    tp, dtype, moe_routing = setup.parallel.tp, k.dtype, w.moe_routing
     check_module(model)
     check_decoder(model)
     if w.example_inputs is not None or w.example_kwargs is not None:
@@ -48,10 +39,30 @@ def analyze_decode(model, setup, *, ctx=None, run):
         raise ValueError("mode='decode' feeds one new token per sequence: give context_len "
                          "(the tokens in the KV cache), not seq_len")
     positions = max_positions(model.config)
+    page_size = w.page_size
     if page_size is not None and positions is not None and page_size > positions:
         raise ValueError(f"page_size={page_size} exceeds the model's {positions} positions: "
                          "no page could ever fill; accepted: 1 to "
                          f"{positions} (vLLM uses 16)")
+    return positions
+
+
+def analyze_decode(model, setup, *, ctx=None, run):
+    """One decode step (``mode="decode"``): the model wrapped with a static KV cache
+    (``fxshape.tracing.decode``), analyzed as a forward of one token per sequence by
+    ``run`` (``analyze``'s body for the other modes, passed in: this module sits below it)
+    under ``setup`` made the forward's."""
+    from ..tracing.decode import decode_capture, decode_target, kv_cache_bytes
+    from ..tracing.facts import kv_heads_of
+    from ..analysis.rows import WorkloadRecord
+    from .serving import capacity_of
+    from .step import run_dtype
+
+    w, k = setup.workload, setup.kernels
+    batch_size, context_len, kv_dtype, page_size = w.batch_size, w.context_len, w.kv_dtype, \
+        w.page_size
+    tp, dtype, moe_routing = setup.parallel.tp, k.dtype, w.moe_routing
+    positions = _check_decode(model, w)
     dkey = canonical_dtype(dtype)
     kv_key, kv_item = kv_format(kv_dtype) if kv_dtype is not None else (None, None)
     if kv_key in (dkey, canonical_dtype(run_dtype(dkey))):
@@ -105,12 +116,8 @@ def analyze_decode(model, setup, *, ctx=None, run):
                         kv_layout=layout)
     cache = (f"{kv_key} " if kv_key else "") + (f"paged ({page_size} tokens a page) "
                                                  if page_size else "")
-    step = dataclasses.replace(report.step, mode="decode", tokens=b,
-                               notes=report.step.notes + (
-                                   f"decode: one token per sequence over {'an' if kv_key else 'a'} "
-                                   f"{cache}KV cache of "
-                                   f"{length} tokens; " + _decode_attention_note(model, report)
-                                   ,))
+    notes = (f"decode: one token per sequence over {'an' if kv_key else 'a'} {cache}KV "
+             f"cache of {length} tokens; " + _decode_attention_note(model, report),)
     mem = report.memory
     memory = dataclasses.replace(mem, kv_cache=kv, peak=mem.peak + kv)
     # the floor reads what the step must read: the context's keys and values, not the
@@ -119,13 +126,13 @@ def analyze_decode(model, setup, *, ctx=None, run):
     unread = _unrouted_expert_bytes(wrapper, report.rows, tp, item_w, moe_routing)
     floor = (mem.parameters - _input_embedding_bytes(model, tp, item_w) - unread
              + read) / (spec.memory_bandwidth_gbs * 1e9)
-    step = dataclasses.replace(step, notes=step.notes + _window_and_latent_notes(
-        model, report, windows, length))
+    notes += _window_and_latent_notes(model, report, windows, length)
     if unread:
-        step = dataclasses.replace(step, notes=step.notes + (
-            f"MoE: the bandwidth floor reads the routed experts only ("
-            f"{unread / 2**30:.2f} GiB of expert weights a step does not touch left out)",))
-    step = dataclasses.replace(step, floor_s=floor)
+        notes += (f"MoE: the bandwidth floor reads the routed experts only ("
+                  f"{unread / 2**30:.2f} GiB of expert weights a step does not touch left "
+                  "out)",)
+    step = dataclasses.replace(report.step, mode="decode", tokens=b,
+                               notes=report.step.notes + notes, floor_s=floor)
     report = dataclasses.replace(report, rows=tuple(strip(r) for r in report.rows),
                                  ops=tuple(strip(o) for o in report.ops), workload=workload,
                                  step=step, memory=memory, model_name=type(model).__name__)

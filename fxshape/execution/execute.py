@@ -203,6 +203,46 @@ def gpu_memory(model, walk, saved_traced, spec, dkey, mode, tp, optimizer, layer
                      grad_bytes=plan.grad_bytes if plan is not None else 4)
 
 
+def _saved_by_layer(saved, stacks, dropped) -> tuple:
+    """The activations one micro-batch saves for its backward: ``(by layer, [before the
+    layers, after them], bytes recomputation frees, the most one layer frees)``."""
+    from .pipeline import placed
+
+    per_layer: dict = {}
+    gone: dict = {}  # by layer: the saved bytes recomputation frees
+    ends = [0, 0]
+    for b, (i, end) in zip(saved, placed(((b.module, "forward") for b in saved),
+                                         _stack_info(stacks), None, 2)):
+        if b.node.split("@", 1)[0] in dropped:
+            gone[i] = gone.get(i, 0) + b.bytes
+        elif i is not None:
+            per_layer[i] = per_layer.get(i, 0) + b.bytes
+        else:
+            ends[end] += b.bytes
+    return (per_layer, ends, sum(gone.values()),
+            max((v for k, v in gone.items() if k is not None), default=0))
+
+
+def _state_notes(plan, dkey: str, item: int) -> tuple:
+    """What ZeRO shards and the mixed precision the training state is held in."""
+    z, sh = plan.zero, plan.shard
+    out = []
+    if z:
+        out.append(f"ZeRO-{z}: " + ", ".join(
+            w for w, on in (("fp32 master weights", z >= 3), ("gradients", z >= 2),
+                            ("optimizer state", True)) if on)
+            + f" sharded over {sh} GPUs" + ("; the gathered blocks in the compute dtype"
+                                             if z == 3 else "")
+            + (f"; the experts' over the {sh // plan.ep} of them that hold the same experts"
+               if plan.ep > 1 else ""))
+    out.append("mixed precision: fp32 master weights (4 bytes per parameter), "
+               f"{plan.grad_dtype} gradients ({plan.grad_bytes}), the optimizer's fp32 "
+               "state; compute copies in "
+               f"{dkey} ({item} bytes)" if item < 4 else
+               f"fp32 weights and optimizer state, {plan.grad_dtype} gradients")
+    return tuple(out)
+
+
 def _plan_memory(model, walk, spec, dkey, optimizer, layers, workload, *, shards, plan,
                  stacks, groups, dropped, notes, rerun=False, memo=None):
     """``report.memory`` of the most loaded GPU under ``plan``: each pipeline rank's
@@ -212,7 +252,6 @@ def _plan_memory(model, walk, spec, dkey, optimizer, layers, workload, *, shards
     from ..parallelism.schedule import frozen_orders, in_flight, stages_of_rank
     from ..parallelism.state import training_state
     from .memory import Memory
-    from .pipeline import placed
     from .step import run_dtype
 
     item = run_dtype(dkey).itemsize
@@ -227,19 +266,7 @@ def _plan_memory(model, walk, spec, dkey, optimizer, layers, workload, *, shards
     # and outside the layers before them (the first stage) and after (the last)
     memo = {} if memo is None else memo
     if "saved" not in memo:
-        per_layer: dict = {}
-        gone: dict = {}  # by layer: the saved bytes recomputation frees
-        ends = [0, 0]
-        for b, (i, end) in zip(saved, placed(((b.module, "forward") for b in saved),
-                                             _stack_info(stacks), None, 2)):
-            if b.node.split("@", 1)[0] in dropped:
-                gone[i] = gone.get(i, 0) + b.bytes
-            elif i is not None:
-                per_layer[i] = per_layer.get(i, 0) + b.bytes
-            else:
-                ends[end] += b.bytes
-        memo["saved"] = (per_layer, ends, sum(gone.values()),
-                         max((v for k, v in gone.items() if k is not None), default=0))
+        memo["saved"] = _saved_by_layer(saved, stacks, dropped)
     per_layer, ends, dropped_bytes, layer_gone = memo["saved"]
     act = [0] * stages
     act[0] += ends[0]
@@ -300,19 +327,7 @@ def _plan_memory(model, walk, spec, dkey, optimizer, layers, workload, *, shards
         notes.append(f"the most loaded GPU: pipeline stage {d} of {p}, holding "
                      f"{flight[d]} micro-batch chunk(s) of activations in flight "
                      f"({plan.schedule_name})")
-    if z:
-        notes.append(f"ZeRO-{z}: " + ", ".join(
-            w for w, on in (("fp32 master weights", z >= 3), ("gradients", z >= 2),
-                            ("optimizer state", True)) if on)
-            + f" sharded over {sh} GPUs" + ("; the gathered blocks in the compute dtype"
-                                             if z == 3 else "")
-            + (f"; the experts' over the {sh // plan.ep} of them that hold the same experts"
-               if plan.ep > 1 else ""))
-    notes.append("mixed precision: fp32 master weights (4 bytes per parameter), "
-                 f"{plan.grad_dtype} gradients ({plan.grad_bytes}), the optimizer's fp32 "
-                 "state; compute copies in "
-                 f"{dkey} ({item} bytes)" if item < 4 else
-                 f"fp32 weights and optimizer state, {plan.grad_dtype} gradients")
+    notes.extend(_state_notes(plan, dkey, item))
     return Memory(parameters=params, gradients=grads, optimizer_state=state,
                   activations=activations, peak=peak,
                   capacity=int(spec.memory_gb * 1024 ** 3), notes=tuple(notes))

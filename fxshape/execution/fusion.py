@@ -129,6 +129,55 @@ class _Groups:
         return True
 
 
+def _out_numel(n) -> int:
+    return _numel(n.meta.get("val"))
+
+
+def _extern_masks(nodes, bit: dict) -> tuple:
+    """``(up, down)``: for every node, a bit mask of the extern kernels upstream of it (its
+    ancestors) and downstream (its descendants)."""
+    up, down = {}, {}
+    for n in nodes:
+        acc = 0
+        for m in n.all_input_nodes:
+            acc |= up.get(m.name, 0) | bit.get(m.name, 0)
+        up[n.name] = acc
+    for n in reversed(nodes):
+        acc = 0
+        for u in n.users:
+            acc |= down.get(u.name, 0) | bit.get(u.name, 0)
+        down[n.name] = acc
+    return up, down
+
+
+def _tensors(v) -> list:
+    """The tensors of a node's value (one, or those of a tuple)."""
+    return [t for t in (v if isinstance(v, (list, tuple)) else [v])
+            if isinstance(t, torch.Tensor)]
+
+
+def _group_reads(group_nodes, inside: set, category: dict, sizes) -> int:
+    """The bytes a fusion group reads from outside it (through views), each value once."""
+    reads: dict = {}
+    for n in group_nodes:
+        for j, m in enumerate(_tensor_inputs(n)):
+            src = m
+            while category.get(src.name) == "view" and _tensor_inputs(src):
+                if src.name in inside:
+                    break
+                src = _tensor_inputs(src)[0]
+            if src.name in inside:
+                continue
+            # a gather reads the rows it gathers of its source, not the whole source (an
+            # embedding lookup of a few tokens reads a few rows of the table)
+            cap = _gathered_bytes(n, sizes) if j == 0 else None
+            for t in _tensors(m.meta.get("val")):
+                b = sizes.bytes(t) if cap is None else min(sizes.bytes(t), cap)
+                key = (m.name, id(t))
+                reads[key] = max(reads.get(key, 0), b)
+    return sum(reads.values())
+
+
 def fusion_groups(gm, category: dict, sizes, phase_of: dict) -> list:
     """The fusion groups of ``gm``. ``category``: node name -> ``"extern"``, ``"view"``,
     ``"pointwise"`` or ``"reduction"`` (nodes absent run nothing); ``sizes``: an
@@ -151,25 +200,11 @@ def fusion_groups(gm, category: dict, sizes, phase_of: dict) -> list:
                 out.append(m)
         return out
 
-    # extern kernels upstream (ancestors) and downstream (descendants) of every node
-    up, down = {}, {}
-    for n in nodes:
-        acc = 0
-        for m in n.all_input_nodes:
-            acc |= up.get(m.name, 0) | bit.get(m.name, 0)
-        up[n.name] = acc
-    for n in reversed(nodes):
-        acc = 0
-        for u in n.users:
-            acc |= down.get(u.name, 0) | bit.get(u.name, 0)
-        down[n.name] = acc
+    up, down = _extern_masks(nodes, bit)
 
     def dom(n):
         if category.get(n.name) in ("reduction", "col_reduction"):
             return max([_numel(m.meta.get("val")) for m in _tensor_inputs(n)] or [1])
-        return _numel(n.meta.get("val"))
-
-    def out_numel(n):
         return _numel(n.meta.get("val"))
 
     def signature(n):
@@ -177,7 +212,7 @@ def fusion_groups(gm, category: dict, sizes, phase_of: dict) -> list:
         softmax (same-size output) reduces its last dimension."""
         if category.get(n.name) not in ("reduction", "col_reduction"):
             return None
-        d, o = dom(n), out_numel(n)
+        d, o = dom(n), _out_numel(n)
         rows = d // _row(n) if o == d else o
         return (category[n.name], rows, d // max(rows, 1))
 
@@ -228,39 +263,16 @@ def fusion_groups(gm, category: dict, sizes, phase_of: dict) -> list:
     for root, names in members.items():
         inside = set(names)
         group_nodes = [by_name[x] for x in names]
-        # values read from outside (through views), each once
-        reads: dict = {}
-        for n in group_nodes:
-            for j, m in enumerate(_tensor_inputs(n)):
-                src = m
-                while category.get(src.name) == "view" and _tensor_inputs(src):
-                    if src.name in inside:
-                        break
-                    src = _tensor_inputs(src)[0]
-                if src.name in inside:
-                    continue
-                v = m.meta.get("val")
-                # a gather reads the rows it gathers of its source, not the whole source (an
-                # embedding lookup of a few tokens reads a few rows of the table)
-                cap = _gathered_bytes(n, sizes) if j == 0 else None
-                for t in (v if isinstance(v, (list, tuple)) else [v]):
-                    if isinstance(t, torch.Tensor):
-                        b = sizes.bytes(t) if cap is None else min(sizes.bytes(t), cap)
-                        key = (m.name, id(t))
-                        reads[key] = max(reads.get(key, 0), b)
+        reads = _group_reads(group_nodes, inside, category, sizes)
         # values read outside the group (views of them included) or returned
-        writes = 0
-        for n in group_nodes:
-            if _escapes(n, inside, category, out_node):
-                v = n.meta.get("val")
-                writes += sum(sizes.bytes(t) for t in (v if isinstance(v, (list, tuple))
-                                                         else [v])
-                              if isinstance(t, torch.Tensor))
+        writes = sum(sizes.bytes(t) for n in group_nodes
+                     if _escapes(n, inside, category, out_node)
+                     for t in _tensors(n.meta.get("val")))
         red = [n for n in group_nodes if category[n.name] in ("reduction", "col_reduction")]
-        long_rows = any(dom(n) // max(out_numel(n), 1) > PERSISTENT_MAX
-                        or (out_numel(n) == dom(n) and _row(n) > PERSISTENT_MAX)
+        long_rows = any(dom(n) // max(_out_numel(n), 1) > PERSISTENT_MAX
+                        or (_out_numel(n) == dom(n) and _row(n) > PERSISTENT_MAX)
                         for n in red)
-        result.append(FusionGroup(nodes=tuple(names), read_bytes=sum(reads.values()),
+        result.append(FusionGroup(nodes=tuple(names), read_bytes=reads,
                                   write_bytes=writes, passes=2 if long_rows else 1,
                                   reduction=bool(red)))
     result.sort(key=lambda g: index[g.nodes[0]])

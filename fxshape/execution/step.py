@@ -678,6 +678,38 @@ def optimizer_records(optimizer, numels, *, spec, mixed: bool):
     return out
 
 
+def _tp_collective(r, kind: str, nbytes: int, *, tp, topology, allreduce, async_tp,
+                   spec) -> OpRecord:
+    """The record of one tensor-parallel collective of ``kind`` after the GEMM record ``r``
+    (:func:`comm_records`)."""
+    from ..cost.allreduce import predict_allreduce
+    from ..cost.comm import predict_collective
+
+    if allreduce is not None and kind == "all_reduce":
+        a = predict_allreduce(nbytes, tp, algorithm=allreduce, topology=topology)
+        t, family = a.time_s, a.algorithm
+        note = f"{nbytes / 2**10:.1f} KiB over {tp} GPUs ({a.link}): {a.why}"
+    else:
+        p = predict_collective(kind, nbytes, tp, topology=topology, per_node=tp)
+        t, family = p.time_s, p.link_class
+        note = (f"{nbytes / 2**20:.2f} MiB over {tp} GPUs "
+                f"({p.link}, {p.busbw_gbs:.0f} GB/s bus)")
+    hidden = 0.0
+    if async_tp:  # the first of tp chunks exposed, the rest under the GEMM
+        first = t / tp
+        hidden = min(t - first, r.time_s)
+        note += f"; async TP: {hidden / t:.0%} under the GEMM"
+        if kind == "reduce_scatter" and spec is not None:
+            # the tp partial outputs copied in are summed by one kernel after the last
+            # chunk: it reads them all, writes the rank's shard
+            red = kernel_time("reduction", int(nbytes * (1 + 1 / tp)), gpu=spec).time_s
+            t += red
+            note += f", then the partials summed ({red * 1e6:.0f} us)"
+    return OpRecord(f"{r.node}.{kind}", f"tp {kind}", r.module, r.phase, "communication", 1,
+                    nbytes, 0, t - hidden, 0.0, family=family, note=note,
+                    overlapped_s=hidden)
+
+
 def comm_records(records, *, tp, dp, topology, item, grad_bytes, sequence_parallel=False,
                  allreduce=None, spec=None, async_tp=False):
     """``(records, notes, dp_total_s)``: ``records`` with the collectives of tensor and data
@@ -709,8 +741,6 @@ def comm_records(records, *, tp, dp, topology, item, grad_bytes, sequence_parall
     backward's end is exposed. While a bucket is reduced its NCCL CTAs hold SMs of ``spec``
     (``fxshape.parallelism.overlap.sm_share``) and the backward beside it runs slower: the
     record's time is the exposed part plus that stretch (``overlapped_s``: the hidden part)."""
-    from ..cost.allreduce import predict_allreduce
-    from ..cost.comm import predict_collective
     from ..analysis.parallel import layer_kind
 
     notes = []
@@ -735,32 +765,9 @@ def comm_records(records, *, tp, dp, topology, item, grad_bytes, sequence_parall
                 continue  # one backward all-reduce per row-parallel layer
             else:
                 placed.add(r.module)
-            nbytes = sizes[r.module]
-            for kind in kinds:
-                if allreduce is not None and kind == "all_reduce":
-                    a = predict_allreduce(nbytes, tp, algorithm=allreduce, topology=topology)
-                    t, family = a.time_s, a.algorithm
-                    note = f"{nbytes / 2**10:.1f} KiB over {tp} GPUs ({a.link}): {a.why}"
-                else:
-                    p = predict_collective(kind, nbytes, tp, topology=topology, per_node=tp)
-                    t, family = p.time_s, p.link_class
-                    note = (f"{nbytes / 2**20:.2f} MiB over {tp} GPUs "
-                            f"({p.link}, {p.busbw_gbs:.0f} GB/s bus)")
-                hidden = 0.0
-                if async_tp:  # the first of tp chunks exposed, the rest under the GEMM
-                    first = t / tp
-                    hidden = min(t - first, r.time_s)
-                    note += f"; async TP: {hidden / t:.0%} under the GEMM"
-                    if kind == "reduce_scatter" and spec is not None:
-                        # the tp partial outputs copied in are summed by one kernel after
-                        # the last chunk: it reads them all, writes the rank's shard
-                        red = kernel_time("reduction", int(nbytes * (1 + 1 / tp)),
-                                          gpu=spec).time_s
-                        t += red
-                        note += f", then the partials summed ({red * 1e6:.0f} us)"
-                out.append(OpRecord(f"{r.node}.{kind}", f"tp {kind}", r.module, r.phase,
-                                    "communication", 1, nbytes, 0, t - hidden, 0.0,
-                                    family=family, note=note, overlapped_s=hidden))
+            out.extend(_tp_collective(r, kind, sizes[r.module], tp=tp, topology=topology,
+                                      allreduce=allreduce, async_tp=async_tp, spec=spec)
+                       for kind in kinds)
         both = any(r.phase == "backward" for r in records)
         notes.append(f"tp {tp}: Megatron all-reduces after each row-parallel GEMM"
                      + (", forward and backward" if both else "")

@@ -133,6 +133,26 @@ def _pct(stats, q: int) -> float:
     return {50: stats.p50, 90: stats.p90, 99: stats.p99}[q]
 
 
+def _highest_rate(trial, meets, lone) -> tuple:
+    """``(rate, its simulation)``: the highest request rate whose simulation ``meets`` the
+    SLOs, by bisection (to 1%, 12 trials at most) below the saturated throughput; ``lone``
+    (a lone request's, which meets them) when no rate above zero does."""
+    sat = trial(math.inf)
+    if meets(sat):
+        return sat.request_throughput, sat
+    lo, hi, best_sim = 0.0, sat.request_throughput, lone
+    for _ in range(12):
+        mid = (lo + hi) / 2
+        sim = trial(mid)
+        if meets(sim):
+            lo, best_sim = mid, sim
+        else:
+            hi = mid
+        if hi - lo <= 0.01 * hi:
+            break
+    return lo, best_sim
+
+
 def plan_capacity(model, *, gpu="h100", prompt_len, output_len, slo_ttft=None, slo_itl=None,
                   percentile: int = 99, rate=None, tp=(1, 2, 4, 8), num_requests: int = 300,
                   seed: int = 0, **engine) -> CapacityPlan:
@@ -199,21 +219,7 @@ def plan_capacity(model, *, gpu="h100", prompt_len, output_len, slo_ttft=None, s
             options.append(TpCapacity(d, True, False, 0.0, lt, li, lt, li,
                                       note="a lone request misses the SLOs"))
             continue
-        sat = trial(server, math.inf)
-        top = sat.request_throughput
-        if meets(sat):
-            best_sim, lo = sat, top
-        else:
-            lo, hi, best_sim = 0.0, top, lone
-            for _ in range(12):
-                mid = (lo + hi) / 2
-                sim = trial(server, mid)
-                if meets(sim):
-                    lo, best_sim = mid, sim
-                else:
-                    hi = mid
-                if hi - lo <= 0.01 * hi:
-                    break
+        lo, best_sim = _highest_rate(lambda r: trial(server, r), meets, lone)
         replicas = gpus = None
         if rate is not None and lo > 0:
             replicas = math.ceil(rate / lo - 1e-12)
