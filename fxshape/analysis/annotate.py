@@ -38,7 +38,8 @@ META_KEY = "fxshape"
 def annotate(gm: torch.fx.GraphModule, *, gpu="h100", dtype=torch.bfloat16,
              phase: str = "forward", tp: int = 1, features=None, heads=None,
              causal_decoder=False, moe_routing=None, attention: str = "flash", kv_dtype=None,
-             page_size=None, cp: int = 1, ep: int = 1, capacity_factor=None, windows=None):
+             page_size=None, cp: int = 1, ep: int = 1, capacity_factor=None, windows=None,
+             quant=None):
     """Put GEMM rows on every matmul-like node; return (rows, unsupported).
 
     ``tp`` > 1 shards each GEMM Megatron-style (``fxshape.analysis.parallel``); ``features``
@@ -59,6 +60,9 @@ def annotate(gm: torch.fx.GraphModule, *, gpu="h100", dtype=torch.bfloat16,
     routes to them, ``capacity_factor``: padded to capacity; ``fxshape.parallelism.experts``).
     ``windows``: attention module name -> its sliding window in keys (:func:`_windows`); a
     causal call there keeps only the band, a decode call reads the last ``window`` keys.
+    ``quant``: the low precision the linear layers run in (``fxshape.analysis.lowprec``:
+    a ``QuantState`` or ``Float8State``; None: ``dtype``), which records the layers it
+    leaves in bf16.
     """
     spec = get_gpu(gpu)
     dkey = canonical_dtype(dtype)
@@ -96,9 +100,10 @@ def annotate(gm: torch.fx.GraphModule, *, gpu="h100", dtype=torch.bfloat16,
             gemms = [_shard(g, fqn, node_phase, tp, features or {}, heads) for g in gemms]
         if gemms and all(g.attn is not None for g in gemms):
             node_rows = _attention_rows(node, gemms, fqn, cls, node_phase, dkey, spec,
-                                        attention, kv_dtype, page_size, cp)
+                                        attention, kv_dtype, page_size, cp, quant)
         else:
-            node_rows = tuple(_row(node, g, fqn, cls, node_phase, dkey, spec) for g in gemms)
+            node_rows = tuple(_row(node, g, fqn, cls, node_phase, dkey, spec, quant)
+                              for g in gemms)
         node.meta[META_KEY] = node_rows
         rows.extend(node_rows)
     return rows, unsupported
@@ -151,16 +156,17 @@ def _with_traced_provenance(gm, rows, model, args, stacks):
     from .perturb import row_keys, traced_sources
     from .provenance import weight_axes
 
-    (example_inputs, example_kwargs, kw, spec, dkey, tp, _, moe_routing, attention, kv,
-     cp, moe) = args
+    example_inputs, example_kwargs, kw = args.example_inputs, args.example_kwargs, args.sizes
+    spec, dkey, tp, moe_routing, cp, moe = (args.spec, args.dkey, args.tp, args.moe_routing,
+                                            args.cp, args.moe)
     by_node = _by_node(rows)
     axes = weight_axes(gm, by_node)
     order = [r for rs in by_node.values() for r in rs]
     fallback = [a for name in by_node for a in axes[name]]
     keys = row_keys(order)
     opts = dict(gpu=spec, dtype=dkey, tp=tp, causal_decoder=_is_decoder(model),
-                moe_routing=moe_routing, attention=attention, cp=cp, ep=moe[0],
-                capacity_factor=moe[1])
+                moe_routing=moe_routing, attention=args.attention, cp=cp, ep=moe[0],
+                capacity_factor=moe[1], quant=args.quant)
     base_nodes = gemm_nodes(gm)
 
     def recorded(target, ex_in, ex_kw, b, s, sizes):
@@ -198,9 +204,9 @@ def _with_traced_provenance(gm, rows, model, args, stacks):
                            {key: (r.m, r.n, r.k) for key, r in zip(keys, order)})
         got = recorded(target, ex_in, ex_kw, b, s, sizes=False) if fast_ok[0] else None
         if got is None:
-            kw2 = dict(kw, batch_size=b, seq_len=s)
-            theirs = _annotated(target, ex_in, ex_kw, kw2, spec, dkey, tp, model,
-                                moe_routing, attention, kv, cp, moe, provenance=None)[1]
+            theirs = _annotated(target, dataclasses.replace(
+                args, example_inputs=ex_in, example_kwargs=ex_kw,
+                sizes=dict(kw, batch_size=b, seq_len=s)), provenance=None)[1]
             got = dict(zip(row_keys(theirs), ((r.m, r.n, r.k) for r in theirs)))
         return got
 
@@ -333,7 +339,7 @@ def _expert_parallel(g: Gemm, dim: str, rows: int, fractions, ep: int, capacity_
 
 
 def _attention_rows(node, gemms, fqn, cls, phase, dkey, spec, attention, kv_dtype=None,
-                    page_size=None, cp=1):
+                    page_size=None, cp=1, quant=None):
     """Rows of one attention call, predicted as the kernel it runs (``fxshape.cost.attention``).
 
     A fused kernel's time is split over its GEMMs by FLOPs, so every row shows the kernel's
@@ -352,7 +358,7 @@ def _attention_rows(node, gemms, fqn, cls, phase, dkey, spec, attention, kv_dtyp
                  for g in gemms if g.op != "sdpa.bwd.qk"]
     elif pred.note:
         gemms = [dataclasses.replace(g, note=join_notes(g.note, pred.note)) for g in gemms]
-    rows = [_row(node, g, fqn, cls, phase, dkey, spec) for g in gemms]
+    rows = [_row(node, g, fqn, cls, phase, dkey, spec, quant) for g in gemms]
     total = sum(r.flops for r in rows) or 1
     if pred.kernel == "math":
         rest = max(0.0, pred.time_s - sum(r.prediction.time_s for r in rows))
@@ -409,21 +415,44 @@ def _shapes(obj):
         else type(obj).__name__
 
 
-def _annotated(target, example_inputs, example_kwargs, kw, spec, dkey, tp, model,
-               moe_routing, attention, kv=(None, None), cp=1, moe=(1, None),
-               provenance="matched"):
+@dataclass(frozen=True)
+class _Annotating:
+    """What the annotate pass of one capture is given besides its target (the model, or a
+    reduced copy of it): from the setup (:func:`_args`)."""
+
+    example_inputs: object
+    example_kwargs: object
+    #: ``fxshape.capture``'s sizes: batch_size, seq_len, train
+    sizes: dict
+    spec: object
+    dkey: str
+    tp: int
+    #: the model as given (its config; whether it decodes)
+    model: object
+    moe_routing: object
+    attention: str
+    kv: tuple = (None, None)
+    cp: int = 1
+    #: (ep, capacity_factor)
+    moe: tuple = (1, None)
+    #: the low precision the linear layers run in (``fxshape.analysis.lowprec``)
+    quant: object = None
+
+
+def _annotated(target, a: _Annotating, provenance="matched"):
     """Capture ``target`` (the model, or a reduced copy of it) and annotate its graph:
     (graph, rows, unsupported); rows with provenance matched by value unless ``provenance``
     is None."""
-    gm = capture(target, example_inputs, example_kwargs, **kw)
-    rows, unsupported = annotate(gm, gpu=spec, dtype=dkey, tp=tp,
-                                 features=linear_features(target) if tp > 1 else None,
+    gm = capture(target, a.example_inputs, a.example_kwargs, **a.sizes)
+    rows, unsupported = annotate(gm, gpu=a.spec, dtype=a.dkey, tp=a.tp,
+                                 features=linear_features(target) if a.tp > 1 else None,
                                  heads=head_counts(target), windows=attention_windows(target),
-                                 causal_decoder=_is_decoder(model), moe_routing=moe_routing,
-                                 attention=attention, kv_dtype=kv[0], page_size=kv[1], cp=cp,
-                                 ep=moe[0], capacity_factor=moe[1])
+                                 causal_decoder=_is_decoder(a.model),
+                                 moe_routing=a.moe_routing, attention=a.attention,
+                                 kv_dtype=a.kv[0], page_size=a.kv[1], cp=a.cp, ep=a.moe[0],
+                                 capacity_factor=a.moe[1], quant=a.quant)
     if provenance is not None:
-        rows = _with_provenance(gm, rows, getattr(model, "config", None), tp)
+        rows = _with_provenance(gm, rows, getattr(a.model, "config", None), a.tp)
     return gm, rows, unsupported
 
 
@@ -467,8 +496,7 @@ def _is_decoder(model) -> bool:
                 or name.endswith(("ForCausalLM", "LMHeadModel")))
 
 
-def _row(node, g: Gemm, fqn, cls, phase, dkey, spec) -> GemmRow:
-    state = lowprec.QUANT.get()
+def _row(node, g: Gemm, fqn, cls, phase, dkey, spec, state=None) -> GemmRow:
     if isinstance(state, lowprec.Float8State):
         row = lowprec.float8_row(node, g, fqn, cls, phase, dkey, spec, state)
         if row is not None:
@@ -499,24 +527,25 @@ class Capture:
     notes: tuple
 
 
-def _args(model, setup, sizes, spec, dkey, kv) -> tuple:
-    """``_annotated``'s arguments after the target, from the setup."""
+def _args(model, setup, sizes, spec, dkey, kv, quant) -> _Annotating:
+    """What ``_annotated`` is given besides the target, from the setup."""
     w, plan = setup.workload, setup.parallel
-    return (w.example_inputs, w.example_kwargs, sizes, spec, dkey, plan.tp, model,
-            w.moe_routing, setup.kernels.attention, kv, plan.cp,
-            (plan.ep, plan.capacity_factor))
+    return _Annotating(w.example_inputs, w.example_kwargs, sizes, spec, dkey, plan.tp, model,
+                       w.moe_routing, setup.kernels.attention, kv, plan.cp,
+                       (plan.ep, plan.capacity_factor), quant)
 
 
 def capture_step(model, setup, *, sizes: dict, spec, dkey: str, kv=(None, None), stacks=(),
-                 cache=None) -> Capture:
+                 cache=None, quant=None) -> Capture:
     """Capture and annotate one rank's step of ``model`` under ``setup`` (``sizes``: the
     synthesized inputs' sizes and ``train``, as ``fxshape.capture`` takes them), one layer
     per group of ``stacks`` where a reduced copy with two per group shows the layers repeat
     (``fxshape.tracing.dedup``), else every layer. ``cache``: a plan search's, where the
-    verdict that the layers repeat is kept per model and tp."""
+    verdict that the layers repeat is kept per model and tp. ``quant``: the low precision
+    the linear layers run in (:func:`annotate`)."""
     w, tp = setup.workload, setup.parallel.tp
     mode = "inference" if w.run_mode == "prefill" else w.run_mode
-    args = _args(model, setup, sizes, spec, dkey, kv)
+    args = _args(model, setup, sizes, spec, dkey, kv, quant)
     stacks, notes = list(stacks), []
     if stacks:
         key = structure_key(model, stacks, mode, tp, _shapes(w.example_inputs),
@@ -529,11 +558,11 @@ def capture_step(model, setup, *, sizes: dict, spec, dkey: str, kv=(None, None),
             why = ""
         try:
             if not why:  # unchecked (None) or checked and sound ("")
-                gm, rows, unsupported = _annotated(reduced_model(model, stacks, 1), *args)
+                gm, rows, unsupported = _annotated(reduced_model(model, stacks, 1), args)
             if why is None:
                 # one layer per group, checked against two per group: the work outside the
                 # stacks must not change and a group's second layer must repeat its first
-                _, rows2, _ = _annotated(reduced_model(model, stacks, 2), *args)
+                _, rows2, _ = _annotated(reduced_model(model, stacks, 2), args)
                 why = check_reduction(rows, rows2, stacks)
         except CaptureError as exc:
             why = "the model with fewer layers did not capture (" + \
@@ -551,7 +580,7 @@ def capture_step(model, setup, *, sizes: dict, spec, dkey: str, kv=(None, None),
                          "two): " + "; ".join(f"{s.name}: {len(s.groups)} of {s.length}"
                                               for s in stacks))
     if not stacks:
-        gm, rows, unsupported = _annotated(model, *args)
+        gm, rows, unsupported = _annotated(model, args)
     if tp > 1 and not sharded_modules(rows):
         raise PlanRefused(f"tp={tp}: no layer of {type(model).__name__} is tensor-parallel "
                           "(fxshape splits attention and MLP projections it knows by name: "
@@ -563,13 +592,13 @@ def capture_step(model, setup, *, sizes: dict, spec, dkey: str, kv=(None, None),
 
 
 def provenance_rows(capture: Capture, model, setup, *, sizes: dict, spec, dkey: str,
-                    kv=(None, None)) -> tuple:
+                    kv=(None, None), quant=None) -> tuple:
     """The capture's rows with what sets each dimension decided as ``setup.provenance``
     says (``fxshape.analysis.provenance``, ``fxshape.analysis.perturb``), and the notes
     that adds: ``(rows, notes)``."""
     gm, rows = capture.graph_module, capture.rows
     if setup.provenance == "traced":
-        args = _args(model, setup, sizes, spec, dkey, kv)
+        args = _args(model, setup, sizes, spec, dkey, kv, quant)
         rows, notes = _with_traced_provenance(gm, rows, model, args, list(capture.stacks))
         return tuple(rows), tuple(notes)
     if setup.provenance is None:

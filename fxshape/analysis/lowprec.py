@@ -1,7 +1,8 @@
 """Low precision in the analysis: quantized inference (``analyze(quantize=)``) and FP8
 training (``analyze(float8=)``).
 
-Each analysis sets one state (:data:`QUANT`) while it annotates its rows:
+Each analysis makes one state (:class:`QuantState` or :class:`Float8State`, in
+``fxshape.report.build``) and passes it to the annotate pass (``annotate(quant=)``):
 :func:`quantized_row` and :func:`float8_row` price a linear layer's GEMM as its engine runs
 it (``fxshape.cost.quant``, ``fxshape.cost.float8``) and record the layers left in bf16 with
 the reason; :func:`check_quantize` and :func:`check_float8` refuse what no engine runs, in one
@@ -11,7 +12,6 @@ line; :func:`fxshape.execution.quantized.quantized_report` and ``float8_report``
 
 from __future__ import annotations
 
-import contextvars
 import dataclasses
 
 import torch
@@ -22,8 +22,6 @@ from ..hardware.gpus import get_gpu, gpus_of_arch
 from .ops import Gemm
 from .rows import GemmRow
 
-# analyze(quantize=): the quantization in force while one analysis annotates its rows
-QUANT: contextvars.ContextVar = contextvars.ContextVar("fxshape_quantize", default=None)
 # GEMMs of a linear layer's weight: F.linear, and GPT-2's Conv1D (addmm / mm)
 WEIGHT_CLASSES = ("Linear", "Conv1D")
 

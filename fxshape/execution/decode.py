@@ -47,7 +47,7 @@ def _check_decode(model, w) -> int | None:
     return positions
 
 
-def analyze_decode(model, setup, *, ctx=None, run):
+def analyze_decode(model, setup, *, ctx=None, run, quant=None):
     """One decode step (``mode="decode"``): the model wrapped with a static KV cache
     (``fxshape.tracing.decode``), analyzed as a forward of one token per sequence by
     ``run`` (``analyze``'s body for the other modes, passed in: this module sits below it)
@@ -86,7 +86,7 @@ def analyze_decode(model, setup, *, ctx=None, run):
                           allreduce="auto" if k.allreduce is None else k.allreduce)
     with decode_capture():
         try:
-            report = run(wrapper, inner, kv=(kv_key, page_size), ctx=ctx)
+            report = run(wrapper, inner, kv=(kv_key, page_size), ctx=ctx, quant=quant)
         except CaptureError as exc:
             raise CaptureError(f"could not capture one decode step of {type(model).__name__} "
                                "through transformers' static KV cache\n"

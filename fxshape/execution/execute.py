@@ -11,7 +11,6 @@ import dataclasses
 
 import torch
 
-from ..analysis import lowprec
 from ..analysis.parallel import kv_shard
 from ..hardware.gpus import get_gpu
 from ..parallelism.experts import sharded_share
@@ -353,7 +352,7 @@ def topology_of(topology, spec):
 
 def executed_step(records, model, spec, dkey, mode, tp, execution, optimizer, workload, notes, *,
           dp=1, topology=None, sequence_parallel=False, shards, plan=None, stacks=(),
-          groups=None, memo=None, allreduce=None):
+          groups=None, memo=None, allreduce=None, quant=None):
     """The step (``fxshape.execution.step.step_of``) with the optimizer's and the
     collectives' records added; returns (step, records). A plan with a pipeline, ZeRO or
     micro-batches is played out by ``fxshape.execution.pipeline.plan_step``. ``memo``: a
@@ -418,7 +417,7 @@ def executed_step(records, model, spec, dkey, mode, tp, execution, optimizer, wo
             kept[3] = units_of(records, _stack_info(stacks))
         return _plan_step(records, opt_records, model, spec, dkey, execution, optimizer,
                           tokens, notes, plan=plan, topology=topology, groups=groups,
-                          stacks=stacks, workload=workload, units=kept[3]), \
+                          stacks=stacks, workload=workload, units=kept[3], quant=quant), \
             records + ([r for r in opt_records if r.cls == "optimizer"] if plan.zero == 3
                        else opt_records)  # FSDP2 gathers in the compute dtype: no casts
     step = step_of(records, execution=execution, mode=mode, optimizer=optimizer, spec=spec,
@@ -498,7 +497,7 @@ def _stack_info(stacks) -> list:
 
 
 def _plan_step(records, opt_records, model, spec, dkey, execution, optimizer, tokens, notes,
-               *, plan, topology, groups, stacks, workload, units=None):
+               *, plan, topology, groups, stacks, workload, units=None, quant=None):
     """The Step of a plan with a pipeline, ZeRO or micro-batches
     (``fxshape.execution.pipeline.plan_step``)."""
     from .pipeline import plan_step
@@ -522,7 +521,7 @@ def _plan_step(records, opt_records, model, spec, dkey, execution, optimizer, to
         stage_params=stage_params, unit_params=unit_params, item=item,
         hidden_tokens_bytes=hidden_bytes, stage_experts=stage_experts,
         unit_experts=unit_experts, units=units,
-        gather_item=float8_gather(model, stacks, item, lowprec.QUANT.get()),
+        gather_item=float8_gather(model, stacks, item, quant),
         spec=spec)
     m = plan.microbatches
     crit = stages[critical]

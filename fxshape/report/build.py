@@ -93,17 +93,13 @@ def _run(model, setup):
     if k.float8 is not None:
         lowprec.check_float8(k.float8, mode, k.dtype, setup.machine.gpu, k.execution)
         state = lowprec.float8_state(model, k.float8, setup.parallel)
-    token = lowprec.QUANT.set(state)
-    try:
-        if mode == "decode":
-            from ..execution.decode import analyze_decode
+    if mode == "decode":
+        from ..execution.decode import analyze_decode
 
-            report = analyze_decode(model, setup, ctx=ctx, run=_with_params)
-        else:
-            report = _with_params(model, setup.replace(
-                execution=k.execution or "eager"), ctx=ctx)
-    finally:
-        lowprec.QUANT.reset(token)
+        report = analyze_decode(model, setup, ctx=ctx, run=_with_params, quant=state)
+    else:
+        report = _with_params(model, setup.replace(execution=k.execution or "eager"),
+                              ctx=ctx, quant=state)
     if isinstance(state, lowprec.Float8State):
         report = float8_report(report, state)
         ctx["quant_left"] = state.left
@@ -165,14 +161,14 @@ def _with_error_band(report, low_precision: bool):
                                notes=report.notes + (note,))
 
 
-def _with_params(model, setup, *, kv=(None, None), ctx=None):
+def _with_params(model, setup, *, kv=(None, None), ctx=None, quant=None):
     """``_analyze`` under the constants of ``setup.machine.params``, named in the notes
     when they are not the packaged ones, and with matrix-vector products priced as
     ``ctx["gemv"]`` says (``fxshape.cost.gemv``). ``ctx`` (a dict) gets what
     ``fxshape.report.options`` needs."""
     ctx = {} if ctx is None else ctx
     with use_params(setup.machine.params), use_gemv(ctx.get("gemv", "library")):
-        report = _analyze(model, setup, kv=kv, ctx=ctx)
+        report = _analyze(model, setup, kv=kv, ctx=ctx, quant=quant)
         path = resolve_params_path()
         ctx["params_path"] = path
         ctx["params_cover_gpu"] = _params_cover(path, report.gpu)
@@ -202,9 +198,11 @@ def _params_cover(path, gpu) -> bool:
     return False
 
 
-def _analyze(model, setup, *, kv=(None, None), ctx=None):
+def _analyze(model, setup, *, kv=(None, None), ctx=None, quant=None):
     """A prefill, inference or training step of ``model`` under ``setup`` (its execution
-    given): checked, captured (once per capture key within a plan search), costed."""
+    given): checked, captured (once per capture key within a plan search), costed.
+    ``quant``: the low precision its linear layers run in (``analysis.lowprec``: a
+    ``QuantState`` or ``Float8State``, made from the setup and the model in ``_run``)."""
     checked = _checked(model, setup)
     cache = CAPTURE_CACHE.get()
     ckey = None
@@ -214,10 +212,10 @@ def _analyze(model, setup, *, kv=(None, None), ctx=None):
         ckey = (id(model), kv) + setup.capture_key()
     got = cache.get(ckey) if ckey is not None else None
     if got is None:
-        got = _executed(model, setup, checked, kv, cache)
+        got = _executed(model, setup, checked, kv, cache, quant)
         if ckey is not None:
             cache[ckey] = got
-    return _costed(model, setup, checked, got, kv, ctx, cache, ckey)
+    return _costed(model, setup, checked, got, kv, ctx, cache, ckey, quant)
 
 
 @dataclass(frozen=True)
@@ -300,7 +298,7 @@ class _Executed:
     walk: tuple
 
 
-def _executed(model, setup, checked: _Checked, kv, cache) -> _Executed:
+def _executed(model, setup, checked: _Checked, kv, cache, quant) -> _Executed:
     """Capture and annotate one rank's step, then its op records (at the sustained clock
     in training; with the ring's and the all-to-all's records under cp and ep) and its
     liveness walk."""
@@ -308,7 +306,8 @@ def _executed(model, setup, checked: _Checked, kv, cache) -> _Executed:
     spec, dkey, topo, tp = checked.spec, checked.dkey, checked.topology, plan.tp
     mode = "inference" if setup.workload.run_mode == "prefill" else setup.workload.run_mode
     cap = capture_step(model, setup, sizes=checked.sizes, spec=spec, dkey=dkey, kv=kv,
-                       stacks=checked.reducible if setup.dedup else [], cache=cache)
+                       stacks=checked.reducible if setup.dedup else [], cache=cache,
+                       quant=quant)
     gm, rows = cap.graph_module, cap.rows
     records, op_unsupported, step_notes = records_of(gm, rows, model, spec, dkey, k.execution)
     if mode == "train":  # a long job: its dense kernels at the power-limited clock
@@ -338,7 +337,7 @@ def _executed(model, setup, checked: _Checked, kv, cache) -> _Executed:
                      step_notes=tuple(step_notes), walk=walk)
 
 
-def _costed(model, setup, checked: _Checked, got: _Executed, kv, ctx, cache, ckey):
+def _costed(model, setup, checked: _Checked, got: _Executed, kv, ctx, cache, ckey, quant):
     """The captured step executed under the setup's plan, recomputation and optimizer: its
     provenance decided, its layers expanded, its step and memory, the report."""
     from .report import Report
@@ -361,7 +360,7 @@ def _costed(model, setup, checked: _Checked, got: _Executed, kv, ctx, cache, cke
         raise ValueError("moe_routing was given, but the model has no MoE expert layers "
                          "(grouped expert GEMMs) to route")
     rows, traced_notes = provenance_rows(cap, model, setup, sizes=checked.sizes, spec=spec,
-                                         dkey=dkey, kv=kv)
+                                         dkey=dkey, kv=kv, quant=quant)
     notes.extend(traced_notes)
     # what follows depends on the capture, the recomputation and the provenance, not on the
     # rest of the plan: within a plan search (a capture cache), computed once per capture
@@ -397,7 +396,7 @@ def _costed(model, setup, checked: _Checked, got: _Executed, kv, ctx, cache, cke
                                   topology=checked.topology,
                                   sequence_parallel=plan.sequence_parallel, shards=shards,
                                   plan=plan, stacks=all_stacks, groups=groups,
-                                  allreduce=k.allreduce,
+                                  allreduce=k.allreduce, quant=quant,
                                   memo=memo.setdefault(("step", recompute, provenance,
                                                         k.optimizer, k.allreduce), {}))
     step = dataclasses.replace(step, mode=shown)
