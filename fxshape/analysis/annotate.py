@@ -39,7 +39,7 @@ def annotate(gm: torch.fx.GraphModule, *, gpu="h100", dtype=torch.bfloat16,
              phase: str = "forward", tp: int = 1, features=None, heads=None,
              causal_decoder=False, moe_routing=None, attention: str = "flash", kv_dtype=None,
              page_size=None, cp: int = 1, ep: int = 1, capacity_factor=None, windows=None,
-             quant=None):
+             quant=None, gemv: str | None = None):
     """Put GEMM rows on every matmul-like node; return (rows, unsupported).
 
     ``tp`` > 1 shards each GEMM Megatron-style (``fxshape.analysis.parallel``); ``features``
@@ -62,7 +62,8 @@ def annotate(gm: torch.fx.GraphModule, *, gpu="h100", dtype=torch.bfloat16,
     causal call there keeps only the band, a decode call reads the last ``window`` keys.
     ``quant``: the low precision the linear layers run in (``fxshape.analysis.lowprec``:
     a ``QuantState`` or ``Float8State``; None: ``dtype``), which records the layers it
-    leaves in bf16.
+    leaves in bf16. ``gemv``: how matrix-vector products run (``fxshape.cost.gemv``;
+    None: the ``use_gemv`` context's choice).
     """
     spec = get_gpu(gpu)
     dkey = canonical_dtype(dtype)
@@ -100,9 +101,9 @@ def annotate(gm: torch.fx.GraphModule, *, gpu="h100", dtype=torch.bfloat16,
             gemms = [_shard(g, fqn, node_phase, tp, features or {}, heads) for g in gemms]
         if gemms and all(g.attn is not None for g in gemms):
             node_rows = _attention_rows(node, gemms, fqn, cls, node_phase, dkey, spec,
-                                        attention, kv_dtype, page_size, cp, quant)
+                                        attention, kv_dtype, page_size, cp, quant, gemv)
         else:
-            node_rows = tuple(_row(node, g, fqn, cls, node_phase, dkey, spec, quant)
+            node_rows = tuple(_row(node, g, fqn, cls, node_phase, dkey, spec, quant, gemv)
                               for g in gemms)
         node.meta[META_KEY] = node_rows
         rows.extend(node_rows)
@@ -166,7 +167,7 @@ def _with_traced_provenance(gm, rows, model, args, stacks):
     keys = row_keys(order)
     opts = dict(gpu=spec, dtype=dkey, tp=tp, causal_decoder=_is_decoder(model),
                 moe_routing=moe_routing, attention=args.attention, cp=cp, ep=moe[0],
-                capacity_factor=moe[1], quant=args.quant)
+                capacity_factor=moe[1], quant=args.quant, gemv=args.gemv)
     base_nodes = gemm_nodes(gm)
 
     def recorded(target, ex_in, ex_kw, b, s, sizes):
@@ -339,7 +340,7 @@ def _expert_parallel(g: Gemm, dim: str, rows: int, fractions, ep: int, capacity_
 
 
 def _attention_rows(node, gemms, fqn, cls, phase, dkey, spec, attention, kv_dtype=None,
-                    page_size=None, cp=1, quant=None):
+                    page_size=None, cp=1, quant=None, gemv=None):
     """Rows of one attention call, predicted as the kernel it runs (``fxshape.cost.attention``).
 
     A fused kernel's time is split over its GEMMs by FLOPs, so every row shows the kernel's
@@ -358,7 +359,7 @@ def _attention_rows(node, gemms, fqn, cls, phase, dkey, spec, attention, kv_dtyp
                  for g in gemms if g.op != "sdpa.bwd.qk"]
     elif pred.note:
         gemms = [dataclasses.replace(g, note=join_notes(g.note, pred.note)) for g in gemms]
-    rows = [_row(node, g, fqn, cls, phase, dkey, spec, quant) for g in gemms]
+    rows = [_row(node, g, fqn, cls, phase, dkey, spec, quant, gemv) for g in gemms]
     total = sum(r.flops for r in rows) or 1
     if pred.kernel == "math":
         rest = max(0.0, pred.time_s - sum(r.prediction.time_s for r in rows))
@@ -437,6 +438,8 @@ class _Annotating:
     moe: tuple = (1, None)
     #: the low precision the linear layers run in (``fxshape.analysis.lowprec``)
     quant: object = None
+    #: how matrix-vector products run (``fxshape.cost.gemv``)
+    gemv: str = "library"
 
 
 def _annotated(target, a: _Annotating, provenance="matched"):
@@ -450,7 +453,7 @@ def _annotated(target, a: _Annotating, provenance="matched"):
                                  causal_decoder=_is_decoder(a.model),
                                  moe_routing=a.moe_routing, attention=a.attention,
                                  kv_dtype=a.kv[0], page_size=a.kv[1], cp=a.cp, ep=a.moe[0],
-                                 capacity_factor=a.moe[1], quant=a.quant)
+                                 capacity_factor=a.moe[1], quant=a.quant, gemv=a.gemv)
     if provenance is not None:
         rows = _with_provenance(gm, rows, getattr(a.model, "config", None), a.tp)
     return gm, rows, unsupported
@@ -496,17 +499,17 @@ def _is_decoder(model) -> bool:
                 or name.endswith(("ForCausalLM", "LMHeadModel")))
 
 
-def _row(node, g: Gemm, fqn, cls, phase, dkey, spec, state=None) -> GemmRow:
+def _row(node, g: Gemm, fqn, cls, phase, dkey, spec, state=None, gemv=None) -> GemmRow:
     if isinstance(state, lowprec.Float8State):
         row = lowprec.float8_row(node, g, fqn, cls, phase, dkey, spec, state)
         if row is not None:
             return row
     elif state is not None:
-        row = lowprec.quantized_row(node, g, fqn, cls, phase, dkey, spec, state)
+        row = lowprec.quantized_row(node, g, fqn, cls, phase, dkey, spec, state, gemv)
         if row is not None:
             return row
     p = price_matmul(g.op, max(g.m, 1), max(g.n, 1), max(g.k, 1),
-                     batch=max(g.batch, 1), dtype=dkey, gpu=spec, layout=g.layout)
+                     batch=max(g.batch, 1), dtype=dkey, gpu=spec, layout=g.layout, gemv=gemv)
     flops = int(round(2 * g.batch * g.m * g.n * g.k * g.work))
     return GemmRow(node=node.name, module=fqn, module_type=cls, op=g.op, phase=phase,
                    batch=g.batch, m=g.m, n=g.n, k=g.k, dtype=dkey, layout=g.layout,
@@ -532,7 +535,8 @@ def _args(model, setup, sizes, spec, dkey, kv, quant) -> _Annotating:
     w, plan = setup.workload, setup.parallel
     return _Annotating(w.example_inputs, w.example_kwargs, sizes, spec, dkey, plan.tp, model,
                        w.moe_routing, setup.kernels.attention, kv, plan.cp,
-                       (plan.ep, plan.capacity_factor), quant)
+                       (plan.ep, plan.capacity_factor), quant,
+                       setup.kernels.gemv or "library")
 
 
 def capture_step(model, setup, *, sizes: dict, spec, dkey: str, kv=(None, None), stacks=(),

@@ -59,9 +59,10 @@ def quant_keep(model, q, tied: bool) -> dict:
     return {}
 
 
-def quantized_row(node, g: Gemm, fqn, cls, phase, dkey, spec, state):
+def quantized_row(node, g: Gemm, fqn, cls, phase, dkey, spec, state, gemv=None):
     """The row of a quantized linear layer's GEMM, or None when the layer stays in bf16
-    (recorded in ``state.left`` with the reason)."""
+    (recorded in ``state.left`` with the reason). ``gemv``: how matrix-vector products run
+    (``fxshape.cost.gemv``; None: the ``use_gemv`` context's choice)."""
     from ..cost.quant import (BLOCK_ALIGN_RULE, BLOCK_FORMATS, block_eligible, fp8_eligible,
                               predict_quantized)
 
@@ -94,7 +95,8 @@ def quantized_row(node, g: Gemm, fqn, cls, phase, dkey, spec, state):
                          f"{', '.join(str(x) for x in GROUP_SIZES if g.k % x == 0) or 'none'} "
                          "(of 32, 64, 128, 256) for this layer")
     qg = predict_quantized(max(g.m, 1), max(g.n, 1), max(g.k, 1), q, gpu=spec, dtype=dkey,
-                           batch=max(g.batch, 1), op=g.op, gemv=gemv_choice(),
+                           batch=max(g.batch, 1), op=g.op,
+                           gemv=gemv_choice() if gemv is None else gemv,
                            layout=g.layout)
     p = qg.prediction
     flops = int(round(2 * g.batch * g.m * g.n * g.k * g.work))

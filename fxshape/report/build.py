@@ -26,7 +26,6 @@ from ..analysis.annotate import (Capture, capture_step, check_attention, provena
 from ..analysis.parallel import check_tp
 from ..analysis.rows import WorkloadRecord
 from ..cost.gemm import is_default_params, resolve_params_path, use_params
-from ..cost.gemv import use_gemv
 from ..execution.execute import (checkpointed_layers, executed_step, gpu_memory,
                                  liveness_walk, param_groups, param_shards, records_of,
                                  stack_layers, topology_of)
@@ -163,11 +162,10 @@ def _with_error_band(report, low_precision: bool):
 
 def _with_params(model, setup, *, kv=(None, None), ctx=None, quant=None):
     """``_analyze`` under the constants of ``setup.machine.params``, named in the notes
-    when they are not the packaged ones, and with matrix-vector products priced as
-    ``ctx["gemv"]`` says (``fxshape.cost.gemv``). ``ctx`` (a dict) gets what
+    when they are not the packaged ones. ``ctx`` (a dict) gets what
     ``fxshape.report.options`` needs."""
     ctx = {} if ctx is None else ctx
-    with use_params(setup.machine.params), use_gemv(ctx.get("gemv", "library")):
+    with use_params(setup.machine.params):
         report = _analyze(model, setup, kv=kv, ctx=ctx, quant=quant)
         path = resolve_params_path()
         ctx["params_path"] = path
