@@ -252,3 +252,17 @@ def test_a_setup_field_an_api_does_not_use_is_refused():
     # the setup's own refusals as ever (kv_dtype outside decode: the Workload's)
     with pytest.raises(ValueError, match="kv_dtype is for mode='decode'"):
         fxshape.sweep(model, "hidden_size", [64], setup=Setup.from_keywords(kv_dtype="fp8"))
+
+
+def test_sweep_with_a_setup_is_sweep_with_its_keywords():
+    pytest.importorskip("transformers")
+    cfg = _tiny_llama().config
+    kw = dict(gpu="a100", seq_len=32, mode="train", optimizer="sgd")
+    by_keywords = fxshape.sweep(cfg, "intermediate_size", [128], **kw)
+    by_setup = fxshape.sweep(cfg, "intermediate_size", [128], setup=Setup.from_keywords(**kw))
+    assert by_setup == by_keywords and by_setup[0].time_s > 0
+    # a keyword beside the setup wins over its field (the A100 setup priced on the H100)
+    on_h100 = fxshape.sweep(cfg, "intermediate_size", [128], setup=Setup.from_keywords(**kw),
+                            gpu="h100")
+    assert on_h100 == fxshape.sweep(cfg, "intermediate_size", [128], **{**kw, "gpu": "h100"})
+    assert on_h100[0].time_s != by_keywords[0].time_s
