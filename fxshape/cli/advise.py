@@ -5,21 +5,15 @@ from __future__ import annotations
 import argparse
 import json
 
-from .args import _quantize_args, advise_args, params_arg
-from .shared import _model_config, _quantization
+from .args import SWEEP_FLAGS, _quantize_args, advise_args, params_arg, setup_keywords
+from .shared import _model_config
 
 
 def run(args) -> int:
     from ..codesign.advise import advise
 
-    advice = advise(_model_config(args.target), gpu=args.gpu, dtype=args.dtype,
-                    batch_size=args.batch_size, seq_len=args.seq_len, tp=args.tp,
-                    mode=args.mode, attention=args.attention, param_tolerance=args.tolerance,
-                    min_speedup=args.min_speedup, execution=args.execution,
-                    optimizer=None if args.optimizer == "none" else args.optimizer,
-                    context_len=args.context_len, kv_dtype=args.kv_dtype,
-                    page_size=args.page_size, quantize=_quantization(args),
-                    float8=args.float8)
+    advice = advise(_model_config(args.target), param_tolerance=args.tolerance,
+                    min_speedup=args.min_speedup, **setup_keywords(args, SWEEP_FLAGS))
     if args.format == "json":
         recs = [{"hyperparameter": r.hyperparameter, "current": r.current,
                  "suggested": r.suggested, "predicted_speedup": r.predicted_speedup,

@@ -9,8 +9,15 @@ import sys
 
 
 from ..parallelism.plan import Parallel
-from .args import plan_fields, plan_flags, plan_of_flags, _allreduce_arg, _check_plot_path, _gemv_arg, _input_spec, _kv_args, _positive_int, _quantize_args, _step_args, _torchtitan_args, _workload_args, params_arg, setup_flag
-from .shared import _capture_failure, _print_chrome_trace, _quantization, _titan_job
+from .args import plan_fields, plan_flags, plan_of_flags, _allreduce_arg, _check_plot_path, _gemv_arg, _input_spec, _kv_args, _positive_int, _quantize_args, _step_args, _torchtitan_args, _workload_args, params_arg, setup_flag, setup_keywords
+from .shared import _capture_failure, _print_chrome_trace, _titan_job
+
+
+#: the setup fields analyze's flags give as they parsed them (the mode and the plan are
+#: read apart: --train, the plan's flags)
+_FLAGS = ("gpu", "dtype", "batch_size", "seq_len", "attention", "provenance", "execution",
+          "optimizer", "topology", "context_len", "kv_dtype", "page_size", "allreduce", "gemv",
+          "quantize", "float8")
 
 
 def run(args) -> int:
@@ -48,33 +55,18 @@ def run(args) -> int:
         parallel = Parallel(tp=tp, dp=dp, sequence_parallel=sp, **plan_args)
         tp, dp, sp = 1, 1, False
     try:
-        report = analyze(model, inputs, kwargs, gpu=args.gpu, dtype=args.dtype,
-                         batch_size=args.batch_size, seq_len=args.seq_len,
-                         mode="train" if args.train else args.mode, tp=tp,
-                         attention=args.attention,
-                         provenance=None if args.provenance == "none" else args.provenance,
-                         execution=args.execution,
-                         optimizer=None if args.optimizer == "none" else args.optimizer,
-                         dp=dp, topology=args.topology, sequence_parallel=sp,
-                         context_len=args.context_len, kv_dtype=args.kv_dtype,
-                         page_size=args.page_size, parallel=parallel,
-                         recompute=args.recompute, allreduce=args.allreduce,
-                         gemv=args.gemv, quantize=_quantization(args),
-                         float8=args.float8)
+        report = analyze(model, inputs, kwargs, mode="train" if args.train else args.mode,
+                         tp=tp, dp=dp, sequence_parallel=sp, parallel=parallel,
+                         recompute=args.recompute, **setup_keywords(args, _FLAGS))
     except CaptureError as exc:
         raise ValueError(_capture_failure(exc, args.verbose)) from None
-    if args.plot:
-        from ..report.plot import plot_report
-
-        plot_report(report, args.plot)
-        print(f"wrote {args.plot}", file=sys.stderr)
+    _plot(report, args.plot)
     if args.pad:
         from ..padding.plan import plan_padding
 
         plan = plan_padding(report)
         if args.format == "json":  # the report and the plan, one document
-            print(json.dumps({**report.to_dict(), "padding_plan": plan.to_dict()}, indent=2,
-                             sort_keys=True))
+            _print_report(report, "json", extra={"padding_plan": plan.to_dict()})
         elif args.format == "csv":  # one row per GEMM: its sizes, the plan's and the why
             print(plan.to_csv(), end="")
         else:
@@ -83,19 +75,37 @@ def run(args) -> int:
                   "any mm/addmm/bmm):")
             print(plan.table(fmt="github" if args.format == "markdown" else "simple"))
         return 0
-    if args.format == "json":
-        print(report.to_json())
-    elif args.format == "csv":
+    _print_report(report, args.format)
+    return 0
+
+
+def _plot(report, path) -> None:
+    """``--plot``: where the time goes, drawn to ``path`` (nothing without one)."""
+    if path:
+        from ..report.plot import plot_report
+
+        plot_report(report, path)
+        print(f"wrote {path}", file=sys.stderr)
+
+
+def _print_report(report, fmt: str, *, extra=None, title=None) -> None:
+    """``report`` as ``--format`` says; ``extra``: more keys of its JSON document, ``title``:
+    a line above its table."""
+    if fmt == "json":
+        print(json.dumps({**report.to_dict(), **extra}, indent=2, sort_keys=True)
+              if extra else report.to_json())
+    elif fmt == "csv":
         print(report.to_csv(), end="")
-    elif args.format == "ops-csv":  # every op of the step, one line each
+    elif fmt == "ops-csv":  # every op of the step, one line each
         print(report.ops_csv(), end="")
-    elif args.format == "chrome-trace":
+    elif fmt == "chrome-trace":
         _print_chrome_trace(report)
-    elif args.format == "markdown":
+    elif fmt == "markdown":
         print(report.to_markdown())
     else:
+        if title:
+            print(title)
         print(report.table())
-    return 0
 
 
 #: analyze options a torchtitan job sets, with their defaults (given otherwise: refused)
@@ -122,32 +132,15 @@ def _analyze_titan(args, job) -> int:
         report = analyze(job.model(), gpu=args.gpu, dtype=job.dtype,
                          batch_size=job.micro_batch, seq_len=job.seq_len, mode="train",
                          attention=args.attention, provenance=None, execution=job.execution,
-                         optimizer=None if args.optimizer == "none" else args.optimizer,
-                         topology=args.topology, parallel=job.parallel, float8=job.float8)
+                         optimizer=args.optimizer, topology=args.topology,
+                         parallel=job.parallel, float8=job.float8)
     except CaptureError as exc:
         raise ValueError(_capture_failure(exc, args.verbose)) from None
     report = dataclasses.replace(report, notes=report.notes + tuple(
         f"torchtitan: {n}" for n in job.notes))
-    if args.plot:
-        from ..report.plot import plot_report
-
-        plot_report(report, args.plot)
-        print(f"wrote {args.plot}", file=sys.stderr)
-    if args.format == "json":
-        print(json.dumps({**report.to_dict(), "torchtitan": _job_dict(job)}, indent=2,
-                         sort_keys=True))
-        return 0
-    if args.format == "csv":
-        print(report.to_csv(), end="")
-    elif args.format == "ops-csv":
-        print(report.ops_csv(), end="")
-    elif args.format == "chrome-trace":
-        _print_chrome_trace(report)
-    elif args.format == "markdown":
-        print(report.to_markdown())
-    else:
-        print(job.describe())
-        print(report.table())
+    _plot(report, args.plot)
+    _print_report(report, args.format, extra={"torchtitan": _job_dict(job)},
+                  title=job.describe())
     return 0
 
 

@@ -6,6 +6,7 @@ import argparse
 import dataclasses
 
 
+from ..codesign.advise import SWEEP_SETUP
 from ..parallelism.plan import Parallel
 from ..tracing.export import MAX_SIZE
 
@@ -114,7 +115,7 @@ def _workload_args(p: argparse.ArgumentParser, target_help: str,
     """The target and the workload options analyze, advise and sweep share."""
     p.add_argument("target", help=target_help, nargs="?" if optional else None)
     setup_flag(p, "gpu")
-    setup_flag(p, "dtype", default="bf16")
+    setup_flag(p, "dtype")
     setup_flag(p, "batch_size")
     setup_flag(p, "seq_len")
     p.add_argument("--tp", type=_positive_int, default=1,
@@ -129,6 +130,11 @@ def _torchtitan_args(p: argparse.ArgumentParser) -> None:
                    help="a torchtitan job (.toml, or the .json torchtitan 0.3 saves with "
                         "--debug.save_config_file): its model, batch, sequence length, "
                         "parallelism, checkpointing and compile settings")
+
+
+#: the flags of the setup fields advise and sweep pass on (the API's list: --group-size
+#: goes in with --quantize)
+SWEEP_FLAGS = tuple(n for n in SWEEP_SETUP if n != "group_size")
 
 
 def advise_args(p, mode_default) -> None:
@@ -166,27 +172,58 @@ def _plain(text: str) -> str:
     return re.sub(r":\w+:`~?([^`]+)`", r"\1", text).replace("``", "").replace("%", "%%")
 
 
+class _Choices(tuple):
+    """A flag's choices where the field's None is said ``none``: the help and the errors
+    show ``none``, the value parsed is None (``none_or``)."""
+
+    def __contains__(self, value) -> bool:
+        return super().__contains__("none" if value is None else value)
+
+
+def _none_or(kind):
+    def read(text: str):
+        return None if text == "none" else kind(text)
+
+    read.__name__ = kind.__name__  # argparse names the type in its errors
+    return read
+
+
 def setup_flag(p, name: str, *, default=_FROM_FIELD, help: str | None = None) -> None:
     """``--name`` for the keyword ``name`` of :class:`fxshape.Setup`, generated from its
-    field (``fxshape.config.setup.setup_field``): its choices (None shown as ``none``) or
-    its ``parse`` function from the field's metadata, else a positive integer for a size
-    (``int | None``) and text otherwise; its help the field's text (a command whose
-    default differs says so with ``help``); its default the field's unless the command
-    gives one. A new field is a new flag where a command adds it, with no parser written."""
+    field (``fxshape.config.setup.setup_field``): its choices (None said ``none``, parsed
+    as None) or its ``parse`` function from the field's metadata, else a positive integer
+    for a size (``int | None``) and text otherwise; its help the field's text (a command
+    whose default differs says so with ``help``); its default the field's (a dtype by its
+    short name) unless the command gives one. A new field is a new flag where a command
+    adds it, with no parser written."""
+    import torch
+
     from ..config.setup import setup_field
+    from ..hardware.dtypes import canonical_dtype
 
     f = setup_field(name)
     kw: dict = {}
     if "choices" in f.metadata:
-        choices = tuple("none" if c is None else c for c in f.metadata["choices"])
-        kw.update(choices=choices, type=type(choices[0]))
+        choices = _Choices("none" if c is None else c for c in f.metadata["choices"])
+        kw.update(choices=choices, type=_none_or(type(choices[0])))
     elif "parse" in f.metadata:
         kw["type"] = _parsed(f.metadata["parse"])
     elif str(f.type).replace(" ", "") == "int|None":
         kw["type"] = _positive_int
-    p.add_argument("--" + name.replace("_", "-"),
-                   default=f.default if default is _FROM_FIELD else default,
+    if default is _FROM_FIELD:
+        default = canonical_dtype(f.default) if isinstance(f.default, torch.dtype) \
+            else f.default
+    p.add_argument("--" + name.replace("_", "-"), default=default,
                    help=_plain(f.metadata["doc"]) if help is None else help, **kw)
+
+
+def setup_keywords(args, names) -> dict:
+    """The keywords of ``fxshape.Setup`` fields ``names`` as their flags parsed them
+    (``quantize``: with ``--group-size`` and ``--activation-scales``, as one
+    quantization), for a command to pass to the API it calls."""
+    from .shared import _quantization
+
+    return {n: _quantization(args) if n == "quantize" else getattr(args, n) for n in names}
 
 
 def field_docs(cls) -> dict:

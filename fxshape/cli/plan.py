@@ -160,7 +160,7 @@ def add_parser(sub) -> argparse.ArgumentParser:
                     help="GPUs to train on (with --torchtitan: default what its degrees "
                          "multiply to)")
     setup_flag(pn, "gpu")
-    setup_flag(pn, "dtype", default="bf16")
+    setup_flag(pn, "dtype")
     pn.add_argument("--global-batch", type=_positive_int, default=None,
                     help="sequences per optimizer step, over all GPUs (required unless "
                          "--torchtitan gives it)")

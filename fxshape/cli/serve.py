@@ -323,7 +323,7 @@ def add_parser(sub) -> argparse.ArgumentParser:
     pw.add_argument("target", help="a causal LM: preset name, config.json path, cached Hub id "
                                    "or package.module:factory")
     setup_flag(pw, "gpu")
-    setup_flag(pw, "dtype", default="bf16")
+    setup_flag(pw, "dtype")
     pw.add_argument("--prompt-len", type=_length_arg, default=None,
                     help="prompt tokens per request (under load also a range lo:hi, drawn "
                          "uniformly)")

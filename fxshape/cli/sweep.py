@@ -6,8 +6,9 @@ import argparse
 
 from tabulate import tabulate
 
-from .args import _check_plot_path, _quantize_args, advise_args, params_arg
-from .shared import _model_config, _quantization
+from .args import (SWEEP_FLAGS, _check_plot_path, _quantize_args, advise_args, params_arg,
+                   setup_keywords)
+from .shared import _model_config
 
 
 def run(args) -> int:
@@ -18,13 +19,7 @@ def run(args) -> int:
     if args.out:
         _check_plot_path(args.out, "--out")
     model = _model_config(args.target)
-    points = sweep(model, args.param, values, gpu=args.gpu, dtype=args.dtype,
-                   batch_size=args.batch_size, seq_len=args.seq_len, tp=args.tp,
-                   mode=args.mode, attention=args.attention, execution=args.execution,
-                   optimizer=None if args.optimizer == "none" else args.optimizer,
-                   context_len=args.context_len, kv_dtype=args.kv_dtype,
-                   page_size=args.page_size, quantize=_quantization(args),
-                   float8=args.float8)
+    points = sweep(model, args.param, values, **setup_keywords(args, SWEEP_FLAGS))
     rows = [(p.value, "-" if p.tflops is None else f"{p.tflops:.1f}",
              "-" if p.time_s is None else f"{p.time_s * 1e3:.3f}",
              "-" if p.step_s is None else f"{p.step_s * 1e3:.3f}",

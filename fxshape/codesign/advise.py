@@ -182,6 +182,7 @@ class _Evaluator:
             else type(_build(self.cls, self.config)).__name__
         self.kw = analyze_kwargs
         self.cache: dict = {}
+        self._built: dict = {}  # models params() built, kept for their analysis
         self.report = None  # the baseline's report
         self.baseline_provenance = baseline_provenance
 
@@ -196,7 +197,7 @@ class _Evaluator:
         if key not in self.cache:
             from ..report.build import analyze
 
-            model = _build(self.cls, self.config_with(key))  # on meta: ~20 ms
+            model = self._model(key)
             # what sets each dimension is read off the baseline (its notes); candidates are
             # only timed
             report = analyze(model, **self.kw,
@@ -220,7 +221,13 @@ class _Evaluator:
         key = tuple(sorted(changes))
         if key in self.cache:
             return self.cache[key].params
-        return _param_count(_build(self.cls, self.config_with(key)))
+        self._built[key] = self._model(key)
+        return _param_count(self._built[key])
+
+    def _model(self, key):
+        """The model with the changes ``key``, built on meta (~20 ms) once."""
+        model = self._built.pop(key, None)
+        return _build(self.cls, self.config_with(key)) if model is None else model
 
 
 def _param_count(model) -> int:

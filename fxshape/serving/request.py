@@ -134,8 +134,8 @@ def serve(model, *, prompt_len: int, output_len: int, batch_size: int = 1, fuse=
     prompt_len = check_size("prompt_len", prompt_len, optional=False)
     output_len = check_size("output_len", output_len, optional=False)
     batch_size = check_size("batch_size", batch_size, optional=False)
-    k, tp = setup.kernels, setup.parallel.tp
-    attention, allreduce, gemv = k.attention, k.allreduce, k.gemv
+    tp, kernels = setup.parallel.tp, setup.kernels
+    attention, allreduce, gemv = kernels.attention, kernels.allreduce, kernels.gemv
     if fuse is None:
         fuse = "none" if attention == "math" else "all"
     fuse = check_fuse(fuse)
