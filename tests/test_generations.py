@@ -118,3 +118,20 @@ def test_a_calibration_file_is_named_as_the_source(tmp_path):
         "the parameter file my_h100.json (fxshape calibrate)"
     assert constants_library("a100", str(path)).startswith("2022-2024")
     assert constants_library("b200", str(path)) == CURRENT_LIBRARY
+
+
+def test_a_refit_matches_its_entry_to_a_thousandth():
+    # bench/fit_aiconfigurator.py --check: another CPU's refit moves the 5th digit of a
+    # constant (121.09 -> 121.08: 1 part in 12,109), which still matches; a constant 1% off,
+    # a changed text, or a missing key does not
+    from fit_aiconfigurator import same_entry
+
+    entry = {"l2_bytes_per_clk_per_sm": 121.09, "rows": 100, "library": "cuBLAS 13",
+             "held_out": {"M<=128": {"median": 0.063}}}
+    assert same_entry(entry, dict(entry, l2_bytes_per_clk_per_sm=121.08))
+    assert not same_entry(entry, dict(entry, l2_bytes_per_clk_per_sm=121.09 * 1.01))
+    assert not same_entry(entry, dict(entry, library="cuBLAS 12"))
+    assert not same_entry(entry, dict(entry, rows=101))
+    assert not same_entry({k: v for k, v in entry.items() if k != "rows"}, entry)
+    assert not same_entry(dict(entry, held_out={"M<=128": {"median": 0.07}}), entry)
+    assert not same_entry(None, entry)
