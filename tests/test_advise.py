@@ -177,6 +177,49 @@ def test_advise_bad_input():
         advise(_meta("gpt2"), param_tolerance=2)
 
 
+def test_a_candidate_is_left_out_by_the_type_of_its_refusal():
+    # advise leaves out a candidate the family cannot build (ConfigRefused), the plan cannot
+    # split (PlanRefused) or int4 cannot pack (PackingRefused), whatever its message says;
+    # any other error is a fault and surfaces, even one whose text names heads or tp
+    from fxshape.codesign.advise import Evaluation, _ranked
+    from fxshape.cost.quant import PackingRefused
+    from fxshape.parallelism.plan import PlanRefused
+    from fxshape.tracing.configs import ConfigRefused
+
+    base = Evaluation(time_s=1.0, flops=10, params=100, step_s=1.0, tokens_per_s=1.0)
+    fast = Evaluation(time_s=0.5, flops=10, params=100, step_s=0.5, tokens_per_s=2.0)
+
+    class Ev:
+        def __init__(self, exc):
+            self.exc = exc
+
+        def params(self, changes):
+            return 100
+
+        def __call__(self, changes):
+            if changes[0][2] == 1:
+                raise self.exc
+            return fast
+
+    cands = [("hidden_size", (("hidden_size", 4, 1),), "refused"),
+             ("hidden_size", (("hidden_size", 4, 8),), "priced")]
+    for exc in (ConfigRefused("x"), PlanRefused("x", "heads"), PackingRefused("x")):
+        recs, too_big, too_slow = _ranked(Ev(exc), cands, base, 0.02, 0.01)
+        # the refused candidate is gone; the other is the one recommendation (2x faster)
+        assert [r.changes for r in recs] == [(("hidden_size", 4, 8),)], exc
+        assert (too_big, too_slow) == (0, 0)
+    with pytest.raises(ValueError, match="tp does not divide the heads"):
+        _ranked(Ev(ValueError("tp does not divide the heads")), cands, base, 0.02, 0.01)
+    # each refusal is still the ValueError callers catch, its message unchanged
+    assert issubclass(ConfigRefused, ValueError) and issubclass(PackingRefused, ValueError)
+    from fxshape.tracing.configs import check_config
+
+    cfg = transformers.LlamaConfig(hidden_size=64, num_attention_heads=4)
+    cfg.num_attention_heads = 3  # as advise's candidates are made: 4 KV heads cannot serve 3
+    with pytest.raises(ConfigRefused, match="= 4 does not divide num_attention_heads = 3"):
+        check_config(cfg)
+
+
 def test_sweep_and_range():
     pts = sweep(_meta("gpt2", n_layer=1), "n_embd", range(760, 777, 8), batch_size=4,
                 seq_len=256)

@@ -88,12 +88,12 @@ def quantized_row(node, g: Gemm, fqn, cls, phase, dkey, spec, state, gemv=None):
         state.left[fqn or node.name] = reason
         return None
     if q.method == "int4" and g.k % q.group_size:
-        from ..cost.quant import GROUP_SIZES
+        from ..cost.quant import GROUP_SIZES, PackingRefused
 
-        raise ValueError(f"group_size={q.group_size} does not divide K={g.k} of "
-                         f"{name or node.name}; accepted: a group size of "
-                         f"{', '.join(str(x) for x in GROUP_SIZES if g.k % x == 0) or 'none'} "
-                         "(of 32, 64, 128, 256) for this layer")
+        raise PackingRefused(f"group_size={q.group_size} does not divide K={g.k} of "
+                             f"{name or node.name}; accepted: a group size of "
+                             f"{', '.join(str(x) for x in GROUP_SIZES if g.k % x == 0) or 'none'}"
+                             " (of 32, 64, 128, 256) for this layer")
     qg = predict_quantized(max(g.m, 1), max(g.n, 1), max(g.k, 1), q, gpu=spec, dtype=dkey,
                            batch=max(g.batch, 1), op=g.op,
                            gemv=gemv_choice() if gemv is None else gemv,

@@ -31,7 +31,9 @@ from ..config.setup import takes_setup
 from ..analysis.provenance import hyperparameters
 from ..hardware.dtypes import canonical_dtype
 from ..hardware.gpus import get_gpu
-from ..tracing.configs import check_config, model_class_for
+from ..cost.quant import PackingRefused
+from ..parallelism.plan import PlanRefused
+from ..tracing.configs import ConfigRefused, check_config, model_class_for
 
 __all__ = ["Advice", "Recommendation", "advise", "evaluate_config", "sweep", "SweepPoint",
            "Sweep"]
@@ -587,11 +589,10 @@ def _ranked(ev, candidates, base: Evaluation, param_tolerance: float,
                 too_big += 1  # left out before it is captured and priced
                 continue
             e = ev(changes)
-        except (ValueError, RuntimeError) as exc:  # an invalid combination for this model
-            if "tp" in str(exc) or "divisible" in str(exc) or "heads" in str(exc) or \
-                    "does not divide K" in str(exc):  # int4 cannot pack the candidate
-                continue
-            raise
+        except (ConfigRefused, PlanRefused, PackingRefused):
+            # a shape the family cannot build, the plan cannot split (tp over the heads) or
+            # int4 cannot pack (its group size over K): not a candidate
+            continue
         rec = _recommendation(group, changes, reason, base, e)
         score = min(rec.predicted_speedup, rec.throughput_gain)
         if score < min_speedup:

@@ -94,6 +94,12 @@ QUANT_METHODS = ("fp8", "int8", "int4", "nvfp4", "mxfp8")
 ACTIVATION_SCHEMES = ("dynamic", "static")
 #: int4 group sizes tinygemm packs (``_convert_weight_to_int4pack``; gpt-fast's choices).
 GROUP_SIZES = (32, 64, 128, 256)
+
+
+class PackingRefused(ValueError):
+    """An int4 group size that does not divide a layer's K, refused in one line (a
+    ``ValueError``, its message unchanged): the weight cannot be packed; what a search over
+    shapes (``fxshape.advise``'s candidates) leaves out, by type, never by its message."""
 #: gpt-fast's and torchao's default group size.
 DEFAULT_GROUP_SIZE = 128
 #: M rows per tinygemm block (its ``m16n8k16`` MMA).
@@ -229,15 +235,17 @@ def packed_weight_bytes(k: int, n: int, q: Quantization) -> int:
     channel; fp8: ``K N`` plus an fp32 scale per output channel.
 
     Raises:
-        ValueError: sizes below 1, or an int4 group size that does not divide ``k``.
+        ValueError: sizes below 1; PackingRefused (a ValueError): an int4 group size that
+            does not divide ``k``.
     """
     for name, v in (("k", k), ("n", n)):
         if isinstance(v, bool) or not isinstance(v, int) or v < 1:
             raise ValueError(f"{name} must be a positive int, got {v!r}")
     if q.method == "int4":
         if k % q.group_size:
-            raise ValueError(f"group_size={q.group_size} does not divide K={k}; accepted: a "
-                             f"group size of {', '.join(map(str, GROUP_SIZES))} dividing K")
+            raise PackingRefused(f"group_size={q.group_size} does not divide K={k}; accepted: "
+                                 f"a group size of {', '.join(map(str, GROUP_SIZES))} "
+                                 "dividing K")
         return k * n // 2 + (k // q.group_size) * n * 2 * _BF16
     if q.method == "int8":
         return k * n + n * _BF16

@@ -79,9 +79,16 @@ def _first(config, *names):
     return None, None
 
 
+class ConfigRefused(ValueError):
+    """A config that cannot describe a model that runs, refused in one line (a
+    ``ValueError``, its message unchanged): what a search over configs (``fxshape.advise``'s
+    candidates) leaves out, by type, never by parsing the message."""
+
+
 def check_config(config) -> None:
-    """Raise ``ValueError`` (one line: the field, its value, the rule) when ``config`` cannot
-    describe a model that runs. Fields a config does not have are not checked."""
+    """Raise :class:`ConfigRefused` (one line: the field, its value, the rule) when
+    ``config`` cannot describe a model that runs. Fields a config does not have are not
+    checked."""
     name = type(config).__name__
     amap = getattr(config, "attribute_map", None) or {}
     defaults = _defaults(type(config))
@@ -94,23 +101,24 @@ def check_config(config) -> None:
         vals = list(v.values() if isinstance(v, dict) else v) \
             if isinstance(v, (list, tuple, dict)) and v else [v]
         if not all(_is_int(x) and x > 0 for x in vals):
-            raise ValueError(f"{name}.{field} = {v!r}: must be a positive integer")
+            raise ConfigRefused(f"{name}.{field} = {v!r}: must be a positive integer")
     h_name, hidden = _first(config, *HIDDEN_FIELDS)
     a_name, heads = _first(config, *HEAD_FIELDS)
     d_name, _ = _first(config, *_HEAD_DIM)
     if _is_int(hidden) and _is_int(heads) and d_name is None and hidden % heads \
             and not defaults.get("uneven heads"):
-        raise ValueError(f"{name}.{h_name} = {hidden} is not divisible by {a_name} = {heads}: "
-                         f"each head takes {h_name} / {a_name} features (or set head_dim)")
+        raise ConfigRefused(f"{name}.{h_name} = {hidden} is not divisible by {a_name} = "
+                            f"{heads}: each head takes {h_name} / {a_name} features (or set "
+                            "head_dim)")
     kv = _get(config, "num_key_value_heads")
     if _is_int(heads) and _is_int(kv) and heads % kv:
-        raise ValueError(f"{name}.num_key_value_heads = {kv} does not divide {a_name} = "
-                         f"{heads}: each KV head serves a whole group of query heads")
+        raise ConfigRefused(f"{name}.num_key_value_heads = {kv} does not divide {a_name} = "
+                            f"{heads}: each KV head serves a whole group of query heads")
     e_name, experts = _first(config, "num_local_experts", "num_experts", "n_routed_experts")
     top = _get(config, "num_experts_per_tok")
     if _is_int(experts) and _is_int(top) and top > experts:
-        raise ValueError(f"{name}.num_experts_per_tok = {top} exceeds {e_name} = {experts}: "
-                         "a token is routed to at most every expert")
+        raise ConfigRefused(f"{name}.num_experts_per_tok = {top} exceeds {e_name} = "
+                            f"{experts}: a token is routed to at most every expert")
 
 
 def model_class_for(config):
