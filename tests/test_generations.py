@@ -135,3 +135,45 @@ def test_a_refit_matches_its_entry_to_a_thousandth():
     assert not same_entry({k: v for k, v in entry.items() if k != "rows"}, entry)
     assert not same_entry(dict(entry, held_out={"M<=128": {"median": 0.07}}), entry)
     assert not same_entry(None, entry)
+
+
+def test_an_analysis_takes_its_constants_from_its_machine_not_the_context():
+    # params= reaches every cost model through the machine's GPU (GPUSpec.constants), so an
+    # analysis under a poisoned use_params context (a file that cannot be read) prices
+    # exactly as one under use_params("2024") with no params=: prefill, training, decode,
+    # and what re-prices a decode report (DecodeSteps, BatchStep) and plans its padding
+    from fxshape.cost.gemm import _ACTIVE_PARAMS, use_params
+    from fxshape.padding.plan import plan_padding
+    from fxshape.serving.batch import BatchStep
+    from fxshape.serving.steps import DecodeSteps
+
+    from models import tiny_llama
+
+    model = tiny_llama()
+    runs = (dict(mode="inference", seq_len=128), dict(mode="train", seq_len=128),
+            dict(mode="decode", context_len=256, batch_size=4))
+
+    def outputs(**params):
+        out = []
+        for kw in runs:
+            rep = fxshape.analyze(model, gpu="h100", **kw, **params)
+            out.append(([r.time_s for r in rep.rows], rep.step.time_s))
+            if kw["mode"] == "decode":
+                out.append((DecodeSteps(rep).attention_s(1024),
+                            BatchStep(rep).time_s([512] * 4)))
+            else:
+                out.append(plan_padding(rep).to_dict())
+        return out
+
+    with use_params("2024"):
+        from_context = outputs()
+    token = _ACTIVE_PARAMS.set("/nonexistent/poison.json")
+    try:
+        from_machine = outputs(params="2024")
+        with pytest.raises(ValueError, match="poison"):  # the poison is read when asked
+            model_params("h100")
+    finally:
+        _ACTIVE_PARAMS.reset(token)
+    assert from_machine == from_context
+    # and the 2024 constants are not today's: the comparison can tell them apart
+    assert outputs() != from_context

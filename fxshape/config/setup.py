@@ -35,6 +35,7 @@ from ..cost.allreduce import ALGORITHMS, check_algorithm
 from ..cost.attention import ATTENTION_CHOICES
 from ..cost.decode_attention import check_page_size
 from ..cost.float8 import FLOAT8_RECIPES
+from ..cost.gemm import params_in_force
 from ..cost.gemv import GEMV_CHOICES, check_gemv
 from ..cost.optimizer import OPTIMIZERS, check_optimizer
 from ..cost.quant import GROUP_SIZES, QUANT_METHODS
@@ -172,12 +173,16 @@ class Machine:
         named in ``report.notes``.""", capture=True)
 
     def __post_init__(self):
-        topology_for(self.spec, self.topology)
+        topology_for(get_gpu(self.gpu), self.topology)
+        if self.params is not None:
+            params_in_force(self.params)  # a bad file or name: its one-line error, here
 
     @property
     def spec(self):
-        """The :class:`fxshape.GPUSpec`."""
-        return get_gpu(self.gpu)
+        """The :class:`fxshape.GPUSpec`, priced with the constants of ``params`` (or the
+        file in force when it is None: ``use_params``, ``$FXSHAPE_PARAMS``, the packaged
+        one), which every cost model reads from it (``GPUSpec.constants``)."""
+        return get_gpu(self.gpu).with_constants(params_in_force(self.params))
 
 
 @dataclass(frozen=True)

@@ -336,15 +336,15 @@ def _params_path(params_path: str | None) -> str:
 def attention_params(params_path: str | None = None, gpu=None) -> AttentionParams:
     """The fitted constants (``bench/fit_attention.py``; ``$FXSHAPE_ATTENTION_PARAMS``
     overrides the packaged file). With ``gpu``: overlaid with that GPU's entry in the
-    ``attention`` section of the GEMM parameter file in force (``params=``, ``use_params``,
-    ``$FXSHAPE_PARAMS``), which ``fxshape calibrate --trace`` writes from a trace's SDPA
-    kernels."""
+    ``attention`` section of the GEMM parameter file the GPU is priced with (its
+    ``constants``, else ``use_params``, ``$FXSHAPE_PARAMS``), which ``fxshape calibrate
+    --trace`` writes from a trace's SDPA kernels."""
     ap = _load(_params_path(params_path))
     if gpu is None:
         return ap
     from .gemm import is_default_params, resolve_params_path
 
-    path = resolve_params_path()
+    path = resolve_params_path(None, gpu)
     if is_default_params(path):
         return ap
     entry = (_overlay(path) or {}).get(get_gpu(gpu).name)
@@ -776,8 +776,9 @@ def predict_attention(shape: AttentionShape, *, direction: str = "forward",
     # the constants, and the GEMM parameter file in force (predict_with reads its GEMM
     # constants from it), key the cache
     return _predict_cached(shape, direction, attention, dkey, spec,
-                           attention_params(params_path, spec), resolve_params_path(),
-                           kv_key, page_size, _params_path(params_path))
+                           attention_params(params_path, spec),
+                           resolve_params_path(None, spec), kv_key, page_size,
+                           _params_path(params_path))
 
 
 @functools.lru_cache(maxsize=1 << 14)

@@ -225,13 +225,25 @@ _ACTIVE_PARAMS: contextvars.ContextVar[str | None] = contextvars.ContextVar(
 _SECTIONS = ("gpus", "families", "measurement")
 
 
-def resolve_params_path(params_path: str | None = None) -> str:
-    """The parameter file in force: ``params_path``, else the one set by
-    :func:`use_params` (``params=`` of analyze/pad/advise), else ``$FXSHAPE_PARAMS``, else the
-    packaged ``fxshape/data/perf_params.json``."""
-    path = (params_path or _ACTIVE_PARAMS.get() or os.environ.get("FXSHAPE_PARAMS")
-            or _DEFAULT_PARAMS_PATH)
+def resolve_params_path(params_path: str | None = None, gpu=None) -> str:
+    """The parameter file a prediction for ``gpu`` uses: ``params_path``, else the GPU's
+    own (``GPUSpec.constants``: an analysis sets it from its setup's ``Machine``), else the
+    one set by :func:`use_params`, else ``$FXSHAPE_PARAMS``, else the packaged
+    ``fxshape/data/perf_params.json``."""
+    path = (params_path or getattr(gpu, "constants", None) or _ACTIVE_PARAMS.get()
+            or os.environ.get("FXSHAPE_PARAMS") or _DEFAULT_PARAMS_PATH)
     return _named(os.fspath(path))
+
+
+def params_in_force(path=None) -> str:
+    """The parameter file ``path`` names, checked (a bad file fails here, with its one-line
+    error) and made absolute (a library generation's name: its packaged file); ``None``:
+    the file in force (:func:`resolve_params_path`). What a setup's ``Machine`` gives its
+    GPU (``GPUSpec.with_constants``)."""
+    path = resolve_params_path() if path is None else \
+        os.path.abspath(_named(os.fspath(path)))
+    _load_params(path)
+    return path
 
 
 def _named(path: str) -> str:
@@ -249,9 +261,7 @@ def use_params(path):
     if path is None:
         yield
         return
-    path = os.path.abspath(_named(os.fspath(path)))
-    _load_params(path)  # a bad file fails here, with its one-line error
-    token = _ACTIVE_PARAMS.set(path)
+    token = _ACTIVE_PARAMS.set(params_in_force(path))
     try:
         yield
     finally:
@@ -315,14 +325,14 @@ def model_params(gpu, params_path: str | None = None, *, simt: bool = False) -> 
             instead of the tensor-core ones.
     """
     spec = get_gpu(gpu)
-    return _model_params(spec, resolve_params_path(params_path), simt)
+    return _model_params(spec, resolve_params_path(params_path, spec), simt)
 
 
 def constants_source(gpu, params_path: str | None = None, *, simt: bool = False) -> str:
     """The GPU whose fitted entry :func:`model_params` returns for ``gpu``: its own name
     when it has measured data, else the one its architecture family borrows from."""
     spec = get_gpu(gpu)
-    data = _load_params(resolve_params_path(params_path))
+    data = _load_params(resolve_params_path(params_path, spec))
     data = (data.get("fp32") or {}) if simt else data
     if spec.name in data.get("gpus", {}):
         return spec.name
@@ -334,7 +344,7 @@ def constants_library(gpu, params_path: str | None = None) -> str:
     """What the tensor-core constants :func:`model_params` gives ``gpu`` describe: the
     ``library`` their fit recorded (:data:`CURRENT_LIBRARY` for today's), else the 2022-2024
     measurements the older fits came from."""
-    path = resolve_params_path(params_path)
+    path = resolve_params_path(params_path, gpu)
     src = constants_source(gpu, params_path)
     entry = _load_params(path).get("gpus", {}).get(src)
     lib = entry.get("library") if isinstance(entry, dict) else None
@@ -758,7 +768,7 @@ def predict_matmul(m, n, k, *, batch=1, dtype="bf16", gpu="h100", layout="nn",
         raise ValueError(f"unknown layout {layout!r}; accepted: {', '.join(LAYOUTS)}")
     spec = get_gpu(gpu)
     spec.peak_tflops(dkey)  # raises if there is no tensor-core path for dkey
-    path = resolve_params_path(params_path or params)
+    path = resolve_params_path(params_path or params, spec)
     _load_params(path)  # cached; a bad file: one-line ValueError here, not a KeyError later
     ran = None
     if kernel is not None and _is_simt(spec, dkey):

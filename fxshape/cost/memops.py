@@ -181,14 +181,15 @@ def memops_params(gpu, params_path: str | None = None) -> tuple[str, dict]:
     else its architecture family's.
 
     ``params_path``: a memory-op parameter file (``bench/fit_memops.py``'s format), or a GEMM
-    parameter file; default the GEMM parameter file in force (``params=``, ``use_params``,
-    ``$FXSHAPE_PARAMS``: ``fxshape.cost.gemm.resolve_params_path``). A GEMM parameter file
+    parameter file; default the GEMM parameter file the GPU is priced with (its
+    ``constants``, ``use_params``, ``$FXSHAPE_PARAMS``:
+    ``fxshape.cost.gemm.resolve_params_path``). A GEMM parameter file
     with a ``memops`` section (``fxshape calibrate --trace`` writes one) overlays the
     packaged constants for the GPUs it names; one without leaves them.
     """
     spec = get_gpu(gpu)
     if params_path is None:
-        overlay, path = _route(resolve_params_path(), True)
+        overlay, path = _route(resolve_params_path(None, spec), True)
     else:
         overlay, path = _route(os.fspath(params_path), False)
     if overlay is not None:

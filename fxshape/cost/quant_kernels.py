@@ -136,7 +136,7 @@ def quant_kernel_source(gpu, method: str) -> str | None:
     """The GPU whose measurements price ``method`` on ``gpu`` (its own, or its family's:
     module docstring), or None where nothing measured does."""
     spec: GPUSpec = get_gpu(gpu)
-    if resolve_params_path() in LIBRARY_GENERATIONS.values():
+    if resolve_params_path(None, spec) in LIBRARY_GENERATIONS.values():
         return None  # an older library generation: not today's kernels
     table = _load(_path())
     if (spec.name, method) in table:

@@ -86,6 +86,11 @@ class GPUSpec:
             (:mod:`fxshape.hardware.power`). Give it with :meth:`with_power_limit` or as
             ``"h100-sxm@500w"`` wherever a GPU name is accepted; accepted range:
             :func:`fxshape.hardware.power.power_limit_range`.
+        constants: the parameter file its predictions take their fitted constants from
+            (a path, as ``fxshape.cost.gemm`` resolves it), set by the analysis from its
+            setup's ``Machine`` (:meth:`with_constants`), so that every cost model reads
+            them from the GPU it is given; ``None``: the file in force
+            (``fxshape.use_params``, ``$FXSHAPE_PARAMS``, else the packaged constants).
     """
 
     name: str
@@ -106,6 +111,7 @@ class GPUSpec:
     base_clock_mhz: int | None = None
     tcgen05: bool = False
     power_limit_w: float | None = None
+    constants: str | None = None
 
     def __post_init__(self):
         if self.sm_count <= 0 or self.boost_clock_mhz <= 0:
@@ -144,6 +150,13 @@ class GPUSpec:
                 raise ValueError(f"power limit must be a number of watts, got {watts!r}")
             watts = float(watts)
         return dataclasses.replace(self, power_limit_w=watts)
+
+    def with_constants(self, path: str | None) -> "GPUSpec":
+        """This GPU priced with the fitted constants of the parameter file ``path`` (as
+        resolved: ``fxshape.cost.gemm.params_in_force``); ``None``: the file in force."""
+        if path is not None and not isinstance(path, str):
+            raise ValueError(f"constants must be a parameter file's path, got {path!r}")
+        return dataclasses.replace(self, constants=path)
 
     @property
     def fp32_lanes_per_sm(self) -> float:

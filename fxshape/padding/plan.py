@@ -18,9 +18,8 @@ from dataclasses import dataclass
 
 from tabulate import tabulate
 
-from ..cost.gemm import model_params, predict_matmul, use_params
+from ..cost.gemm import model_params, params_in_force, predict_matmul, use_params
 from ..hardware.dtypes import itemsize, output_itemsize
-from ..hardware.gpus import get_gpu
 
 __all__ = ["PadDecision", "PaddingPlan", "plan_padding", "can_pad", "padded_size",
            "DEFAULT_MIN_GAIN", "DEFAULT_MULTIPLES"]
@@ -273,14 +272,14 @@ def plan_padding(model_or_report, example_inputs=None, example_kwargs=None, *, g
     Raises:
         ValueError: a multiple that is not a positive power of two, or a negative min_gain.
     """
-    with use_params(params):
+    with use_params(params):  # the analysis of a model, in force for its setup
         return _plan_padding(model_or_report, example_inputs, example_kwargs, gpu=gpu,
                              dtype=dtype, min_gain=min_gain, multiples=multiples,
-                             filter_fn=filter_fn, **analyze_kwargs)
+                             filter_fn=filter_fn, params=params, **analyze_kwargs)
 
 
 def _plan_padding(model_or_report, example_inputs, example_kwargs, *, gpu, dtype, min_gain,
-                  multiples, filter_fn, **analyze_kwargs) -> PaddingPlan:
+                  multiples, filter_fn, params, **analyze_kwargs) -> PaddingPlan:
     from ..report.report import Report
 
     multiples = tuple(_check_multiple(m) for m in multiples)
@@ -295,7 +294,9 @@ def _plan_padding(model_or_report, example_inputs, example_kwargs, *, gpu, dtype
         if dtype is not None:
             kw["dtype"] = dtype
         report = analyze(model_or_report, example_inputs, example_kwargs, gpu=gpu, **kw)
-    spec = get_gpu(report.gpu)
+    # the GPU with the constants the report was priced with, or those of params=
+    spec = report.spec if params is None else \
+        report.spec.with_constants(params_in_force(params))
     dkey = report.dtype
     bw = spec.memory_bandwidth_gbs * 1e9 * model_params(spec).dram_eff
     decisions = []

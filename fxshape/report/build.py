@@ -25,7 +25,7 @@ from ..analysis.annotate import (Capture, capture_step, check_attention, provena
                                  rank_seq_len)
 from ..analysis.parallel import check_tp
 from ..analysis.rows import WorkloadRecord
-from ..cost.gemm import is_default_params, resolve_params_path, use_params
+from ..cost.gemm import is_default_params
 from ..execution.execute import (checkpointed_layers, executed_step, gpu_memory,
                                  liveness_walk, param_groups, param_shards, records_of,
                                  stack_layers, topology_of)
@@ -161,15 +161,14 @@ def _with_error_band(report, low_precision: bool):
 
 
 def _with_params(model, setup, *, kv=(None, None), ctx=None, quant=None):
-    """``_analyze`` under the constants of ``setup.machine.params``, named in the notes
-    when they are not the packaged ones. ``ctx`` (a dict) gets what
-    ``fxshape.report.options`` needs."""
+    """``_analyze``, the constants of ``setup.machine.params`` named in the notes when they
+    are not the packaged ones (the cost models read them from the machine's GPU,
+    ``GPUSpec.constants``). ``ctx`` (a dict) gets what ``fxshape.report.options`` needs."""
     ctx = {} if ctx is None else ctx
-    with use_params(setup.machine.params):
-        report = _analyze(model, setup, kv=kv, ctx=ctx, quant=quant)
-        path = resolve_params_path()
-        ctx["params_path"] = path
-        ctx["params_cover_gpu"] = _params_cover(path, report.gpu)
+    report = _analyze(model, setup, kv=kv, ctx=ctx, quant=quant)
+    path = setup.machine.spec.constants
+    ctx["params_path"] = path
+    ctx["params_cover_gpu"] = _params_cover(path, report.gpu)
     if not is_default_params(path):
         report = dataclasses.replace(report, notes=report.notes + (
             f"GEMM model constants from {path} (over the packaged ones)",))

@@ -77,6 +77,14 @@ class Report:
     #: ``BatchStep``) runs under unless told otherwise; None for a report built by hand
     setup: Setup | None = field(default=None, compare=False, repr=False)
 
+    @property
+    def spec(self):
+        """The GPU the report was priced on, as its cost models saw it: the setup's
+        machine (its power limit and its constants, ``GPUSpec.constants``) when
+        ``analyze`` built it, else the GPU its name gives; what re-pricing it (padding,
+        serving) hands the cost models."""
+        return self.setup.machine.spec if self.setup is not None else get_gpu(self.gpu)
+
     # -- totals ---------------------------------------------------------------------------
     @property
     def total_time_s(self) -> float:

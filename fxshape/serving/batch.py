@@ -44,7 +44,6 @@ from ..cost.quant import predict_quantized, quantization_of
 from ..cost.host import host_params
 from ..cost.memops import memops_params
 from ..hardware.dtypes import itemsize, kv_format
-from ..hardware.gpus import get_gpu
 from ..hardware.topology import topology_for
 
 __all__ = ["BatchStep", "SERVING", "GRAPH_SIZES", "padded_tokens", "FUSE_CHOICES", "check_fuse",
@@ -121,7 +120,7 @@ class BatchStep:
         self.context_len = wl.context_len
         self.tp = wl.tp
         self.allreduce = allreduce
-        self.spec = get_gpu(report.gpu)
+        self.spec = report.spec  # with the constants the report was priced with
         self.topology = topology_for(self.spec, topology)
         self._attention, self._kv_dtype, self._page = wl.attention, wl.kv_dtype, wl.page_size
         if any(o.cls == "attention" and o.family == "math" for o in report.ops):

@@ -42,6 +42,7 @@ class DecodeSteps:
                 calls.setdefault(r.node, (r.attention, r.dtype))
         self._calls = tuple(calls.values())
         self._memo: dict = {}
+        self._spec = report.spec  # the GPU with the constants the report was priced with
 
     def _call_time(self, pred, dtype, context: int) -> float:
         wl = self.report.workload
@@ -49,7 +50,7 @@ class DecodeSteps:
         keys = context if sk == self.context_len else min(sk, context)
         shape = dataclasses.replace(pred.shape, seq_k=keys)
         return predict_attention(shape, attention=wl.attention, dtype=dtype,
-                                 gpu=self.report.gpu, kv_dtype=wl.kv_dtype,
+                                 gpu=self._spec, kv_dtype=wl.kv_dtype,
                                  page_size=wl.page_size).time_s
 
     def attention_s(self, context: int) -> float:
