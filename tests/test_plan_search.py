@@ -232,3 +232,37 @@ def test_a_pipeline_with_too_many_micro_batches_is_refused_not_simulated():
         Parallel(pp=2, microbatches=2**31)
     assert Parallel(pp=2, microbatches=MAX_PIPELINE_MICROBATCHES).microbatches == 65536
     assert Parallel(dp=2, microbatches=2**31).microbatches == 2**31  # accumulation: a product
+
+
+def test_shared_captures_capture_once_and_price_as_analyze(monkeypatch):
+    # analyses sharing a SharedCaptures capture each rank's shapes once (the second plan of
+    # the same tp and micro-batch is only re-costed) and give what analyze gives
+    import fxshape.report.build as build
+    from fxshape import Parallel
+    from fxshape.config.setup import Setup
+    from fxshape.report.build import SharedCaptures
+
+    from models import tiny_llama
+
+    model = tiny_llama()
+    base = Setup.from_keywords(mode="train", seq_len=64, batch_size=2, provenance=None)
+    plans = (Parallel(dp=2), Parallel(dp=2, zero=3), Parallel(dp=4, zero=1))
+    calls = []
+    real = build._executed
+
+    def counted(*args, **kwargs):
+        calls.append(1)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(build, "_executed", counted)
+    shared = SharedCaptures()
+    got = [shared.analyze(model, base.replace(parallel=p)) for p in plans]
+    monkeypatch.undo()
+    assert len(calls) == 1  # dp and zero do not change what one rank captures
+    for p, rep in zip(plans, got):
+        alone = fxshape.analyze(model, setup=base.replace(parallel=p))
+        assert rep.to_json() == alone.to_json()
+    # what holds for every capture of the model goes on to the next SharedCaptures
+    assert any(k[0] == "stacks" for k in shared.model_facts())
+    with pytest.raises(TypeError, match="setup must be a fxshape.Setup"):
+        shared.analyze(model, {"mode": "train"})

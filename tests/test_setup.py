@@ -175,7 +175,7 @@ def test_the_plan_search_counts_refusals_by_rule_and_raises_the_rest(monkeypatch
         raise PlanRefused("tp=2 does not fit the reasons of this test", "a rule of this test")
 
     monkeypatch.setattr(search, "_SHARED", {})
-    monkeypatch.setattr("fxshape.report.build.analyze", refuse)
+    monkeypatch.setattr("fxshape.report.build.SharedCaptures.analyze", refuse)
     found = search.plan(model, gpus=2, global_batch=4, seq_len=32, micro_batches=(1,),
                         recompute=(None,), zero=(0,), progress=False, workers=1)
     # every candidate costed was refused, each counted under the rule, none parsed
@@ -185,7 +185,7 @@ def test_the_plan_search_counts_refusals_by_rule_and_raises_the_rest(monkeypatch
     def bug(*args, **kwargs):
         raise ValueError("a bug")
 
-    monkeypatch.setattr("fxshape.report.build.analyze", bug)
+    monkeypatch.setattr("fxshape.report.build.SharedCaptures.analyze", bug)
     with pytest.raises(ValueError, match=r"^plan tp\d.*: a bug$"):
         search.plan(model, gpus=2, global_batch=4, seq_len=32, micro_batches=(1,),
                     recompute=(None,), zero=(0,), progress=False, workers=1)

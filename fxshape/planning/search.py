@@ -5,7 +5,7 @@
 state alone exceed a GPU (a lower bound, no capture needed), costs the rest with
 :func:`fxshape.analyze` — each distinct per-rank shape set (tensor, context and expert
 parallelism, micro-batch size) captured once, every plan that shares it only re-costed
-(``fxshape.report.build.CAPTURE_CACHE``) — drops those that do not fit in memory, and
+(``fxshape.report.build.SharedCaptures``) — drops those that do not fit in memory, and
 ranks the rest by predicted step time. Every number is the one ``fxshape analyze`` prints
 for that plan.
 """
@@ -270,10 +270,10 @@ def plan(model, *, gpus: int, global_batch: int, seq_len: int, gpu="h100", dtype
 
 def _cost_group(group, job) -> tuple:
     """Cost one capture's plans with ``analyze`` (one capture, the rest re-costed from it:
-    ``fxshape.report.build.CAPTURE_CACHE``); ``(results, Counter of refusals)``."""
+    ``fxshape.report.build.SharedCaptures``); ``(results, Counter of refusals)``."""
     import contextlib
 
-    from ..report.build import CAPTURE_CACHE, analyze
+    from ..report.build import SharedCaptures
     from ..config.setup import Setup
 
     results, refused = [], Counter()
@@ -282,33 +282,28 @@ def _cost_group(group, job) -> tuple:
                                mode="train", topology=job["topo"], provenance=None,
                                execution=job["execution"], optimizer=job["optimizer"],
                                attention=job["attention"])
-    token = CAPTURE_CACHE.set(dict(_SHARED))
-    try:
-        for c in group:
-            try:
-                with contextlib.redirect_stdout(None):
-                    rep = analyze(job["model"], setup=base.replace(
-                        batch_size=c.micro_batch, parallel=c.parallel))
-            except PlanRefused as exc:  # the rule it breaks, typed where it is raised
-                refused["refused: " + exc.reason] += 1
-                continue
-            except ValueError as exc:  # not a plan this search should have tried: a bug
-                raise ValueError(f"plan {c.label()}: {exc}") from exc
-            step, mem = rep.step, rep.memory
-            tokens = job["global_batch"] * job["seq_len"]
-            results.append(PlanResult(
-                candidate=c, step_s=step.time_s,
-                tokens_per_s_per_gpu=tokens / step.time_s / job["gpus"], mfu=step.mfu,
-                peak_bytes=int(mem.peak), capacity_bytes=job["capacity"],
-                bubble_s=step.by_class.get("pipeline_bubble", 0.0),
-                exposed_comm_s=step.by_class.get("communication", 0.0)))
-        # what holds for every capture of the model (its layer stacks, the verdict that one
-        # layer stands for its group) goes on to the next group
-        cache = CAPTURE_CACHE.get()
-        _SHARED.update({k: v for k, v in cache.items()
-                        if isinstance(k, tuple) and k and k[0] in ("stacks", "sound")})
-    finally:
-        CAPTURE_CACHE.reset(token)
+    captures = SharedCaptures(_SHARED)
+    for c in group:
+        try:
+            with contextlib.redirect_stdout(None):
+                rep = captures.analyze(job["model"], base.replace(
+                    batch_size=c.micro_batch, parallel=c.parallel))
+        except PlanRefused as exc:  # the rule it breaks, typed where it is raised
+            refused["refused: " + exc.reason] += 1
+            continue
+        except ValueError as exc:  # not a plan this search should have tried: a bug
+            raise ValueError(f"plan {c.label()}: {exc}") from exc
+        step, mem = rep.step, rep.memory
+        tokens = job["global_batch"] * job["seq_len"]
+        results.append(PlanResult(
+            candidate=c, step_s=step.time_s,
+            tokens_per_s_per_gpu=tokens / step.time_s / job["gpus"], mfu=step.mfu,
+            peak_bytes=int(mem.peak), capacity_bytes=job["capacity"],
+            bubble_s=step.by_class.get("pipeline_bubble", 0.0),
+            exposed_comm_s=step.by_class.get("communication", 0.0)))
+    # what holds for every capture of the model (its layer stacks, the verdict that one
+    # layer stands for its group) goes on to the next group
+    _SHARED.update(captures.model_facts())
     return results, refused
 
 

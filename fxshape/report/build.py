@@ -4,7 +4,8 @@ The keywords become a :class:`fxshape.Setup` (``fxshape.config.setup``, the one
 translation); the setup is checked against the model (:func:`_checked`); the model is
 captured and annotated (``fxshape.analysis.annotate.capture_step``: one rank's graph, a row
 per GEMM) and its op records, liveness walk and step notes computed
-(``fxshape.execution``), once per capture key within a plan search (:data:`CAPTURE_CACHE`);
+(``fxshape.execution``), once per capture key among the analyses that share a
+:class:`SharedCaptures` (a plan search's);
 the step and memory are executed under the plan (:func:`_costed`); the
 :class:`~fxshape.report.report.Report` is built, its low-precision rows finished, its
 error band and options said. A decode step goes through ``fxshape.execution.decode``, which
@@ -13,8 +14,8 @@ wraps the model with its KV cache and runs the same body.
 
 from __future__ import annotations
 
-import contextvars
 import dataclasses
+import functools
 import inspect
 from dataclasses import dataclass
 
@@ -38,13 +39,31 @@ from ..tracing.export import (DEFAULT_BATCH_SIZE, check_module, forward_argument
                               is_hf_model)
 from ..tracing.facts import head_counts, hidden_size, input_embedding, routed_experts
 
-__all__ = ["analyze", "CAPTURE_CACHE"]
+__all__ = ["analyze", "SharedCaptures"]
 
-#: while a plan search runs (``fxshape.planning``): a dict of captured graphs, their rows, op
-#: records and liveness walk by everything they depend on, so that plans sharing one rank's
-#: shapes (tp, cp, ep, micro-batch) are captured once and only re-costed
-CAPTURE_CACHE: contextvars.ContextVar = contextvars.ContextVar("fxshape_capture_cache",
-                                                                default=None)
+
+class SharedCaptures:
+    """Analyses of one model that share its captures (``fxshape.planning``'s plan search):
+    each capture (graph, rows, op records, liveness walk) kept by everything it depends on
+    (``Setup.capture_key``), so that setups sharing one rank's shapes (tp, cp, ep,
+    micro-batch) capture it once and only re-cost it; the model's layer stacks and the
+    verdicts that one layer stands for its group, found once.
+
+    ``shared``: entries of an earlier ``SharedCaptures`` of the same model to start from
+    (:meth:`model_facts`: what holds for every capture of it)."""
+
+    def __init__(self, shared: dict | None = None):
+        self.entries: dict = dict(shared or {})
+
+    def analyze(self, model, setup):
+        """``fxshape.analyze(model, setup=setup)`` (a ``Report``), its capture shared."""
+        return _run(model, _as_setup(setup), cache=self.entries)
+
+    def model_facts(self) -> dict:
+        """What holds for every capture of the model (its layer stacks, the layer-reduction
+        verdicts), to start another ``SharedCaptures`` of it with."""
+        return {k: v for k, v in self.entries.items()
+                if isinstance(k, tuple) and k and k[0] in ("stacks", "sound")}
 
 
 def analyze(model, example_inputs=None, example_kwargs=None, *, setup=None, **keywords):
@@ -63,13 +82,7 @@ def analyze(model, example_inputs=None, example_kwargs=None, *, setup=None, **ke
     Returns:
         A :class:`fxshape.report.report.Report`.
     """
-    from ..config.setup import Setup
-
-    if setup is None:
-        setup = Setup()
-    elif not isinstance(setup, Setup):
-        raise TypeError(f"setup must be a fxshape.Setup (Setup.from_keywords(...) builds one), "
-                        f"got {type(setup).__name__}")
+    setup = _as_setup(setup)
     if keywords:
         setup = setup.replace(**keywords)
     if example_inputs is not None or example_kwargs is not None:
@@ -77,9 +90,21 @@ def analyze(model, example_inputs=None, example_kwargs=None, *, setup=None, **ke
     return _run(model, setup)
 
 
-def _run(model, setup):
+def _as_setup(setup):
+    from ..config.setup import Setup
+
+    if setup is None:
+        return Setup()
+    if not isinstance(setup, Setup):
+        raise TypeError(f"setup must be a fxshape.Setup (Setup.from_keywords(...) builds one), "
+                        f"got {type(setup).__name__}")
+    return setup
+
+
+def _run(model, setup, cache=None):
     """``analyze``'s body: the setup checked against the model, captured and costed (a
-    decode step, or the other modes), its low-precision rows and its options said."""
+    decode step, or the other modes), its low-precision rows and its options said.
+    ``cache``: a :class:`SharedCaptures`' entries, or None."""
     from ..execution.quantized import float8_report, quantized_report
     from .options import given_options, option_effects
 
@@ -95,10 +120,11 @@ def _run(model, setup):
     if mode == "decode":
         from ..execution.decode import analyze_decode
 
-        report = analyze_decode(model, setup, ctx=ctx, run=_with_params, quant=state)
+        report = analyze_decode(model, setup, ctx=ctx, quant=state,
+                                run=functools.partial(_with_params, cache=cache))
     else:
         report = _with_params(model, setup.replace(execution=k.execution or "eager"),
-                              ctx=ctx, quant=state)
+                              ctx=ctx, quant=state, cache=cache)
     if isinstance(state, lowprec.Float8State):
         report = float8_report(report, state)
         ctx["quant_left"] = state.left
@@ -160,12 +186,12 @@ def _with_error_band(report, low_precision: bool):
                                notes=report.notes + (note,))
 
 
-def _with_params(model, setup, *, kv=(None, None), ctx=None, quant=None):
+def _with_params(model, setup, *, kv=(None, None), ctx=None, quant=None, cache=None):
     """``_analyze``, the constants of ``setup.machine.params`` named in the notes when they
     are not the packaged ones (the cost models read them from the machine's GPU,
     ``GPUSpec.constants``). ``ctx`` (a dict) gets what ``fxshape.report.options`` needs."""
     ctx = {} if ctx is None else ctx
-    report = _analyze(model, setup, kv=kv, ctx=ctx, quant=quant)
+    report = _analyze(model, setup, kv=kv, ctx=ctx, quant=quant, cache=cache)
     path = setup.machine.spec.constants
     ctx["params_path"] = path
     ctx["params_cover_gpu"] = _params_cover(path, report.gpu)
@@ -195,13 +221,12 @@ def _params_cover(path, gpu) -> bool:
     return False
 
 
-def _analyze(model, setup, *, kv=(None, None), ctx=None, quant=None):
+def _analyze(model, setup, *, kv=(None, None), ctx=None, quant=None, cache=None):
     """A prefill, inference or training step of ``model`` under ``setup`` (its execution
     given): checked, captured (once per capture key within a plan search), costed.
     ``quant``: the low precision its linear layers run in (``analysis.lowprec``: a
     ``QuantState`` or ``Float8State``, made from the setup and the model in ``_run``)."""
-    checked = _checked(model, setup)
-    cache = CAPTURE_CACHE.get()
+    checked = _checked(model, setup, cache)
     ckey = None
     w = setup.workload
     if cache is not None and w.example_inputs is None and w.example_kwargs is None:
@@ -233,7 +258,7 @@ class _Checked:
         return [s for s in self.stacks if len(s.groups) < s.length]
 
 
-def _checked(model, setup) -> _Checked:
+def _checked(model, setup, cache=None) -> _Checked:
     """The setup against the model: a module, its config, its heads for tp, the GPU's dtype,
     the attention kernel, the plan against its layers and the machine, its experts for
     ep."""
@@ -251,7 +276,6 @@ def _checked(model, setup) -> _Checked:
     spec.peak_tflops(dkey)  # fail before capturing
     check_attention(setup.kernels.attention, spec, dkey)
     topo = topology_of(m.topology, spec)
-    cache = CAPTURE_CACHE.get()
     if cache is not None:  # a plan search: the model's layer stacks found once
         if ("stacks", id(model)) not in cache:
             cache[("stacks", id(model))] = find_stacks(model)
