@@ -273,208 +273,289 @@ def plan_step(records, optimizer_records, *, plan, topo, stacks, layers, stage_p
     whose SMs the overlapped collectives take from the compute (None: they take none).
 
     Returns ``(time_s, critical rank, ranks [StageTime], collectives [Collective])``."""
-    p, v, m = plan.pp, plan.virtual_stages, plan.microbatches
-    stages = plan.stages
+    p, m, stages = plan.pp, plan.microbatches, plan.stages
     grouped = units if units is not None else units_of(records, stacks)
     counts = stage_layer_counts(plan, layers)
     chunk_of = layer_chunks(counts)
     in_stage = [[] for _ in range(stages)]  # the layers each virtual stage runs
     for i in sorted(set(grouped.forward) | set(grouped.backward)):
         in_stage[chunk_of_layer(chunk_of, i)].append(i)
-    roots = [grouped.roots[(s == 0, s == stages - 1)] for s in range(stages)]
-    memo: dict = {}
-
-    def _coll(op, nbytes, group, stride, topo):
-        return _priced(op, nbytes, group, stride, topo, memo)
-
-    def slow(group, stride):
-        """The compute rate a collective over ``group`` ranks ``stride`` apart takes."""
-        if spec is None or group <= 1:
-            return 0.0
-        return sm_share(spec, topo.link_class(group, per_node(group, stride,
-                                                                topo.gpus_per_node)))
-
-    shard, rep, tp = plan.shard, plan.replicate, plan.tp
-    ep = plan.ep
+    shape = _StageShape(grouped, tuple(tuple(x) for x in in_stage),
+                        tuple(grouped.roots[(s == 0, s == stages - 1)]
+                              for s in range(stages)))
+    pr = _Pricer(plan, topo, spec)
     stage_experts = stage_experts or [0] * len(stage_params)
     unit_experts = unit_experts or [{} for _ in stage_params]
-
-    def split(op, elements, experts, nbytes, group, stride):
-        """A collective over the dense parameters' ``group`` and the experts' ``group /
-        ep`` (``ep`` times the stride apart)."""
-        dense = _coll(op, (elements - experts) * nbytes, group, stride, topo)
-        if not experts:
-            return dense
-        return dense + _coll(op, experts * nbytes, group // ep, stride * ep, topo)
-
     all_params = sum(stage_params) or 1
     casts = [r for r in optimizer_records if r.cls != "optimizer"]
     opt = [r for r in optimizer_records if r.cls == "optimizer"]
     if plan.zero == 3:
         casts = []  # FSDP2 gathers the parameters in the compute dtype: no autocast casts
-
-    fwd_t, bwd_t, exposed, stretched, per_stage, cast_s = [], [], [], [], [], []
-    wgrad_t = []  # the weight-gradient part of each stage's backward (a split backward's W)
-    for s in range(stages):
-        share = stage_params[s] / all_params
-        cast_f = sum(r.time_s for r in casts if r.phase == "forward") * share
-        cast_b = sum(r.time_s for r in casts if r.phase == "backward") * share
-        cast_s.append(share * sum(r.time_s for r in casts))
-        ids = list(unit_params[s])
-        units = list(unit_params[s].values())
-        xunits = [unit_experts[s].get(k, 0) for k in ids]
-        # unit order (the stage's layers, then the root); the backward runs it reversed. A
-        # layer without a unit of its own (no trained parameters) runs in the root's
-        loose = [i for i in in_stage[s] if i not in unit_params[s]]
-        f_walls = [grouped.forward.get(i, _EMPTY).wall_s for i in ids if i is not None] + \
-            [roots[s][0].wall_s + sum(grouped.forward.get(i, _EMPTY).wall_s for i in loose)]
-        b_walls = [grouped.backward.get(i, _EMPTY).wall_s for i in ids if i is not None] + \
-            [roots[s][1].wall_s + sum(grouped.backward.get(i, _EMPTY).wall_s for i in loose)]
-        comm: dict = {}
-        if plan.zero == 3:
-            gi = gather_item or {}
-            gat = [split("all_gather", n, x, gi.get(k, item), shard, tp)
-                   for k, n, x in zip(ids, units, xunits)]
-            g = plan.grad_bytes  # the gradients' dtype (fp32 unless the plan says)
-            rs = [split("reduce_scatter", n, x, g, shard, tp) for n, x in zip(units, xunits)]
-            if rep > 1:  # hybrid sharding: the shard's gradient all-reduced across replicas
-                rs = [r + _coll("all_reduce", g * sharded_share(n, x, shard, ep), rep,
-                                tp * shard, topo)
-                      for r, n, x in zip(rs, units, xunits)]
-            # the root (last unit) stays gathered; the layers regather for their backward
-            again = [x if plan.reshard_after_forward and i < len(units) - 1 else 0.0
-                     for i, x in enumerate(gat)]
-            fsdp_slow = slow(shard, tp)  # the widest group the stream serves
-            fo = prefetched(f_walls, gat, slow=fsdp_slow)
-            bo = prefetched(b_walls[::-1], again[::-1], rs[::-1], slow=fsdp_slow)
-            fwd_t.append(fo.end + cast_f)
-            bwd_t.append(bo.end + cast_b)
-            exposed.append(fo.exposed + bo.exposed)
-            stretched.append(fo.stretch + bo.stretch)
-            n = sum(units)
-            gathered = sum(u * gi.get(k, item) * (2 if a else 1)
-                           for k, u, a in zip(ids, units, again))
-            comm[("zero", "all_gather")] = [shard, int(round(gathered)),
-                                            len(units) + sum(1 for a in again if a),
-                                            sum(gat) + sum(again)]
-            comm[("zero", "reduce_scatter")] = [shard, n * g, len(units), sum(rs)]
-        else:
-            fwd_t.append(sum(f_walls) + cast_f)
-            bwd_t.append(sum(b_walls) + cast_b)
-            exposed.append(0.0)
-            stretched.append(0.0)
-        per_stage.append(comm)
-        if plan.schedule in SPLIT_BACKWARD:
-            # the backward's weight-gradient share of its GPU time, of its wall (only a
-            # split backward runs it apart: a plan search's other plans skip this)
-            b_units = [grouped.backward.get(i, _EMPTY) for i in in_stage[s]] + [roots[s][1]]
-            gpu_b = sum(t for u in b_units for c, t in u.by_class if c != "communication")
-            w_gpu = sum(u.weight_grad_s for u in b_units)
-            wgrad_t.append(bwd_t[-1] * w_gpu / gpu_b if gpu_b > 0 else 0.0)
-
-    if p > 1:
-        # the activation (forward) and its gradient (backward) between virtual stages s and
-        # s + 1, on different ranks but at a V schedule's turn
-        sends = []
-        for b in range(stages - 1):
-            r0, r1 = (rank_of_stage(plan.schedule, x, p) for x in (b, b + 1))
-            if r0 == r1:  # a V schedule's turn: the same rank, nothing sent
-                sends.append(0.0)
-                continue
-            sends.append(predict_collective(
-                "send_recv", int(hidden_tokens_bytes), 2, topology=topo,
-                per_node=1 if stage_crosses_nodes(min(r0, r1), plan.gpus // p,
-                                                  topo.gpus_per_node) else 2).time_s)
-        out = play(frozen_orders(plan.schedule, p, m, v), fwd_t, bwd_t, sends,
-                   wgrad=wgrad_t or None,
-                   schedule=plan.schedule)
-        ends, busy, passes = list(out.ends), list(out.busy), list(out.passes)
-    else:
-        sends = []
-        ends = busy = [m * (fwd_t[0] + bwd_t[0])]
-        passes = [()]
-
+    passes = [_stage_pass(pr, shape, s, stage_params[s] / all_params, casts, unit_params[s],
+                          unit_experts[s], gather_item or {}, item)
+              for s in range(stages)]
+    played = _played(pr, passes, hidden_tokens_bytes)
     ranks, rank_comm = [], []
     for d in range(p):
-        mine = stages_of_rank(plan.schedule, d, p, v)
-        params = sum(stage_params[s] for s in mine)
-        experts = sum(stage_experts[s] for s in mine)
-        fraction = sharded_share(params, experts, shard, ep) / all_params  # the optimizer's
-        coll: dict = {}
-        for s in mine:
-            for key, (group, nbytes, count, total) in per_stage[s].items():
-                c = coll.setdefault(key, [group, 0, 0, 0.0, 0.0, 0.0])
-                c[1] += m * nbytes
-                c[2] += m * count
-                c[3] += m * total
-        fs_exposed = m * sum(exposed[s] for s in mine)
-        fs_stretch = m * sum(stretched[s] for s in mine)
-        zkeys = [k for k in coll if k[0] == "zero"]
-        ztotal = sum(coll[k][3] for k in zkeys) or 1.0
-        for k in zkeys:  # gathers and reduce-scatters share the stream: split by their time
-            coll[k][4] = fs_exposed * coll[k][3] / ztotal
-            coll[k][5] = fs_stretch * coll[k][3] / ztotal
-        tail = 0.0
-        if plan.data_ranks > 1 and plan.zero < 3:
-            grad = params * plan.grad_bytes
-            group = shard if plan.zero else plan.data_ranks
-            op = "all_reduce" if plan.zero == 0 else "reduce_scatter"
-            sizes = buckets(grad)
-            xfrac = experts / params if params else 0.0
-            times = [split(op, b, b * xfrac, 1, group, tp) for b in sizes]
-            if plan.zero and rep > 1:
-                times = [t + _coll("all_reduce", b / shard, rep, tp * shard, topo)
-                         for t, b in zip(times, sizes)]
-            ov = bucketed(bwd_t[mine[0]], sizes, times, slow=slow(group, tp))
-            times_run = m if plan.zero == 2 else 1  # ZeRO-2 reduces every micro-batch
-            tail += (ov.exposed + ov.stretch) * times_run
-            coll[("dp" if plan.zero == 0 else "zero", op)] = [
-                group, grad * times_run, len(sizes) * times_run, ov.comm * times_run,
-                ov.exposed * times_run, ov.stretch * times_run]
-        opt_wall = eager_timeline((r.host_s, r.time_s * fraction) for r in opt).wall_s
-        if plan.zero in (1, 2):
-            ag = split("all_gather", params, experts, item, shard, tp)
-            tail += ag
-            coll[("zero", "all_gather")] = [shard, params * item, 1, ag, ag, 0.0]
-        if p > 1:
-            out_of = [s for s in mine if s < stages - 1 and sends[s] > 0]  # to another rank
-            n_send = 2 * m * len(out_of)
-            coll[("pp", "send_recv")] = [2, n_send * int(hidden_tokens_bytes), n_send,
-                                         m * 2 * sum(sends[s] for s in out_of), 0.0, 0.0]
-        ranks.append((d, mine, ends[d], busy[d], tail, opt_wall, fs_exposed + fs_stretch))
+        mine = stages_of_rank(plan.schedule, d, p, plan.virtual_stages)
+        rank, coll = _rank_tail(pr, d, mine, passes, played, stage_params, stage_experts,
+                                all_params, opt, item, hidden_tokens_bytes)
+        ranks.append(rank)
         rank_comm.append(coll)
-
-    time_s = max(e + t + o for _, _, e, _, t, o, _ in ranks)
-    critical = max(range(p), key=lambda d: (ranks[d][2] + ranks[d][4] + ranks[d][5], -d))
-    stage_times = []
-    for d, mine, end, b, tail, opt_wall, fs_exposed in ranks:
-        cls = {"gemm": 0.0, "attention": 0.0, "memory": 0.0, "optimizer": opt_wall,
-               "communication": tail + fs_exposed, "host_idle": 0.0, "pipeline_bubble": 0.0}
-        for s in mine:
-            for u in _stage_units(grouped, in_stage[s], roots[s]):
-                for c, t in u.by_class:
-                    if c in cls:
-                        cls[c] += m * t
-                cls["host_idle"] += m * u.idle_s
-            cls["memory"] += m * cast_s[s]
-        rest = max(0.0, time_s - sum(cls.values()))
-        # without a pipeline what is left is the host's (the timelines' rounding): no bubble
-        cls["pipeline_bubble" if p > 1 else "host_idle"] += rest
-        stage_times.append(StageTime(
-            rank=d, layers=tuple(_layers_in(mine, counts)),
-            forward_s=sum(fwd_t[s] for s in mine), backward_s=sum(bwd_t[s] for s in mine),
-            busy_s=b, end_s=end, tail_s=tail + opt_wall, bubble_s=max(0.0, end - b),
-            by_class=cls, holds=_holds(mine, stages), optimizer_s=opt_wall,
-            passes=passes[d] if p > 1 else ()))
-    tp_like = communication_of([r for s in ranks[critical][1]
-                                for u in _stage_units(grouped, in_stage[s], roots[s])
-                                for r in u.comm], tp, plan.cp, ep)
+    time_s = max(r.end + r.tail + r.opt_wall for r in ranks)
+    critical = max(range(p), key=lambda d: (ranks[d].end + ranks[d].tail + ranks[d].opt_wall,
+                                            -d))
+    stage_times = [_stage_time(plan, shape, r, passes, played, time_s, counts)
+                   for r in ranks]
+    tp_like = communication_of([r for s in ranks[critical].mine
+                                for u in _stage_units(grouped, in_stage[s], shape.roots[s])
+                                for r in u.comm], plan.tp, plan.cp, plan.ep)
     collectives = [dataclasses.replace(c, bytes=c.bytes * m, count=c.count * m,
                                        total_s=c.total_s * m, exposed_s=c.exposed_s * m)
                    for c in tp_like]
     collectives += [Collective(k, op, c[0], int(c[1]), int(c[2]), c[3], c[4], c[5])
                     for (k, op), c in rank_comm[critical].items()]
     return time_s, critical, stage_times, collectives
+
+
+class _Pricer:
+    """One plan's collectives on its machine, each size priced once (``memo``), and the
+    compute rate each takes from the SMs beside it (``spec``; None: none)."""
+
+    def __init__(self, plan, topo, spec):
+        self.plan, self.topo, self.spec, self.memo = plan, topo, spec, {}
+
+    def coll(self, op, nbytes, group, stride) -> float:
+        return _priced(op, nbytes, group, stride, self.topo, self.memo)
+
+    def slow(self, group, stride) -> float:
+        """The compute rate a collective over ``group`` ranks ``stride`` apart takes."""
+        if self.spec is None or group <= 1:
+            return 0.0
+        return sm_share(self.spec, self.topo.link_class(
+            group, per_node(group, stride, self.topo.gpus_per_node)))
+
+    def split(self, op, elements, experts, nbytes, group, stride) -> float:
+        """A collective over the dense parameters' ``group`` and the experts' ``group /
+        ep`` (``ep`` times the stride apart)."""
+        dense = self.coll(op, (elements - experts) * nbytes, group, stride)
+        if not experts:
+            return dense
+        ep = self.plan.ep
+        return dense + self.coll(op, experts * nbytes, group // ep, stride * ep)
+
+
+@dataclass(frozen=True)
+class _StageShape:
+    """What each virtual stage runs: the units by layer (``Units``), the layers of each
+    stage, and each stage's root units (forward, backward) outside the layers."""
+
+    grouped: object
+    in_stage: tuple
+    roots: tuple
+
+
+@dataclass(frozen=True)
+class _StagePass:
+    """One virtual stage's micro-batch: its forward and backward walls (FSDP's gathers and
+    reduce-scatters overlapped), their exposed and stretched communication, its collectives
+    (``{(kind, op): [group, bytes, count, time]}``), its share of autocast's casts and of
+    its backward that computes weight gradients (a split backward's W; 0 otherwise)."""
+
+    fwd: float
+    bwd: float
+    exposed: float
+    stretched: float
+    comm: dict
+    cast: float
+    wgrad: float
+
+
+def _stage_pass(pr, shape, s, share, casts, unit_params, unit_experts, gather_item,
+                item) -> _StagePass:
+    """Virtual stage ``s``'s micro-batch (``share``: its part of the parameters)."""
+    plan, grouped, in_stage, roots = pr.plan, shape.grouped, shape.in_stage[s], shape.roots[s]
+    cast_f = sum(r.time_s for r in casts if r.phase == "forward") * share
+    cast_b = sum(r.time_s for r in casts if r.phase == "backward") * share
+    ids = list(unit_params)
+    units = list(unit_params.values())
+    xunits = [unit_experts.get(k, 0) for k in ids]
+    # unit order (the stage's layers, then the root); the backward runs it reversed. A
+    # layer without a unit of its own (no trained parameters) runs in the root's
+    loose = [i for i in in_stage if i not in unit_params]
+    f_walls = [grouped.forward.get(i, _EMPTY).wall_s for i in ids if i is not None] + \
+        [roots[0].wall_s + sum(grouped.forward.get(i, _EMPTY).wall_s for i in loose)]
+    b_walls = [grouped.backward.get(i, _EMPTY).wall_s for i in ids if i is not None] + \
+        [roots[1].wall_s + sum(grouped.backward.get(i, _EMPTY).wall_s for i in loose)]
+    comm: dict = {}
+    shard, tp = plan.shard, plan.tp
+    if plan.zero == 3:
+        gat = [pr.split("all_gather", n, x, gather_item.get(k, item), shard, tp)
+               for k, n, x in zip(ids, units, xunits)]
+        g = plan.grad_bytes  # the gradients' dtype (fp32 unless the plan says)
+        rs = [pr.split("reduce_scatter", n, x, g, shard, tp) for n, x in zip(units, xunits)]
+        if plan.replicate > 1:  # hybrid sharding: the shard's gradient all-reduced across
+            rs = [r + pr.coll("all_reduce", g * sharded_share(n, x, shard, plan.ep),
+                              plan.replicate, tp * shard)
+                  for r, n, x in zip(rs, units, xunits)]
+        # the root (last unit) stays gathered; the layers regather for their backward
+        again = [x if plan.reshard_after_forward and i < len(units) - 1 else 0.0
+                 for i, x in enumerate(gat)]
+        fsdp_slow = pr.slow(shard, tp)  # the widest group the stream serves
+        fo = prefetched(f_walls, gat, slow=fsdp_slow)
+        bo = prefetched(b_walls[::-1], again[::-1], rs[::-1], slow=fsdp_slow)
+        fwd, bwd = fo.end + cast_f, bo.end + cast_b
+        exposed, stretched = fo.exposed + bo.exposed, fo.stretch + bo.stretch
+        gathered = sum(u * gather_item.get(k, item) * (2 if a else 1)
+                       for k, u, a in zip(ids, units, again))
+        comm[("zero", "all_gather")] = [shard, int(round(gathered)),
+                                        len(units) + sum(1 for a in again if a),
+                                        sum(gat) + sum(again)]
+        comm[("zero", "reduce_scatter")] = [shard, sum(units) * g, len(units), sum(rs)]
+    else:
+        fwd, bwd = sum(f_walls) + cast_f, sum(b_walls) + cast_b
+        exposed = stretched = 0.0
+    wgrad = 0.0
+    if plan.schedule in SPLIT_BACKWARD:
+        # the backward's weight-gradient share of its GPU time, of its wall (only a split
+        # backward runs it apart: a plan search's other plans skip this)
+        b_units = [grouped.backward.get(i, _EMPTY) for i in in_stage] + [roots[1]]
+        gpu_b = sum(t for u in b_units for c, t in u.by_class if c != "communication")
+        w_gpu = sum(u.weight_grad_s for u in b_units)
+        wgrad = bwd * w_gpu / gpu_b if gpu_b > 0 else 0.0
+    return _StagePass(fwd, bwd, exposed, stretched, comm,
+                      share * sum(r.time_s for r in casts), wgrad)
+
+
+@dataclass(frozen=True)
+class _Played:
+    """The micro-batches played through the schedule: each rank's end and busy time, its
+    passes in order, and the send/recv between consecutive virtual stages."""
+
+    ends: tuple
+    busy: tuple
+    passes: tuple
+    sends: tuple
+
+
+def _played(pr, passes, hidden_tokens_bytes) -> _Played:
+    plan, topo = pr.plan, pr.topo
+    p, m = plan.pp, plan.microbatches
+    fwd_t, bwd_t = [x.fwd for x in passes], [x.bwd for x in passes]
+    if p == 1:
+        ends = (m * (fwd_t[0] + bwd_t[0]),)
+        return _Played(ends, ends, ((),), ())
+    # the activation (forward) and its gradient (backward) between virtual stages s and
+    # s + 1, on different ranks but at a V schedule's turn
+    sends = []
+    for b in range(plan.stages - 1):
+        r0, r1 = (rank_of_stage(plan.schedule, x, p) for x in (b, b + 1))
+        if r0 == r1:  # a V schedule's turn: the same rank, nothing sent
+            sends.append(0.0)
+            continue
+        sends.append(predict_collective(
+            "send_recv", int(hidden_tokens_bytes), 2, topology=topo,
+            per_node=1 if stage_crosses_nodes(min(r0, r1), plan.gpus // p,
+                                              topo.gpus_per_node) else 2).time_s)
+    wgrad = [x.wgrad for x in passes] if plan.schedule in SPLIT_BACKWARD else None
+    out = play(frozen_orders(plan.schedule, p, m, plan.virtual_stages), fwd_t, bwd_t, sends,
+               wgrad=wgrad, schedule=plan.schedule)
+    return _Played(tuple(out.ends), tuple(out.busy), tuple(out.passes), tuple(sends))
+
+
+@dataclass(frozen=True)
+class _RankTail:
+    """One pipeline rank: its virtual stages, when its last pass ends, its busy time, what
+    follows the passes (the data-parallel reduction and ZeRO's gather, exposed), its
+    optimizer's wall and FSDP's exposed and stretched communication."""
+
+    rank: int
+    mine: tuple
+    end: float
+    busy: float
+    tail: float
+    opt_wall: float
+    fsdp: float
+
+
+def _rank_tail(pr, d, mine, passes, played, stage_params, stage_experts, all_params, opt,
+               item, hidden_tokens_bytes) -> tuple:
+    """``(_RankTail, its collectives {(kind, op): [group, bytes, count, time, exposed,
+    stretched]})`` of rank ``d`` running the virtual stages ``mine``."""
+    plan = pr.plan
+    m, shard, tp = plan.microbatches, plan.shard, plan.tp
+    params = sum(stage_params[s] for s in mine)
+    experts = sum(stage_experts[s] for s in mine)
+    fraction = sharded_share(params, experts, shard, plan.ep) / all_params  # the optimizer's
+    coll: dict = {}
+    for s in mine:
+        for key, (group, nbytes, count, total) in passes[s].comm.items():
+            c = coll.setdefault(key, [group, 0, 0, 0.0, 0.0, 0.0])
+            c[1] += m * nbytes
+            c[2] += m * count
+            c[3] += m * total
+    fs_exposed = m * sum(passes[s].exposed for s in mine)
+    fs_stretch = m * sum(passes[s].stretched for s in mine)
+    zkeys = [k for k in coll if k[0] == "zero"]
+    ztotal = sum(coll[k][3] for k in zkeys) or 1.0
+    for k in zkeys:  # gathers and reduce-scatters share the stream: split by their time
+        coll[k][4] = fs_exposed * coll[k][3] / ztotal
+        coll[k][5] = fs_stretch * coll[k][3] / ztotal
+    tail = 0.0
+    if plan.data_ranks > 1 and plan.zero < 3:
+        grad = params * plan.grad_bytes
+        group = shard if plan.zero else plan.data_ranks
+        op = "all_reduce" if plan.zero == 0 else "reduce_scatter"
+        sizes = buckets(grad)
+        xfrac = experts / params if params else 0.0
+        times = [pr.split(op, b, b * xfrac, 1, group, tp) for b in sizes]
+        if plan.zero and plan.replicate > 1:
+            times = [t + pr.coll("all_reduce", b / shard, plan.replicate, tp * shard)
+                     for t, b in zip(times, sizes)]
+        ov = bucketed(passes[mine[0]].bwd, sizes, times, slow=pr.slow(group, tp))
+        times_run = m if plan.zero == 2 else 1  # ZeRO-2 reduces every micro-batch
+        tail += (ov.exposed + ov.stretch) * times_run
+        coll[("dp" if plan.zero == 0 else "zero", op)] = [
+            group, grad * times_run, len(sizes) * times_run, ov.comm * times_run,
+            ov.exposed * times_run, ov.stretch * times_run]
+    opt_wall = eager_timeline((r.host_s, r.time_s * fraction) for r in opt).wall_s
+    if plan.zero in (1, 2):
+        ag = pr.split("all_gather", params, experts, item, shard, tp)
+        tail += ag
+        coll[("zero", "all_gather")] = [shard, params * item, 1, ag, ag, 0.0]
+    if plan.pp > 1:
+        sends = played.sends
+        out_of = [s for s in mine if s < plan.stages - 1 and sends[s] > 0]  # to another rank
+        n_send = 2 * m * len(out_of)
+        coll[("pp", "send_recv")] = [2, n_send * int(hidden_tokens_bytes), n_send,
+                                     m * 2 * sum(sends[s] for s in out_of), 0.0, 0.0]
+    return _RankTail(d, tuple(mine), played.ends[d], played.busy[d], tail, opt_wall,
+                     fs_exposed + fs_stretch), coll
+
+
+def _stage_time(plan, shape, r: _RankTail, passes, played, time_s, counts) -> StageTime:
+    """Rank ``r``'s :class:`StageTime`: its step split by class, what is left of the
+    step's time a bubble (a pipeline's) or the host's."""
+    m, p = plan.microbatches, plan.pp
+    cls = {"gemm": 0.0, "attention": 0.0, "memory": 0.0, "optimizer": r.opt_wall,
+           "communication": r.tail + r.fsdp, "host_idle": 0.0, "pipeline_bubble": 0.0}
+    for s in r.mine:
+        for u in _stage_units(shape.grouped, shape.in_stage[s], shape.roots[s]):
+            for c, t in u.by_class:
+                if c in cls:
+                    cls[c] += m * t
+            cls["host_idle"] += m * u.idle_s
+        cls["memory"] += m * passes[s].cast
+    rest = max(0.0, time_s - sum(cls.values()))
+    # without a pipeline what is left is the host's (the timelines' rounding): no bubble
+    cls["pipeline_bubble" if p > 1 else "host_idle"] += rest
+    return StageTime(
+        rank=r.rank, layers=tuple(_layers_in(r.mine, counts)),
+        forward_s=sum(passes[s].fwd for s in r.mine),
+        backward_s=sum(passes[s].bwd for s in r.mine),
+        busy_s=r.busy, end_s=r.end, tail_s=r.tail + r.opt_wall,
+        bubble_s=max(0.0, r.end - r.busy), by_class=cls, holds=_holds(r.mine, plan.stages),
+        optimizer_s=r.opt_wall, passes=played.passes[r.rank] if p > 1 else ())
 
 
 def _layers_in(mine, counts):
