@@ -159,7 +159,6 @@ def test_the_private_import_checker(tmp_path):
 #: functions over 100 lines today, each at most its length now (issue 53 splits them; a
 #: new function stays under 100 lines, and none of these may grow)
 LONG_FUNCTIONS = {
-    ("serving/scheduler.py", "run_engine"): 186,
     ("cost/attention.py", "_fused"): 129, ("cost/gemm.py", "_core"): 128}
 
 

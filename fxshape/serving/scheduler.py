@@ -125,6 +125,21 @@ def run_engine(step, requests, config: EngineConfig, *, spec_k: int = 0,
         ValueError: no requests; a request whose KV cache alone exceeds the blocks; a bad
             ``spec_k`` or acceptance; a token budget below one speculative decode.
     """
+    _check_run(requests, config, spec_k, acceptance)
+    eng = _Engine(requests, config, spec_k, acceptance, seed)
+    while eng.done < len(eng.reqs):
+        if not eng.admit():
+            continue
+        sched, decode, chunks = eng.schedule()
+        if not sched:
+            raise RuntimeError("the scheduler could not place a request (a bug: report it)")
+        dt = step.time_s(decode, chunks, q=spec_k + 1) if spec_k else \
+            step.time_s(decode, chunks)
+        eng.play(sched, dt)
+    return eng.run()
+
+
+def _check_run(requests, config: EngineConfig, spec_k, acceptance) -> None:
     if not requests:
         raise ValueError("no requests to serve")
     if isinstance(spec_k, bool) or not isinstance(spec_k, int) or not 0 <= spec_k <= 15:
@@ -139,121 +154,150 @@ def run_engine(step, requests, config: EngineConfig, *, spec_k: int = 0,
                          f"one speculative decode's {width} tokens (its last token and "
                          f"{spec_k} drafts, scheduled all or nothing): no request could "
                          f"ever decode; accepted: at least {width}")
-    rng = random.Random(seed)
-    drafts = accepted = 0
-    bs, total_blocks = config.block_size, config.kv_blocks
+    bs = config.block_size
     for i, r in enumerate(requests):  # (its last drafts' slots included)
         need = -(-(r.prompt_len + r.output_len - 1 + spec_k) // bs)
-        if need > total_blocks:
+        if need > config.kv_blocks:
             raise ValueError(f"request {i} ({r.prompt_len:,} + {r.output_len:,} tokens) needs "
                              f"{need:,} KV blocks of {bs} tokens; the cache holds "
-                             f"{total_blocks:,}")
-    reqs = [_Req(i, r) for i, r in enumerate(requests)]
-    arrivals = deque(sorted(reqs, key=lambda q: q.arrival))
-    cap = config.max_concurrency or len(reqs)
-    budget0, max_seqs = config.max_num_batched_tokens, config.max_num_seqs
-    waiting: deque = deque()
-    running: list = []
-    free = total_blocks
-    now = 0.0
-    inflight = done = steps = preemptions = 0
-    freed_at = 0.0  # when the client last had a slot free up after being full
-    regular: dict = {}
-    irregular: list = []
-    kv_area = run_area = busy = 0.0
-    peak_used = 0
-    start = None
-    n = len(reqs)
-    while done < n:
-        while arrivals and arrivals[0].arrival <= now and inflight < cap:
-            q = arrivals.popleft()
-            q.sent = max(q.arrival, freed_at)
-            inflight += 1
-            waiting.append(q)
-        if start is None and waiting:
-            start = waiting[0].sent
-        if not running and not waiting:
-            now = max(now, arrivals[0].arrival)
-            continue
-        budget = budget0
-        decode, chunks, sched = [], [], []
-        preempted = False
+                             f"{config.kv_blocks:,}")
+
+
+class _Engine:
+    """The scheduler's state while :func:`run_engine` plays: the client's requests in flight
+    (``max_concurrency``), the waiting and running queues, the free KV blocks, the clock,
+    and what the run reports (steps, preemptions, inter-token gaps, KV and batch areas)."""
+
+    def __init__(self, requests, config: EngineConfig, spec_k, acceptance, seed):
+        self.config, self.spec_k, self.acceptance = config, spec_k, acceptance
+        self.rng = random.Random(seed)
+        self.reqs = [_Req(i, r) for i, r in enumerate(requests)]
+        self.arrivals = deque(sorted(self.reqs, key=lambda q: q.arrival))
+        self.cap = config.max_concurrency or len(self.reqs)
+        self.waiting: deque = deque()
+        self.running: list = []
+        self.free = config.kv_blocks
+        self.now = 0.0
+        self.inflight = self.done = self.steps = self.preemptions = 0
+        self.drafts = self.accepted = 0
+        self.freed_at = 0.0  # when the client last had a slot free up after being full
+        self.regular: dict = {}
+        self.irregular: list = []
+        self.kv_area = self.run_area = self.busy = 0.0
+        self.peak_used = 0
+        self.start = None
+
+    def admit(self) -> bool:
+        """The arrivals the client can send now join the waiting queue; False (the clock
+        moved to the next arrival) when nothing is left to run."""
+        while self.arrivals and self.arrivals[0].arrival <= self.now and \
+                self.inflight < self.cap:
+            q = self.arrivals.popleft()
+            q.sent = max(q.arrival, self.freed_at)
+            self.inflight += 1
+            self.waiting.append(q)
+        if self.start is None and self.waiting:
+            self.start = self.waiting[0].sent
+        if not self.running and not self.waiting:
+            self.now = max(self.now, self.arrivals[0].arrival)
+            return False
+        return True
+
+    def schedule(self) -> tuple:
+        """One step's ``(scheduled [(request, tokens, speculative)], decode contexts,
+        prefill chunks [(tokens, cached)])``: the running requests first (preempting the
+        newest when blocks run out), then the waiting ones while the budget lasts."""
+        state = _Step(self.config.max_num_batched_tokens)
+        self._schedule_running(state)
+        if not state.preempted:
+            self._schedule_waiting(state)
+        return state.sched, state.decode, state.chunks
+
+    def _schedule_running(self, st) -> None:
+        bs, width, spec_k = self.config.block_size, self.spec_k + 1, self.spec_k
         i = 0
-        while i < len(running) and budget > 0:
-            q = running[i]
+        while i < len(self.running) and st.budget > 0:
+            q = self.running[i]
             c = q.computed
             want = q.prompt + q.generated - c
             spec = spec_k and want == 1 and q.generated
             if spec:  # its last token and the drafts, all or nothing
-                if budget < width:
+                if st.budget < width:
                     break
                 want = width
                 need = max(0, -(-(c + width) // bs) - q.blocks)
             elif want == 1 and not spec_k:  # decode: a new block when the cache fills its
                 need = 0 if c % bs else 1  # last (blocks hold ceil(computed / block))
             else:
-                if want > budget:
-                    want = budget
+                if want > st.budget:
+                    want = st.budget
                 need = max(0, -(-(c + want) // bs) - q.blocks)
-            itself = False
-            while need > free:
-                v = running.pop()
-                free += v.blocks
-                v.blocks = v.computed = 0
-                v.preempted += 1
-                preemptions += 1
-                preempted = True
-                waiting.appendleft(v)
-                if v is q:
-                    itself = True
-                    break
-            if itself:
+            if self._preempt_for(q, need, st):
                 break
-            free -= need
+            self.free -= need
             q.blocks += need
-            budget -= want
-            sched.append((q, want, bool(spec)))
+            st.budget -= want
+            st.sched.append((q, want, bool(spec)))
             if spec or (want == 1 and not spec_k):
-                decode.append(c + want)
+                st.decode.append(c + want)
             else:
-                chunks.append((want, c))
+                st.chunks.append((want, c))
             i += 1
-        if not preempted:
-            while waiting and budget > 0 and len(running) < max_seqs:
-                q = waiting[0]
-                want = min(q.prompt + q.generated - q.computed, budget)
-                need = -(-want // bs)
-                if need > free:
-                    break
-                waiting.popleft()
-                running.append(q)
-                free -= need
-                q.blocks = need
-                budget -= want
-                sched.append((q, want, False))
-                if want == 1 and not spec_k:
-                    decode.append(1)
-                else:
-                    chunks.append((want, 0))
-        if not sched:
-            raise RuntimeError("the scheduler could not place a request (a bug: report it)")
-        dt = step.time_s(decode, chunks, q=width) if spec_k else step.time_s(decode, chunks)
-        used = total_blocks - free
-        peak_used = max(peak_used, used)
-        kv_area += used * dt
-        run_area += len(running) * dt
-        busy += dt
-        t0, now = now, now + dt
-        steps += 1
+
+    def _preempt_for(self, q, need: int, st) -> bool:
+        """Preempt the newest running requests until ``need`` blocks are free; True when
+        ``q`` itself was preempted."""
+        while need > self.free:
+            v = self.running.pop()
+            self.free += v.blocks
+            v.blocks = v.computed = 0
+            v.preempted += 1
+            self.preemptions += 1
+            st.preempted = True
+            self.waiting.appendleft(v)
+            if v is q:
+                return True
+        return False
+
+    def _schedule_waiting(self, st) -> None:
+        bs = self.config.block_size
+        while self.waiting and st.budget > 0 and len(self.running) < self.config.max_num_seqs:
+            q = self.waiting[0]
+            want = min(q.prompt + q.generated - q.computed, st.budget)
+            need = -(-want // bs)
+            if need > self.free:
+                break
+            self.waiting.popleft()
+            self.running.append(q)
+            self.free -= need
+            q.blocks = need
+            st.budget -= want
+            st.sched.append((q, want, False))
+            if want == 1 and not self.spec_k:
+                st.decode.append(1)
+            else:
+                st.chunks.append((want, 0))
+
+    def play(self, sched, dt: float) -> None:
+        """The step of ``sched`` run for ``dt`` seconds: each request's tokens computed and
+        sampled (speculative drafts accepted at random), finished requests freed."""
+        used = self.config.kv_blocks - self.free
+        self.peak_used = max(self.peak_used, used)
+        self.kv_area += used * dt
+        self.run_area += len(self.running) * dt
+        self.busy += dt
+        t0, self.now = self.now, self.now + dt
+        now = self.now
+        self.steps += 1
         finished = False
         gaps = 0
         for q, want, spec in sched:
             if spec:
                 a = 0
-                while a < spec_k and rng.random() < acceptance:
+                while a < self.spec_k and self.rng.random() < self.acceptance:
                     a += 1
-                drafts += spec_k
-                accepted += a
+                self.drafts += self.spec_k
+                self.accepted += a
                 take = min(1 + a, q.output - q.generated)
                 q.computed += take  # the token fed and the drafts accepted
                 q.generated += take - 1  # (one more below: the token sampled)
@@ -267,33 +311,51 @@ def run_engine(step, requests, config: EngineConfig, *, spec_k: int = 0,
             elif q.last == t0:
                 gaps += 1
             else:
-                irregular.append(now - q.last)
+                self.irregular.append(now - q.last)
             q.last = now
             if q.generated == q.output:
                 q.finish = now
-                free += q.blocks
+                self.free += q.blocks
                 q.blocks = 0
-                done += 1
+                self.done += 1
                 finished = True
-                if inflight == cap:
-                    freed_at = now
-                inflight -= 1
+                if self.inflight == self.cap:
+                    self.freed_at = now
+                self.inflight -= 1
         if gaps:
-            regular[dt] = regular.get(dt, 0) + gaps
+            self.regular[dt] = self.regular.get(dt, 0) + gaps
         if finished:
-            running = [q for q in running if q.finish < 0]
-    end = max(q.finish for q in reqs)
-    duration = end - (start or 0.0)
-    itl = tuple(sorted(regular.items())) + tuple((g, 1) for g in sorted(irregular))
-    results = tuple(RequestResult(arrival_s=q.arrival, sent_s=q.sent, prompt_len=q.prompt,
-                                  output_len=q.output, ttft_s=q.first - q.sent,
-                                  latency_s=q.finish - q.sent, preemptions=q.preempted)
-                    for q in reqs)
-    return EngineRun(requests=results, duration_s=duration, steps=steps,
-                     preemptions=preemptions, itl=itl, drafts=drafts, accepted=accepted,
-                     kv_mean=kv_area / total_blocks / duration if duration > 0 else 0.0,
-                     kv_peak=peak_used / total_blocks,
-                     mean_running=run_area / busy if busy > 0 else 0.0, busy_s=busy)
+            self.running = [q for q in self.running if q.finish < 0]
+
+    def run(self) -> EngineRun:
+        reqs, total = self.reqs, self.config.kv_blocks
+        end = max(q.finish for q in reqs)
+        duration = end - (self.start or 0.0)
+        itl = tuple(sorted(self.regular.items())) + \
+            tuple((g, 1) for g in sorted(self.irregular))
+        results = tuple(RequestResult(arrival_s=q.arrival, sent_s=q.sent, prompt_len=q.prompt,
+                                      output_len=q.output, ttft_s=q.first - q.sent,
+                                      latency_s=q.finish - q.sent, preemptions=q.preempted)
+                        for q in reqs)
+        return EngineRun(requests=results, duration_s=duration, steps=self.steps,
+                         preemptions=self.preemptions, itl=itl, drafts=self.drafts,
+                         accepted=self.accepted,
+                         kv_mean=self.kv_area / total / duration if duration > 0 else 0.0,
+                         kv_peak=self.peak_used / total,
+                         mean_running=self.run_area / self.busy if self.busy > 0 else 0.0,
+                         busy_s=self.busy)
+
+
+class _Step:
+    """One step being scheduled: the token budget left, what is scheduled, the decode
+    contexts and prefill chunks, and whether a request was preempted for it."""
+
+    __slots__ = ("budget", "sched", "decode", "chunks", "preempted")
+
+    def __init__(self, budget: int):
+        self.budget = budget
+        self.sched, self.decode, self.chunks = [], [], []
+        self.preempted = False
 
 
 def percentile(values, q: float) -> float:
