@@ -577,9 +577,8 @@ def _fused(shape: AttentionShape, direction: str, kernel: str, spec: GPUSpec, dk
     ``kp``: the kernel's own forward constants (today's library), else the shared ones;
     ``kv_key``: an fp8 KV cache, whose prefill quantizes Q, K and V first."""
     fa3 = kernel == "fa3"
-    tc05 = kernel == "trtllm"
-    overlapped = fa3 or tc05  # warp-specialized: the softmax overlaps the MMAs
-    dims = FA3_HEAD_DIMS if fa3 else TRTLLM_HEAD_DIMS if tc05 else FLASH_HEAD_DIMS
+    dims = FA3_HEAD_DIMS if fa3 else TRTLLM_HEAD_DIMS if kernel == "trtllm" else \
+        FLASH_HEAD_DIMS
     d = flash_head_dim(shape.head_dim, dims)
     dv = flash_head_dim(shape.head_dim_v, dims)
     run_d = max(d, dv)
@@ -588,15 +587,58 @@ def _fused(shape: AttentionShape, direction: str, kernel: str, spec: GPUSpec, dk
     clock = spec.boost_clock_mhz * 1e6
     sms = spec.sm_count
     peak = spec.peak_tflops(dkey) * 1e12
-    # FA3 packs the query heads that share a K/V head into one tile's rows where that
-    # fills the tile better (its should_pack_gqa)
+    group = _packed_group(shape, direction, fa3, br)
+    own = kp if (kp is not None and direction == "forward") else None
+    block, cta = _block_cycles(shape, direction, kernel, spec, dkey, gp, ap, own, d, dv,
+                               (br, bc), group)
+    blocks, per_cta = _grid(shape, direction, br, bc, group)
+    mean, longest, waves = _imbalance(blocks, per_cta, sms)
+    ctas = len(blocks) * per_cta
+    t_mean = (mean * block + cta) / clock
+    t_long = (longest * block + cta) / clock
+    t_waves = waves * t_mean + (t_long - t_mean) / waves
+    # the power limit: the whole chip cannot sustain more than power_eff of the peak
+    scores = br * bc
+    mma_flops = ctas * mean * 2.0 * scores * ((d + dv) if direction == "forward"
+                                              else (3 * d + 2 * dv))
+    t_comp = max(t_waves, mma_flops / (peak * gp.power_eff))
+    bw = spec.memory_bandwidth_gbs * 1e9 * gp.dram_eff
+    nbytes, launches = _fused_bytes(shape, direction, e)
+    t_mem = nbytes / bw
+    t = _smooth_max(t_comp, t_mem, gp.smooth_q) + launches * gp.launch_s
+    if own:
+        t += own.call_s
+    if kv_key == "fp8" and direction == "forward" and e > 1:
+        # an fp8 KV cache: the kernel reads K and V from it in fp8, so Q is quantized to
+        # fp8 first (read at e bytes, written at 1), one more launch
+        q_rows = shape.batch * shape.heads * shape.seq_q
+        t += (e + 1) * q_rows * shape.head_dim / bw + gp.launch_s
+    wave_eff = ctas * mean / (waves * sms * longest)
+    return t, (br, bc), run_d, ctas, waves, wave_eff, t_comp, t_mem
+
+
+def _packed_group(shape: AttentionShape, direction: str, fa3: bool, br: int) -> int:
+    """The query heads FA3 packs into one tile's rows (they share a K/V head) where that
+    fills the tile better (its should_pack_gqa); 1 otherwise."""
     group = shape.heads // shape.kv_heads if direction == "forward" and fa3 else 1
     if group > 1:
         def fill(rows):
             return rows / (-(-rows // br) * br)
         if not fill(shape.seq_q) < 0.9 * fill(shape.seq_q * group):
             group = 1
-    own = kp if (kp is not None and direction == "forward") else None
+    return group
+
+
+def _block_cycles(shape: AttentionShape, direction: str, kernel: str, spec: GPUSpec,
+                  dkey: str, gp, ap: AttentionParams, own, d: int, dv: int, tile,
+                  group: int) -> tuple:
+    """``(cycles per K/V block, cycles per CTA)`` of a fused kernel on one SM: the MMAs,
+    the softmax (overlapped with them by FA3's and the tcgen05 kernels' warpgroups), the
+    next tiles' loads, the fixed per-block cost; a CTA's own loads and stores."""
+    fa3 = kernel == "fa3"
+    overlapped = fa3 or kernel == "trtllm"  # warp-specialized: the softmax overlaps the MMAs
+    br, bc = tile
+    e = itemsize(dkey)
     block_cycles = own.block_cycles if own else ap.block_cycles
     if own:
         mma_eff = gp.e_max * own.mma_frac
@@ -606,11 +648,13 @@ def _fused(shape: AttentionShape, direction: str, kernel: str, spec: GPUSpec, dk
         mma_eff = gp.e_max * (ap.sync_mma_frac if spec.arch in NEWER_MMA else 1.0)
     if direction == "backward":
         mma_eff *= ap.fa3_bwd_mma_frac if fa3 else ap.bwd_mma_frac
-    rate = peak / sms / clock * mma_eff  # FLOP per clock per SM
+    # FLOP per clock per SM
+    rate = spec.peak_tflops(dkey) * 1e12 / spec.sm_count / (spec.boost_clock_mhz * 1e6) \
+        * mma_eff
     lanes = spec.fp32_lanes_per_sm
     l2 = gp.l2_bytes_per_clk_per_sm
     scores = br * bc
-    warps = 8 if (run_d > 128 and not overlapped) else 4
+    warps = 8 if (max(d, dv) > 128 and not overlapped) else 4
     exp = scores / spec.sfu_per_clk_per_sm
     if direction == "forward":
         mma = 2.0 * scores * (d + dv) / rate
@@ -642,7 +686,12 @@ def _fused(shape: AttentionShape, direction: str, kernel: str, spec: GPUSpec, dk
     block = _smooth_max(mma, soft, gp.smooth_q) if overlapped else mma + soft
     # the fixed per-block cost (barriers, pipeline waits) is paid per warp: FA2 runs 4
     # warps per CTA, 8 above head_dim 128 (FA3's warpgroups: counted as 4)
-    block = max(block, load) + block_cycles * warps / 4
+    return max(block, load) + block_cycles * warps / 4, cta
+
+
+def _grid(shape: AttentionShape, direction: str, br: int, bc: int, group: int) -> tuple:
+    """``(K/V blocks (forward) or query blocks (backward) each CTA loops over, CTAs per
+    entry)``: one entry per CTA row of a causal mask, one for all otherwise."""
     b, h = shape.batch, shape.heads
     sq, sk, w = shape.seq_q, shape.seq_k, shape.window
     if direction == "forward":
@@ -657,49 +706,32 @@ def _fused(shape: AttentionShape, direction: str, kernel: str, spec: GPUSpec, dk
                       for i in range(nq)]
         else:
             blocks = [-(-sk // bc)]
-        per_cta = b * (h // group) * (nq if not shape.causal else 1)
+        return blocks, b * (h // group) * (nq if not shape.causal else 1)
+    # one CTA per (batch, head, block of Bc key rows), looping over query blocks
+    nk = -(-sk // bc)
+    if shape.causal:
+        # key block j is seen by the queries from its first row (to its last + w)
+        blocks = [max(1, -(-((min(sq, (j + 1) * bc + w - 1) if w else sq) - j * bc)
+                           // br)) for j in range(nk)]
     else:
-        # one CTA per (batch, head, block of Bc key rows), looping over query blocks
-        nk = -(-sk // bc)
-        if shape.causal:
-            # key block j is seen by the queries from its first row (to its last + w)
-            blocks = [max(1, -(-((min(sq, (j + 1) * bc + w - 1) if w else sq) - j * bc)
-                               // br)) for j in range(nk)]
-        else:
-            blocks = [-(-sq // br)]
-        per_cta = b * h * (nk if not shape.causal else 1)
-    mean, longest, waves = _imbalance(blocks, per_cta, sms)
-    ctas = len(blocks) * per_cta
-    t_mean = (mean * block + cta) / clock
-    t_long = (longest * block + cta) / clock
-    t_waves = waves * t_mean + (t_long - t_mean) / waves
-    # the power limit: the whole chip cannot sustain more than power_eff of the peak
-    mma_flops = ctas * mean * 2.0 * scores * ((d + dv) if direction == "forward"
-                                              else (3 * d + 2 * dv))
-    t_comp = max(t_waves, mma_flops / (peak * gp.power_eff))
-    bw = spec.memory_bandwidth_gbs * 1e9 * gp.dram_eff
+        blocks = [-(-sq // br)]
+    return blocks, b * h * (nk if not shape.causal else 1)
+
+
+def _fused_bytes(shape: AttentionShape, direction: str, e: int) -> tuple:
+    """``(bytes from and to memory, launches)`` of a fused kernel: memory holds the
+    unpadded head dimension."""
+    b, h, sq, sk = shape.batch, shape.heads, shape.seq_q, shape.seq_k
     q_rows, kv_rows = b * h * sq, b * shape.kv_heads * sk
-    d, dv = shape.head_dim, shape.head_dim_v  # memory holds the unpadded head dimension
+    d, dv = shape.head_dim, shape.head_dim_v
     if direction == "forward":
-        nbytes = e * (q_rows * (d + dv) + kv_rows * (d + dv)) + 4 * q_rows
-        launches = 1
-    else:
-        # preprocess D = rowsum(dO ∘ O); main kernel; dQ fp32 accumulator -> dQ
-        nbytes = (e * (2 * q_rows * dv)  # preprocess reads O and dO
-                  + e * (q_rows * (d + dv) + kv_rows * (d + dv)) + 8 * q_rows  # Q dO K V lse D
-                  + e * b * h * sk * (d + dv)  # dK, dV per query head (summed for GQA)
-                  + 4 * q_rows * d * 2 + e * q_rows * d)  # dQ accumulator and dQ
-        launches = 3
-    t_mem = nbytes / bw
-    t = _smooth_max(t_comp, t_mem, gp.smooth_q) + launches * gp.launch_s
-    if own:
-        t += own.call_s
-    if kv_key == "fp8" and direction == "forward" and e > 1:
-        # an fp8 KV cache: the kernel reads K and V from it in fp8, so Q is quantized to
-        # fp8 first (read at e bytes, written at 1), one more launch
-        t += (e + 1) * q_rows * d / bw + gp.launch_s
-    wave_eff = ctas * mean / (waves * sms * longest)
-    return t, (br, bc), run_d, ctas, waves, wave_eff, t_comp, t_mem
+        return e * (q_rows * (d + dv) + kv_rows * (d + dv)) + 4 * q_rows, 1
+    # preprocess D = rowsum(dO ∘ O); main kernel; dQ fp32 accumulator -> dQ
+    nbytes = (e * (2 * q_rows * dv)  # preprocess reads O and dO
+              + e * (q_rows * (d + dv) + kv_rows * (d + dv)) + 8 * q_rows  # Q dO K V lse D
+              + e * b * h * sk * (d + dv)  # dK, dV per query head (summed for GQA)
+              + 4 * q_rows * d * 2 + e * q_rows * d)  # dQ accumulator and dQ
+    return nbytes, 3
 
 
 def _math(shape: AttentionShape, direction: str, spec: GPUSpec, dkey: str, gp,
