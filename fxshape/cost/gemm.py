@@ -583,90 +583,48 @@ def _core(xp, b, m, n, k, steps, *, spec: GPUSpec, p: ModelParams, peak_flops: f
     the same alignment class is never predicted faster.
     """
     scalar = xp is _SCALAR
-    peak_sm = peak_flops / spec.sm_count
-    sms = spec.sm_count if sms_free is None else max(1, min(int(sms_free), spec.sm_count))
-    l2_bw = p.l2_bytes_per_clk_per_sm * sms * spec.boost_clock_mhz * 1e6
-    clock = spec.boost_clock_mhz * 1e6
-    sm_bw = p.sm_stream_bytes_per_clk * clock
-    # Operand load instructions per operand byte, by the kernel class the alignment leaves
-    # (:func:`load_instructions_per_byte`), and the mainloop time each costs its warps.
-    ld_per_byte = load_instructions_per_byte(xp, steps, e)
-    ld_per_byte0 = load_instructions_per_byte(_SCALAR, 0, e)
-    issue_s = p.ld_issue_clk / clock
-    dram_bw = spec.memory_bandwidth_gbs * 1e9 * p.dram_eff * p.align_mem_eff ** steps
-    batched = 1.0
-    if tensor_core is None:
-        tensor_core = kernels is None
-    if tensor_core and p.batched_eff != 1.0:  # strided-batched tensor-core kernels
-        batched = xp.where(b > 1, p.batched_eff, 1.0)
-    rate = peak_sm * p.e_max * batched  # FLOP/s per SM
-    chip_rate = peak_flops * p.power_eff * batched * sms / spec.sm_count
-    tk = k_tile or max(1, _K_TILE_BYTES // e)
-    q, inv_q = p.smooth_q, 1.0 / p.smooth_q
-    throttled = p.throttle_ratio < 1.0
-    wave_s, launch_s, split_k_s = p.wave_s, p.launch_s, p.split_k_s
-    maximum = xp.maximum
-    # traffic at 16-byte granularity: a misaligned row costs as much as its padded size
-    mp, np_, kp = _pad16(m, e), _pad16(n, e), _pad16(k, e)
-    t_mem1 = (b * (mp * kp + kp * np_) * e + b * mp * _pad16(n, eo) * eo) / dram_bw
-    split_bytes = 2.0 * b * mp * np_ * 4  # fp32 partial sums, written and read, per split
-
-    # Contiguous run of each operand row per CTA and mainloop step: along K one step deep,
-    # along M or N the tile's width (inflation computed per tile below).
-    a_ld, a_run_k = (k, True) if layout[0] == "n" else (m, False)
-    b_ld, b_run_k = (n, False) if layout[1] == "n" else (k, True)
-    infl_a_k = _sector_inflation(xp, a_ld, e, tk * e) if a_run_k else None
-    infl_b_k = _sector_inflation(xp, b_ld, e, tk * e) if b_run_k else None
-
+    c = _CoreSetup(xp, b, m, n, k, steps, spec=spec, p=p, peak_flops=peak_flops, e=e,
+                   eo=eo, k_tile=k_tile, layout=layout, sms_free=sms_free,
+                   tensor_core=kernels is None if tensor_core is None else tensor_core)
     best = None
     best_t = math.inf
     if kernels is None:
         kernels = tuple((tm, tn, 1.0) for tm, tn in spec.tiles)
+    # the split loop runs for every tile of every prediction: its constants as locals
+    sms, tk, maximum = c.sms, c.tk, xp.maximum
+    q, inv_q = p.smooth_q, 1.0 / p.smooth_q
+    throttled = p.throttle_ratio < 1.0
+    wave_s, launch_s, split_k_s = p.wave_s, p.launch_s, p.split_k_s
+    t_mem1 = c.t_mem1
     for ti, (tm, tn, mult) in enumerate(kernels):
         if scalar and steps and not forced_tile and not _narrow_ok(tm, tn):
             continue
-        tiles_mn = b * _cdiv(m, tm) * _cdiv(n, tn)
-        rows_a, rows_b = xp.minimum(mp, tm), xp.minimum(np_, tn)  # rows of A and B per CTA
-        infl_a = infl_a_k if a_run_k else _sector_inflation(xp, a_ld, e, rows_a * e)
-        infl_b = infl_b_k if b_run_k else _sector_inflation(xp, b_ld, e, rows_b * e)
-        rows = rows_a * infl_a + rows_b * infl_b  # in sectors actually moved
-        # the MMAs, plus the issue time of the operand loads the same warps execute beyond
-        # those of an aligned kernel (whose loads the MMAs hide: e_max is fitted with them):
-        # a vector load that straddles a sector boundary is replayed for the extra sector,
-        # so vector classes pay per sector moved; element loads pay per element
-        useful = rows_a + rows_b
-        ld_rows = xp.where(steps == 2, useful, rows)
-        extra_ld = ld_rows * ld_per_byte - useful * ld_per_byte0
-        mma_per_k = 2.0 * tm * tn / (rate * mult) + extra_ld * e * issue_s
-        load_per_k = rows * e / l2_bw
-        # one CTA cannot stream faster than its SM's own memory pipeline allows
-        stream_per_k = rows * e / sm_bw
-        power_per_k = 2.0 * tm * tn / chip_rate
+        tile = c.tile(tm, tn, mult)
         for s in splits:
             if s > 1:
                 # split-K only while the split CTAs fit in a few waves (as libraries do)
-                allowed = forced_split or tiles_mn * s <= _SPLIT_MAX_WAVES * sms
+                allowed = forced_split or tile.tiles_mn * s <= _SPLIT_MAX_WAVES * sms
                 if scalar and not allowed:
                     break
-            ctas = tiles_mn * s
+            ctas = tile.tiles_mn * s
             k_split = -(-k // s)  # ceil(k / s)
             kq = -(-k_split // tk) * tk  # rounded up to whole k-tiles
             waves = -(-ctas // sms)
             last = ctas - (waves - 1) * sms
-            mma = mma_per_k * kq
-            load = load_per_k * kq
-            stream = stream_per_k * kq
+            mma = tile.mma_per_k * kq
+            load = tile.load_per_k * kq
+            stream = tile.stream_per_k * kq
             t_waves = ((waves - 1) * maximum(maximum(mma, sms * load), stream)
                        + maximum(maximum(mma, last * load), stream)
                        + waves * wave_s)
             # power/clock limit: the whole chip cannot sustain more than power_eff of peak,
-            # however the tiles fall into waves (padded tile work counts: it burns power too)
-            t_comp = maximum(t_waves, power_per_k * ctas * kq)
+            # however the tiles fall into waves (padded tile work counts: it burns power)
+            t_comp = maximum(t_waves, tile.power_per_k * ctas * kq)
             if throttled:
                 t_comp = (xp.minimum(t_comp, p.throttle_s)
                           + maximum(t_comp - p.throttle_s, 0.0) / p.throttle_ratio)
             if s > 1:
-                t_mem = t_mem1 + s * split_bytes / dram_bw
+                t_mem = t_mem1 + s * c.split_bytes / c.dram_bw
                 t = (t_comp ** q + t_mem ** q) ** inv_q + launch_s + split_k_s
             else:
                 t_mem = t_mem1
@@ -685,8 +643,92 @@ def _core(xp, b, m, n, k, steps, *, spec: GPUSpec, p: ModelParams, peak_flops: f
                 best = cand
             else:
                 better = t < best[0]
-                best = tuple(xp.where(better, c, o) for c, o in zip(cand, best))
+                best = tuple(xp.where(better, x, o) for x, o in zip(cand, best))
     return best
+
+
+class _TileCost:
+    """One CTA tile's costs per element of K it steps through: the MMAs (with the operand
+    loads an unaligned kernel issues beyond an aligned one's), the L2 loads, its SM's own
+    stream, the chip's power-limited rate; and the output tiles over M and N. (Slotted, not
+    a frozen dataclass: one is made per tile of every prediction.)"""
+
+    __slots__ = ("tiles_mn", "mma_per_k", "load_per_k", "stream_per_k", "power_per_k")
+
+    def __init__(self, tiles_mn, mma_per_k, load_per_k, stream_per_k, power_per_k):
+        self.tiles_mn, self.mma_per_k, self.load_per_k = tiles_mn, mma_per_k, load_per_k
+        self.stream_per_k, self.power_per_k = stream_per_k, power_per_k
+
+
+class _CoreSetup:
+    """What :func:`_core` prices every candidate with (scalars or arrays, by ``xp``): the
+    problem, the SMs it may use, the rates and bandwidths, the operands' load classes and
+    sector inflation along K, the memory time without split-K. Set once in ``__init__``
+    (slotted, not a frozen dataclass: one is made per prediction)."""
+
+    __slots__ = ("xp", "b", "m", "n", "k", "steps", "p", "e", "sms", "tk", "rate",
+                 "chip_rate", "l2_bw", "sm_bw", "dram_bw", "issue_s", "ld_per_byte",
+                 "ld_per_byte0", "mp", "np_", "t_mem1", "split_bytes", "a_ld", "a_run_k",
+                 "b_ld", "b_run_k", "infl_a_k", "infl_b_k")
+
+    def __init__(self, xp, b, m, n, k, steps, *, spec, p, peak_flops, e, eo, k_tile, layout,
+                 sms_free, tensor_core):
+        self.xp, self.b, self.m, self.n, self.k, self.steps, self.p, self.e = \
+            xp, b, m, n, k, steps, p, e
+        self.sms = sms = spec.sm_count if sms_free is None else \
+            max(1, min(int(sms_free), spec.sm_count))
+        clock = spec.boost_clock_mhz * 1e6
+        self.l2_bw = p.l2_bytes_per_clk_per_sm * sms * spec.boost_clock_mhz * 1e6
+        self.sm_bw = p.sm_stream_bytes_per_clk * clock
+        # Operand load instructions per operand byte, by the kernel class the alignment
+        # leaves (:func:`load_instructions_per_byte`), and the mainloop time each costs its
+        # warps.
+        self.ld_per_byte = load_instructions_per_byte(xp, steps, e)
+        self.ld_per_byte0 = load_instructions_per_byte(_SCALAR, 0, e)
+        self.issue_s = p.ld_issue_clk / clock
+        self.dram_bw = dram_bw = spec.memory_bandwidth_gbs * 1e9 * p.dram_eff * \
+            p.align_mem_eff ** steps
+        batched = 1.0
+        if tensor_core and p.batched_eff != 1.0:  # strided-batched tensor-core kernels
+            batched = xp.where(b > 1, p.batched_eff, 1.0)
+        self.rate = peak_flops / spec.sm_count * p.e_max * batched  # FLOP/s per SM
+        self.chip_rate = peak_flops * p.power_eff * batched * sms / spec.sm_count
+        self.tk = tk = k_tile or max(1, _K_TILE_BYTES // e)
+        # traffic at 16-byte granularity: a misaligned row costs as much as its padded size
+        self.mp, self.np_ = mp, np_ = _pad16(m, e), _pad16(n, e)
+        kp = _pad16(k, e)
+        self.t_mem1 = (b * (mp * kp + kp * np_) * e + b * mp * _pad16(n, eo) * eo) / dram_bw
+        self.split_bytes = 2.0 * b * mp * np_ * 4  # fp32 partial sums, written and read
+        # Contiguous run of each operand row per CTA and mainloop step: along K one step
+        # deep, along M or N the tile's width (inflation computed per tile).
+        self.a_ld, self.a_run_k = (k, True) if layout[0] == "n" else (m, False)
+        self.b_ld, self.b_run_k = (n, False) if layout[1] == "n" else (k, True)
+        self.infl_a_k = _sector_inflation(xp, k, e, tk * e) if self.a_run_k else None
+        self.infl_b_k = _sector_inflation(xp, k, e, tk * e) if self.b_run_k else None
+
+    def tile(self, tm, tn, mult) -> _TileCost:
+        """The costs of a ``tm × tn`` tile whose kernel runs at ``mult`` of the rate."""
+        xp, e = self.xp, self.e
+        rows_a, rows_b = xp.minimum(self.mp, tm), xp.minimum(self.np_, tn)  # per CTA
+        infl_a = self.infl_a_k if self.a_run_k else _sector_inflation(xp, self.a_ld, e,
+                                                                      rows_a * e)
+        infl_b = self.infl_b_k if self.b_run_k else _sector_inflation(xp, self.b_ld, e,
+                                                                      rows_b * e)
+        rows = rows_a * infl_a + rows_b * infl_b  # in sectors actually moved
+        # the MMAs, plus the issue time of the operand loads the same warps execute beyond
+        # those of an aligned kernel (whose loads the MMAs hide: e_max is fitted with them):
+        # a vector load that straddles a sector boundary is replayed for the extra sector,
+        # so vector classes pay per sector moved; element loads pay per element
+        useful = rows_a + rows_b
+        ld_rows = xp.where(self.steps == 2, useful, rows)
+        extra_ld = ld_rows * self.ld_per_byte - useful * self.ld_per_byte0
+        return _TileCost(
+            tiles_mn=self.b * _cdiv(self.m, tm) * _cdiv(self.n, tn),
+            mma_per_k=2.0 * tm * tn / (self.rate * mult) + extra_ld * e * self.issue_s,
+            load_per_k=rows * e / self.l2_bw,
+            # one CTA cannot stream faster than its SM's own memory pipeline allows
+            stream_per_k=rows * e / self.sm_bw,
+            power_per_k=2.0 * tm * tn / self.chip_rate)
 
 
 # ---------------------------------------------------------------------------------------
