@@ -266,3 +266,39 @@ def test_sweep_with_a_setup_is_sweep_with_its_keywords():
                             gpu="h100")
     assert on_h100 == fxshape.sweep(cfg, "intermediate_size", [128], **{**kw, "gpu": "h100"})
     assert on_h100[0].time_s != by_keywords[0].time_s
+
+
+def test_analyze_builds_its_report_once_and_never_patches_it(monkeypatch):
+    # the phases turn ReportParts into the next parts; the Report is built once at the end
+    # (Report.of) and no dataclasses.replace is ever applied to a finished Report, in any
+    # mode: a decode step with int4 weights (decode, quantized parts) and FP8 training
+    # (float8 parts) included
+    import dataclasses
+
+    from fxshape.report.report import Report
+
+    from models import tiny_llama
+
+    real_replace, real_of = dataclasses.replace, Report.of.__func__
+    patched, built = [], []
+
+    def replace(obj, **changes):
+        if isinstance(obj, Report):
+            patched.append(sorted(changes))
+        return real_replace(obj, **changes)
+
+    def of(cls, parts, options=(), setup=None):
+        built.append(type(parts).__name__)
+        return real_of(cls, parts, options, setup)
+
+    monkeypatch.setattr(dataclasses, "replace", replace)
+    monkeypatch.setattr(Report, "of", classmethod(of))
+    model = tiny_llama()
+    runs = (dict(mode="train", seq_len=64), dict(mode="decode", context_len=128,
+                                                 quantize="int4", group_size=64),
+            dict(mode="train", seq_len=64, float8="tensorwise", execution="compiled"))
+    for kw in runs:
+        rep = fxshape.analyze(model, gpu="h100", **kw)
+        assert isinstance(rep, Report) and rep.options is not None
+    assert patched == []
+    assert built == ["ReportParts"] * len(runs)

@@ -6,7 +6,7 @@ Each analysis makes one state (:class:`QuantState` or :class:`Float8State`, in
 :func:`quantized_row` and :func:`float8_row` price a linear layer's GEMM as its engine runs
 it (``fxshape.cost.quant``, ``fxshape.cost.float8``) and record the layers left in bf16 with
 the reason; :func:`check_quantize` and :func:`check_float8` refuse what no engine runs, in one
-line; :func:`fxshape.execution.quantized.quantized_report` and ``float8_report`` finish the report
+line; :func:`fxshape.execution.quantized.quantized_parts` and ``float8_parts`` finish the report
 (packed memory, the notes).
 """
 

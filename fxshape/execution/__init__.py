@@ -8,7 +8,8 @@ the step and memory under a plan (shards, stages, op records), ``pipeline`` play
 under a parallel plan (stages, micro-batches, FSDP) with ``fxshape.parallelism``'s schedules,
 ``ring`` context parallelism's transfers, ``experts`` expert parallelism's all-to-alls,
 ``decode`` one decode step over its KV cache, ``serving`` what fits (the batch and the
-context a GPU holds), ``quantized`` the memory and notes of quantized and FP8 runs.
+context a GPU holds), ``quantized`` the memory and notes of quantized and FP8 runs,
+``parts`` what the phases produce before the report is built once (``ReportParts``).
 
 May import: hardware, cost, tracing, parallelism, config, analysis.
 """

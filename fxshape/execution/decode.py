@@ -51,7 +51,8 @@ def analyze_decode(model, setup, *, ctx=None, run, quant=None):
     """One decode step (``mode="decode"``): the model wrapped with a static KV cache
     (``fxshape.tracing.decode``), analyzed as a forward of one token per sequence by
     ``run`` (``analyze``'s body for the other modes, passed in: this module sits below it)
-    under ``setup`` made the forward's."""
+    under ``setup`` made the forward's: the report's parts (``ReportParts``) of the decode
+    step, its KV cache, bandwidth floor and capacity."""
     from ..tracing.decode import decode_capture, decode_target, kv_cache_bytes
     from ..tracing.facts import kv_heads_of
     from ..analysis.rows import WorkloadRecord
@@ -86,7 +87,7 @@ def analyze_decode(model, setup, *, ctx=None, run, quant=None):
                           allreduce="auto" if k.allreduce is None else k.allreduce)
     with decode_capture():
         try:
-            report = run(wrapper, inner, kv=(kv_key, page_size), ctx=ctx, quant=quant)
+            parts = run(wrapper, inner, kv=(kv_key, page_size), ctx=ctx, quant=quant)
         except CaptureError as exc:
             raise CaptureError(f"could not capture one decode step of {type(model).__name__} "
                                "through transformers' static KV cache\n"
@@ -109,34 +110,33 @@ def analyze_decode(model, setup, *, ctx=None, run, quant=None):
         return dataclasses.replace(r, module=r.module[len("model."):]
                                    if r.module.startswith("model.") else r.module)
 
-    workload = WorkloadRecord(mode="decode", inputs=report.workload.inputs, batch_size=b,
-                        seq_len=1, tp=tp, attention=k.attention,
-                        kernels=report.workload.kernels, context_len=length,
-                        kv_dtype=kv_key, page_size=page_size,
-                        kv_layout=layout)
+    workload = WorkloadRecord(mode="decode", inputs=parts.workload.inputs, batch_size=b,
+                              seq_len=1, tp=tp, attention=k.attention,
+                              kernels=parts.workload.kernels, context_len=length,
+                              kv_dtype=kv_key, page_size=page_size, kv_layout=layout)
     cache = (f"{kv_key} " if kv_key else "") + (f"paged ({page_size} tokens a page) "
                                                  if page_size else "")
     notes = (f"decode: one token per sequence over {'an' if kv_key else 'a'} {cache}KV "
-             f"cache of {length} tokens; " + _decode_attention_note(model, report),)
-    mem = report.memory
+             f"cache of {length} tokens; " + _decode_attention_note(model, parts),)
+    mem = parts.memory
     memory = dataclasses.replace(mem, kv_cache=kv, peak=mem.peak + kv)
     # the floor reads what the step must read: the context's keys and values, not the
     # unfilled rest of its last page
     item_w = run_dtype(dkey).itemsize
-    unread = _unrouted_expert_bytes(wrapper, report.rows, tp, item_w, moe_routing)
+    unread = _unrouted_expert_bytes(wrapper, parts.rows, tp, item_w, moe_routing)
     floor = (mem.parameters - _input_embedding_bytes(model, tp, item_w) - unread
              + read) / (spec.memory_bandwidth_gbs * 1e9)
-    notes += _window_and_latent_notes(model, report, windows, length)
+    notes += _window_and_latent_notes(model, parts, windows, length)
     if unread:
         notes += (f"MoE: the bandwidth floor reads the routed experts only ("
                   f"{unread / 2**30:.2f} GiB of expert weights a step does not touch left "
                   "out)",)
-    step = dataclasses.replace(report.step, mode="decode", tokens=b,
-                               notes=report.step.notes + notes, floor_s=floor)
-    report = dataclasses.replace(report, rows=tuple(strip(r) for r in report.rows),
-                                 ops=tuple(strip(o) for o in report.ops), workload=workload,
-                                 step=step, memory=memory, model_name=type(model).__name__)
-    return dataclasses.replace(report, capacity=capacity_of(report, max_positions=positions))
+    step = dataclasses.replace(parts.step, mode="decode", tokens=b,
+                               notes=parts.step.notes + notes, floor_s=floor)
+    parts = dataclasses.replace(parts, rows=tuple(strip(r) for r in parts.rows),
+                                ops=tuple(strip(o) for o in parts.ops), workload=workload,
+                                step=step, memory=memory, model_name=type(model).__name__)
+    return dataclasses.replace(parts, capacity=capacity_of(parts, max_positions=positions))
 
 
 def _kv_layout(wrapper, item, windows, per_sequence_gpu) -> tuple:

@@ -1,7 +1,7 @@
-"""What quantized inference and FP8 training do to a finished step (moved out of
-``fxshape.analysis.lowprec``, issue 53): the packed weights' memory and the decode floor they
-lower (:func:`quantized_report`), FP8 training's notes and its layers left in bf16
-(:func:`float8_report`), FSDP's bytes per element under torchao's FP8 all-gather
+"""What quantized inference and FP8 training do to the analysis's parts before the report is
+built (moved out of ``fxshape.analysis.lowprec``, issue 53): the packed weights' memory and
+the decode floor they lower (:func:`quantized_parts`), FP8 training's notes and its layers
+left in bf16 (:func:`float8_parts`), FSDP's bytes per element under torchao's FP8 all-gather
 (:func:`float8_gather`). The rows themselves are priced while the graph is annotated
 (``fxshape.analysis.lowprec``).
 """
@@ -14,7 +14,7 @@ import re
 from ..analysis.lowprec import Float8State
 from ..hardware.gpus import get_gpu
 
-__all__ = ["quantized_report", "float8_report", "float8_gather"]
+__all__ = ["quantized_parts", "float8_parts", "float8_gather"]
 
 
 def float8_gather(model, stacks, item, state):
@@ -38,9 +38,10 @@ def float8_gather(model, stacks, item, state):
             for i, t in total.items() if t and fp8.get(i)}
 
 
-def float8_report(report, state):
-    """The notes of a float8 training analysis: what was converted, what stayed in bf16."""
-    rows = [r for r in report.rows if r.quant.startswith("float8")]
+def float8_parts(parts, state):
+    """A float8 training analysis's parts (``ReportParts``) with its notes (what was
+    converted, what stayed in bf16) and the workload naming the recipe."""
+    rows = [r for r in parts.rows if r.quant.startswith("float8")]
     by_role: dict = {}
     for r in rows:
         role = r.quant.rsplit(":", 1)[1]
@@ -61,10 +62,10 @@ def float8_report(report, state):
              + ("; FSDP gathers the converted weights in FP8" if state.fp8_gather else "")
              + ("; the weights cast every forward (no is_first_microbatch cache)"
                 if te else "")]
-    notes.extend(_left_notes(state.left, report.rows, decode=False))
-    return dataclasses.replace(report, notes=report.notes + tuple(notes),
+    notes.extend(_left_notes(state.left, parts.rows, decode=False))
+    return dataclasses.replace(parts, notes=parts.notes + tuple(notes),
                                workload=dataclasses.replace(
-                                   report.workload, quantize=f"float8 {state.recipe}"))
+                                   parts.workload, quantize=f"float8 {state.recipe}"))
 
 
 def _left_notes(left: dict, rows, decode: bool) -> list:
@@ -96,15 +97,15 @@ def _left_notes(left: dict, rows, decode: bool) -> list:
     return out
 
 
-def quantized_report(report, state, model):
-    """The report of a quantized analysis: memory with the packed weights, the notes
-    saying what was quantized and what was not (and why), the workload naming it."""
+def quantized_parts(parts, state, model):
+    """A quantized analysis's parts (``ReportParts``): memory with the packed weights, the
+    notes saying what was quantized and what was not (and why), the workload naming it."""
     from ..cost.quant import packed_weight_bytes
     from .step import run_dtype
 
     q = state.q
-    item = run_dtype(report.dtype).itemsize
-    rows = [r for r in report.rows if r.quant]
+    item = run_dtype(parts.dtype).itemsize
+    rows = [r for r in parts.rows if r.quant]
     saved, seen = 0, set()
     for r in rows:
         key = (r.module or r.node, r.node)
@@ -115,24 +116,24 @@ def quantized_report(report, state, model):
         saved += b * (r.k * r.n * item - packed_weight_bytes(r.k, r.n, q))
     notes = [f"linear layers {q.label}: {len(rows)} GEMMs quantized "
              f"(fxshape.cost.quant); weights {saved / 2**30:.2f} GiB smaller per GPU"]
-    notes.extend(_left_notes(state.left, report.rows,
-                             decode=report.workload.mode == "decode"))
-    mem = report.memory
+    notes.extend(_left_notes(state.left, parts.rows,
+                             decode=parts.workload.mode == "decode"))
+    mem = parts.memory
     if mem is not None:
         memory = dataclasses.replace(mem, parameters=mem.parameters - saved,
                                      peak=mem.peak - saved)
-        report = dataclasses.replace(report, memory=memory)
-    step = report.step
-    if step is not None and report.workload.mode == "decode" and step.floor_s:
-        bw = get_gpu(report.gpu).memory_bandwidth_gbs * 1e9
+        parts = dataclasses.replace(parts, memory=memory)
+    step = parts.step
+    if step is not None and parts.workload.mode == "decode" and step.floor_s:
+        bw = get_gpu(parts.gpu).memory_bandwidth_gbs * 1e9
         step = dataclasses.replace(step, floor_s=step.floor_s - saved / bw)
-    report = dataclasses.replace(
-        report, step=step, notes=report.notes + tuple(notes),
-        workload=dataclasses.replace(report.workload, quantize=q.label))
-    if report.workload.mode == "decode" and report.capacity is not None:
+    parts = dataclasses.replace(
+        parts, step=step, notes=parts.notes + tuple(notes),
+        workload=dataclasses.replace(parts.workload, quantize=q.label))
+    if parts.workload.mode == "decode" and parts.capacity is not None:
         from .serving import capacity_of
         from ..tracing.facts import max_positions
 
-        report = dataclasses.replace(report, capacity=capacity_of(
-            report, max_positions=max_positions(model.config)))
-    return report
+        parts = dataclasses.replace(parts, capacity=capacity_of(
+            parts, max_positions=max_positions(model.config)))
+    return parts

@@ -105,8 +105,9 @@ def _run(model, setup, cache=None):
     """``analyze``'s body: the setup checked against the model, captured and costed (a
     decode step, or the other modes), its low-precision rows and its options said.
     ``cache``: a :class:`SharedCaptures`' entries, or None."""
-    from ..execution.quantized import float8_report, quantized_report
+    from ..execution.quantized import float8_parts, quantized_parts
     from .options import given_options, option_effects
+    from .report import Report
 
     k = setup.kernels
     ctx: dict = {"plan": setup.parallel, "gemv": k.gemv or "library"}
@@ -120,22 +121,22 @@ def _run(model, setup, cache=None):
     if mode == "decode":
         from ..execution.decode import analyze_decode
 
-        report = analyze_decode(model, setup, ctx=ctx, quant=state,
-                                run=functools.partial(_with_params, cache=cache))
+        parts = analyze_decode(model, setup, ctx=ctx, quant=state,
+                               run=functools.partial(_with_params, cache=cache))
     else:
-        report = _with_params(model, setup.replace(execution=k.execution or "eager"),
-                              ctx=ctx, quant=state, cache=cache)
+        parts = _with_params(model, setup.replace(execution=k.execution or "eager"),
+                             ctx=ctx, quant=state, cache=cache)
     if isinstance(state, lowprec.Float8State):
-        report = float8_report(report, state)
+        parts = float8_parts(parts, state)
         ctx["quant_left"] = state.left
     elif state is not None:
-        report = quantized_report(report, state, model)
+        parts = quantized_parts(parts, state, model)
         ctx["quant_left"] = state.left
-    given = given_options(report, ctx, setup, quant)
-    report = dataclasses.replace(report, workload=dataclasses.replace(
-        report.workload, gemv=k.gemv or "library", mode_default=setup.workload.mode is None))
-    report = _with_error_band(report, low_precision=state is not None)
-    return dataclasses.replace(report, options=option_effects(report, given, ctx), setup=setup)
+    given = given_options(parts, ctx, setup, quant)
+    parts = dataclasses.replace(parts, workload=dataclasses.replace(
+        parts.workload, gemv=k.gemv or "library", mode_default=setup.workload.mode is None))
+    parts = _with_error_band(parts, low_precision=state is not None)
+    return Report.of(parts, option_effects(parts, given, ctx), setup)  # built once
 
 
 def _keyword_docs() -> str:
@@ -160,16 +161,17 @@ def _spelt_out():
 _spelt_out()
 
 
-def _with_error_band(report, low_precision: bool):
-    """``report.step.error_band`` from the held-out validation of the step's GPU and regime
-    (``fxshape.hardware.validation``), and a note saying it, or saying there is none."""
+def _with_error_band(parts, low_precision: bool):
+    """The parts with ``step.error_band`` from the held-out validation of the step's GPU
+    and regime (``fxshape.hardware.validation``), and a note saying it, or saying there is
+    none."""
     from ..hardware.validation import REGIMES, error_band, step_regime
 
-    step = report.step
+    step = parts.step
     if step is None:
-        return report
-    spec = get_gpu(report.gpu)
-    dkey = canonical_dtype(report.dtype)
+        return parts
+    spec = get_gpu(parts.gpu)
+    dkey = canonical_dtype(parts.dtype)
     band = missing = None
     if low_precision or dkey in ("fp8", "tf32"):
         what = "quantized or FP8" if low_precision or dkey == "fp8" else "TF32"
@@ -182,23 +184,24 @@ def _with_error_band(report, low_precision: bool):
     note = (f"step {band.describe()}" if band is not None else
             f"unvalidated: no held-out {missing} on {spec.name}; the step's expected error "
             "is unknown (fxshape gpus lists what is validated)")
-    return dataclasses.replace(report, step=dataclasses.replace(step, error_band=band),
-                               notes=report.notes + (note,))
+    return dataclasses.replace(parts, step=dataclasses.replace(step, error_band=band),
+                               notes=parts.notes + (note,))
 
 
 def _with_params(model, setup, *, kv=(None, None), ctx=None, quant=None, cache=None):
     """``_analyze``, the constants of ``setup.machine.params`` named in the notes when they
     are not the packaged ones (the cost models read them from the machine's GPU,
-    ``GPUSpec.constants``). ``ctx`` (a dict) gets what ``fxshape.report.options`` needs."""
+    ``GPUSpec.constants``): the report's parts (``ReportParts``). ``ctx`` (a dict) gets
+    what ``fxshape.report.options`` needs."""
     ctx = {} if ctx is None else ctx
-    report = _analyze(model, setup, kv=kv, ctx=ctx, quant=quant, cache=cache)
+    parts = _analyze(model, setup, kv=kv, ctx=ctx, quant=quant, cache=cache)
     path = setup.machine.spec.constants
     ctx["params_path"] = path
-    ctx["params_cover_gpu"] = _params_cover(path, report.gpu)
+    ctx["params_cover_gpu"] = _params_cover(path, parts.gpu)
     if not is_default_params(path):
-        report = dataclasses.replace(report, notes=report.notes + (
+        parts = dataclasses.replace(parts, notes=parts.notes + (
             f"GEMM model constants from {path} (over the packaged ones)",))
-    return report
+    return parts
 
 
 def _params_cover(path, gpu) -> bool:
@@ -361,7 +364,7 @@ def _executed(model, setup, checked: _Checked, kv, cache, quant) -> _Executed:
 def _costed(model, setup, checked: _Checked, got: _Executed, kv, ctx, cache, ckey, quant):
     """The captured step executed under the setup's plan, recomputation and optimizer: its
     provenance decided, its layers expanded, its step and memory, the report."""
-    from .report import Report
+    from ..execution.parts import ReportParts
 
     w, k, plan = setup.workload, setup.kernels, setup.parallel
     shown, mode = w.run_mode, ("inference" if w.run_mode == "prefill" else w.run_mode)
@@ -427,10 +430,10 @@ def _costed(model, setup, checked: _Checked, got: _Executed, kv, ctx, cache, cke
                         dropped=selective["dropped"] if selective else (),
                         rerun=bool(selective and selective.get("rerun")),
                         memo=memo.setdefault(("memory", recompute, provenance), {}))
-    return Report(rows=tuple(rows), unsupported=tuple(cap.unsupported), gpu=spec.label,
-                  dtype=dkey, model_name=type(model).__name__, graph_module=gm,
-                  notes=tuple(notes), workload=workload, ops=tuple(records), step=step,
-                  unsupported_ops=tuple(got.op_unsupported), memory=memory)
+    return ReportParts(rows=tuple(rows), unsupported=tuple(cap.unsupported), gpu=spec.label,
+                       dtype=dkey, model_name=type(model).__name__, graph_module=gm,
+                       notes=tuple(notes), workload=workload, ops=tuple(records), step=step,
+                       unsupported_ops=tuple(got.op_unsupported), memory=memory)
 
 
 def _prepared(model, gm, rows, records, walk, stacks, all_stacks, step_notes,

@@ -15,15 +15,12 @@ import re
 from collections import OrderedDict
 from dataclasses import dataclass, field
 
-import torch
 from tabulate import tabulate
 
 from ..config.setup import Setup
 from ..hardware.gpus import get_gpu
-from ..execution.memory import Memory
-from ..analysis.rows import WorkloadRecord, kernel_figures, misaligned
-from ..execution.serving import Capacity
-from ..execution.step import Step
+from ..analysis.rows import kernel_figures, misaligned
+from ..execution.parts import ReportParts
 
 __all__ = ["Report"]
 
@@ -43,39 +40,23 @@ def _set_by(row) -> str:
 
 
 @dataclass(frozen=True)
-class Report:
-    """What ``fxshape.analyze`` found. ``rows``: one record per GEMM node (not collapsed)."""
+class Report(ReportParts):
+    """What ``fxshape.analyze`` found: its parts (``fxshape.execution.parts.ReportParts``:
+    ``rows``, one record per GEMM node, not collapsed; the unsupported ops, the workload,
+    every op, the step, the memory, the capacity, the notes), what each option did and the
+    setup it was asked under. ``analyze`` builds it once (:meth:`of`)."""
 
-    rows: tuple
-    unsupported: tuple
-    gpu: str
-    dtype: str
-    model_name: str = ""
-    graph_module: torch.fx.GraphModule | None = field(default=None, compare=False,
-                                                       repr=False)
-    #: how the model was traced (one layer per group of identical layers, or all of them)
-    notes: tuple = ()
-    #: what the report describes (mode, inputs, tp, attention; ``fxshape.analysis.rows``)
-    workload: WorkloadRecord | None = None
-    #: every costed op of the step, GEMMs included, in program order
-    #: (``fxshape.execution.step.OpRecord``)
-    ops: tuple = ()
-    #: the predicted step: time, its split by class, tokens/s, MFU
-    #: (``fxshape.execution.step.Step``); None for a report built by hand
-    step: Step | None = None
-    #: non-GEMM ops without a cost model (listed, never counted as zero)
-    unsupported_ops: tuple = ()
-    #: memory per GPU: parameters, gradients, optimizer state, activations, peak, fits
-    #: (``fxshape.execution.memory.Memory``); None for a report built by hand
-    memory: Memory | None = None
-    #: decode: what fits a GPU (``fxshape.execution.serving.Capacity``); None otherwise
-    capacity: Capacity | None = None
     #: every option given with a value other than its default, and what it did
     #: (``fxshape.report.options.OptionEffect``)
     options: tuple = ()
     #: what was asked (``fxshape.Setup``): what re-pricing this report (serving's
     #: ``BatchStep``) runs under unless told otherwise; None for a report built by hand
     setup: Setup | None = field(default=None, compare=False, repr=False)
+
+    @classmethod
+    def of(cls, parts: ReportParts, options: tuple = (), setup: Setup | None = None):
+        """The report of an analysis's last ``parts``, with what each option did."""
+        return cls(**parts.parts(), options=options, setup=setup)
 
     @property
     def spec(self):
