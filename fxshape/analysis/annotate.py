@@ -158,16 +158,12 @@ def _with_traced_provenance(gm, rows, model, args, stacks):
     from .provenance import weight_axes
 
     example_inputs, example_kwargs, kw = args.example_inputs, args.example_kwargs, args.sizes
-    spec, dkey, tp, moe_routing, cp, moe = (args.spec, args.dkey, args.tp, args.moe_routing,
-                                            args.cp, args.moe)
+    tp, moe_routing, cp, moe = args.tp, args.moe_routing, args.cp, args.moe
     by_node = _by_node(rows)
     axes = weight_axes(gm, by_node)
     order = [r for rs in by_node.values() for r in rs]
     fallback = [a for name in by_node for a in axes[name]]
     keys = row_keys(order)
-    opts = dict(gpu=spec, dtype=dkey, tp=tp, causal_decoder=_is_decoder(model),
-                moe_routing=moe_routing, attention=args.attention, cp=cp, ep=moe[0],
-                capacity_factor=moe[1], quant=args.quant, gemv=args.gemv)
     base_nodes = gemm_nodes(gm)
 
     def recorded(target, ex_in, ex_kw, b, s, sizes):
@@ -184,8 +180,7 @@ def _with_traced_provenance(gm, rows, model, args, stacks):
         pairs = list(zip(base_nodes, gemm_nodes(fast)))
         for bn, fn in pairs:
             fn.meta["fxshape_module"] = module_of(bn)[0]
-        got, _ = annotate(fast, features=linear_features(target) if tp > 1 else None,
-                          heads=head_counts(target), windows=attention_windows(target), **opts)
+        got, _ = _annotate(fast, target, args)
         mine = _by_node(got)
         out = {}
         for bn, fn in pairs:
@@ -442,18 +437,24 @@ class _Annotating:
     gemv: str = "library"
 
 
+def _annotate(gm, target, a: _Annotating):
+    """:func:`annotate` on ``gm``, a graph of ``target`` (the model, a reduced copy of it,
+    or its fast GEMM trace's), as ``a`` says: the one translation of a capture's setup into
+    the pass's keywords."""
+    return annotate(gm, gpu=a.spec, dtype=a.dkey, tp=a.tp,
+                    features=linear_features(target) if a.tp > 1 else None,
+                    heads=head_counts(target), windows=attention_windows(target),
+                    causal_decoder=_is_decoder(a.model), moe_routing=a.moe_routing,
+                    attention=a.attention, kv_dtype=a.kv[0], page_size=a.kv[1], cp=a.cp,
+                    ep=a.moe[0], capacity_factor=a.moe[1], quant=a.quant, gemv=a.gemv)
+
+
 def _annotated(target, a: _Annotating, provenance="matched"):
     """Capture ``target`` (the model, or a reduced copy of it) and annotate its graph:
     (graph, rows, unsupported); rows with provenance matched by value unless ``provenance``
     is None."""
     gm = capture(target, a.example_inputs, a.example_kwargs, **a.sizes)
-    rows, unsupported = annotate(gm, gpu=a.spec, dtype=a.dkey, tp=a.tp,
-                                 features=linear_features(target) if a.tp > 1 else None,
-                                 heads=head_counts(target), windows=attention_windows(target),
-                                 causal_decoder=_is_decoder(a.model),
-                                 moe_routing=a.moe_routing, attention=a.attention,
-                                 kv_dtype=a.kv[0], page_size=a.kv[1], cp=a.cp, ep=a.moe[0],
-                                 capacity_factor=a.moe[1], quant=a.quant, gemv=a.gemv)
+    rows, unsupported = _annotate(gm, target, a)
     if provenance is not None:
         rows = _with_provenance(gm, rows, getattr(a.model, "config", None), a.tp)
     return gm, rows, unsupported

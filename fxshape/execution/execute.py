@@ -27,7 +27,8 @@ __all__ = ["liveness_walk", "param_shards", "stack_layers", "checkpointed_layers
 
 def liveness_walk(gm, dkey, mode, rows=(), tp=1, sequence_parallel=False, unfused=False,
               vocab=None, grad_bytes=4):
-    """The eager liveness walk of the captured graph (``fxshape.execution.memory.liveness``),
+    """The eager liveness walk of the captured graph (``fxshape.execution.memory.liveness``:
+    a ``Liveness``),
     each tensor at its per-GPU size under tensor parallelism (:func:`_activation_shares`).
     In training, the attention calls that run unfused (``unfused``: the user's
     ``attention="math"``; "flash" falls back to the math path in the time model where no
@@ -46,21 +47,21 @@ def liveness_walk(gm, dkey, mode, rows=(), tp=1, sequence_parallel=False, unfuse
     grad_item = grad_bytes if mode == "train" else None  # the plan's gradient dtype
     owner = attribute_modules(gm, module_of)
     share = _activation_shares(gm, rows, owner, tp, sequence_parallel) if tp > 1 else None
-    peak, at_backward, saved = liveness(gm, sizes, owner=owner, grad_itemsize=grad_item,
-                                        share=share)
-    if mode != "train" or at_backward is None:
-        return peak, at_backward, saved
+    walk = liveness(gm, sizes, owner=owner, grad_itemsize=grad_item, share=share)
+    if mode != "train" or walk.at_backward is None:
+        return walk
     probs = unfused_attention_saved(gm, owner, run_dtype(dkey).itemsize, share=share) \
         if unfused else []
     more = sum(b.bytes for b in probs)
-    peak, at_backward, saved = peak + more, at_backward + more, saved + probs
+    walk = walk.with_saved(probs, peak=walk.peak + more, at_backward=walk.at_backward + more)
     loss = loss_of(gm, vocab, sizes)
     if loss is None:
-        return peak, at_backward, saved
+        return walk
     kept, grads = loss_saved(loss[1].numel(), tp)
     record = SavedBytes(loss[0] + "#log_probs", owner.get(loss[0], ""), "forward", kept)
-    return (max(peak + kept, at_backward + kept + grads), at_backward + kept,
-            saved + [record])
+    return walk.with_saved((record,), peak=max(walk.peak + kept,
+                                               walk.at_backward + kept + grads),
+                           at_backward=walk.at_backward + kept)
 
 
 def _activation_shares(gm, rows, owner, tp, sequence_parallel) -> dict:
@@ -164,7 +165,7 @@ def gpu_memory(model, walk, saved_traced, spec, dkey, mode, tp, optimizer, layer
 
     numels = [n for n, _, trainable in shards if mode != "train" or trainable]
     matrices = sum(n for n, matrix, _ in shards if matrix)
-    peak_walk, at_backward, saved = walk
+    peak_walk, at_backward, saved = walk.peak, walk.at_backward, walk.saved
     extra = sum(b.bytes for b in saved) - saved_traced  # the layers the trace stood for
     notes = ["eager liveness of the captured graph; the allocator's rounding and the CUDA "
              "context are not counted"]
@@ -254,7 +255,7 @@ def _plan_memory(model, walk, spec, dkey, optimizer, layers, workload, *, shards
     from .step import run_dtype
 
     item = run_dtype(dkey).itemsize
-    peak_walk, at_backward, saved = walk
+    peak_walk, at_backward, saved = walk.peak, walk.at_backward, walk.saved
     n_layers = max((s.length for s in stacks), default=0)
     stages = plan.stages
     chunk_of = layer_chunks(stage_layer_counts(plan, n_layers)) if n_layers else (0,)

@@ -154,9 +154,23 @@ def _writes_in_place(n) -> bool:
                               for r in rets)
 
 
-def liveness(gm, sizes: Sizes, *, owner=None, grad_itemsize=None, share=None):
-    """Walk ``gm`` in program order: ``(peak live bytes, live bytes when the backward
-    starts or None without a backward, [SavedBytes ...])``. Parameters, buffers and user
+@dataclass(frozen=True)
+class Liveness:
+    """What the liveness walk of a captured step found: the peak live bytes, the live bytes
+    when the backward starts (None without a backward) and what the forward saves for it
+    (:class:`SavedBytes`, in program order)."""
+
+    peak: int
+    at_backward: int | None
+    saved: tuple
+
+    def with_saved(self, extra: tuple, *, peak: int, at_backward: int | None) -> "Liveness":
+        """The walk with ``extra`` saved too, at the peak and backward start given."""
+        return Liveness(peak, at_backward, self.saved + tuple(extra))
+
+
+def liveness(gm, sizes: Sizes, *, owner=None, grad_itemsize=None, share=None) -> Liveness:
+    """Walk ``gm`` in program order: its :class:`Liveness`. Parameters, buffers and user
     inputs (placeholders and attributes) are not counted. ``grad_itemsize``: the bytes per
     element of the values the graph returns after its first (the gradients), when they are
     kept in another dtype than the activations (fp32 under autocast). ``share``: node ->
@@ -220,7 +234,7 @@ def liveness(gm, sizes: Sizes, *, owner=None, grad_itemsize=None, share=None):
                 size_of -= live.pop(k)[0]
     order = {n.name: i for i, n in enumerate(nodes)}
     saved.sort(key=lambda s: order.get(s.node, 0))
-    return peak, at_backward, saved
+    return Liveness(peak, at_backward, tuple(saved))
 
 
 def _backward_nodes(gm) -> set:

@@ -27,6 +27,7 @@ from ..analysis.annotate import (Capture, capture_step, check_attention, provena
 from ..analysis.parallel import check_tp
 from ..analysis.rows import WorkloadRecord
 from ..cost.gemm import is_default_params
+from ..execution.memory import Liveness
 from ..execution.execute import (checkpointed_layers, executed_step, gpu_memory,
                                  liveness_walk, param_groups, param_shards, records_of,
                                  stack_layers, topology_of)
@@ -319,7 +320,7 @@ class _Executed:
     records: tuple
     op_unsupported: tuple
     step_notes: tuple
-    walk: tuple
+    walk: Liveness
 
 
 def _executed(model, setup, checked: _Checked, kv, cache, quant) -> _Executed:
@@ -398,7 +399,11 @@ def _costed(model, setup, checked: _Checked, got: _Executed, kv, ctx, cache, cke
                              shown=shown, tp=tp, attention=k.attention, recompute=recompute,
                              memo=memo.setdefault(("expanded", provenance), {}))
         memo[("prepared", recompute, provenance)] = prepared
-    rows, records, walk, saved_traced, workload, layers, selective, step_notes = prepared
+    rows, records, walk, workload, step_notes = (prepared.rows, prepared.records,
+                                                 prepared.walk, prepared.workload,
+                                                 prepared.step_notes)
+    saved_traced, layers, selective = (prepared.saved_traced, prepared.layers,
+                                       prepared.selective)
     if mode == "train":
         workload = dataclasses.replace(workload,
                                        parallel="" if plan.is_plain and
@@ -436,25 +441,43 @@ def _costed(model, setup, checked: _Checked, got: _Executed, kv, ctx, cache, cke
                        unsupported_ops=tuple(got.op_unsupported), memory=memory)
 
 
+@dataclass(frozen=True)
+class _Prepared:
+    """The captured rows, op records and liveness walk with the deduplicated layers
+    expanded and the recomputation applied: the bytes the traced layers saved (before the
+    expansion), the workload, the checkpointed layers, selective recomputation's nodes
+    and the step's notes."""
+
+    rows: tuple
+    records: tuple
+    walk: Liveness
+    saved_traced: int
+    workload: WorkloadRecord
+    layers: tuple
+    selective: object
+    step_notes: tuple
+
+
 def _prepared(model, gm, rows, records, walk, stacks, all_stacks, step_notes,
               example_inputs, example_kwargs, *, batch_size, seq_len, mode, shown, tp,
-              attention, recompute, memo=None):
+              attention, recompute, memo=None) -> _Prepared:
     """The captured rows, records and liveness walk with the deduplicated layers expanded,
-    the recomputation applied, and the workload: ``(rows, records, walk, saved bytes as
-    traced, workload, checkpointed layers, selective nodes, step notes)``. ``memo``: the
-    expansion and the workload kept for the capture's other recomputations."""
+    the recomputation applied, and the workload. ``memo``: the expansion and the workload
+    kept for the capture's other recomputations."""
     memo = {} if memo is None else memo
     if "expanded" not in memo:
-        saved_traced = sum(b.bytes for b in walk[2])
+        saved_traced = sum(b.bytes for b in walk.saved)
         if stacks:
             rows = expand_rows(rows, stacks)
             records = expand_rows(records, stacks)
-            walk = walk[:2] + (expand_rows(walk[2], stacks),)
+            walk = dataclasses.replace(walk, saved=tuple(expand_rows(walk.saved, stacks)))
         workload = _workload(model, example_inputs, example_kwargs, batch_size=batch_size,
                              seq_len=seq_len, mode=shown, tp=tp, attention=attention,
                              rows=rows)
-        memo["expanded"] = (rows, records, walk, saved_traced, workload)
-    rows, records, walk, saved_traced, workload = memo["expanded"]
+        # the expansion alone, shared by the capture's recomputations (none applied yet)
+        memo["expanded"] = _Prepared(rows, records, walk, saved_traced, workload, (), (), ())
+    got = memo["expanded"]
+    rows, records, walk, workload = got.rows, got.records, got.walk, got.workload
     layers = checkpointed_layers(model) if mode == "train" else ()
     stacked = stack_layers(all_stacks) if recompute else ()
     if recompute and not stacked:
@@ -480,8 +503,8 @@ def _prepared(model, gm, rows, records, walk, stacks, all_stacks, step_notes,
         records = recompute_records(records, stacked,
                                     select=lambda r: r.node in selective["all"])
         step_notes = tuple(step_notes) + (_RECOMPUTE_NOTES[recompute],)
-    return (rows, records, walk, saved_traced, workload, layers, selective,
-            tuple(step_notes))
+    return _Prepared(rows, records, walk, got.saved_traced, workload, layers,
+                     selective, tuple(step_notes))
 
 
 #: the step's note of each selective recomputation
